@@ -1,0 +1,59 @@
+"""Command line: `python -m jax_amem demo | report | bench`.
+
+demo   the main job on the embedded default (the GPU when present, else 8 XLA CPU devices)
+report what this machine and process offer (GPU, driver, build)
+bench  the benchmarks, one table each
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _default_devices() -> None:
+    # Before JAX starts: without a GPU, 8 CPU devices make sharding real.
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+
+def cmd_report(_args) -> int:
+    import jax_amem
+    import jax
+
+    status = jax_amem.gpu_status()
+    print(f"jax-amem {jax_amem.__version__}, jax {jax.__version__}")
+    print(f"CUDA kernels built: {status.cuda_kernels_built}")
+    print(f"CUDA driver: {'available' if status.driver_available else status.driver_message}")
+    print(f"GPUs visible to the driver: {status.device_count}")
+    print(f"JAX devices: {jax.devices()}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from . import demo
+
+    return demo.main(args)
+
+
+def cmd_bench(_args) -> int:
+    from .bench import run_all
+
+    return run_all()
+
+
+def main(argv=None) -> int:
+    _default_devices()
+    parser = argparse.ArgumentParser(prog="python -m jax_amem", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo_parser = sub.add_parser("demo", help="run the main job")
+    demo_parser.add_argument("--quick", action="store_true", help="smallest sizes")
+    sub.add_parser("report", help="what this machine offers")
+    sub.add_parser("bench", help="run the benchmarks")
+    args = parser.parse_args(argv)
+    handlers = {"demo": cmd_demo, "report": cmd_report, "bench": cmd_bench}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Registers the core's XLA FFI targets with JAX, for the "cpu" and "CUDA" platforms.
+
+Registration only records handler addresses; it does not start a backend, so
+it is safe at import time.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from ._native import core
+
+SEGMENT_COPY = "jax_amem_segment_copy"
+
+_registered = False
+
+
+def register_targets() -> None:
+    global _registered
+    if _registered:
+        return
+    for name, by_platform in core.ffi.targets().items():
+        for platform, capsule in by_platform.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+    _registered = True

@@ -1,0 +1,67 @@
+"""Batched segment copy: many (src_offset, dst_offset, bytes) runs, one XLA custom call.
+
+On CPU a loop of memcpy; on CUDA one kernel launch for all segments, on XLA's
+stream. The destination is written in place (it is aliased to the result), so
+donate it when calling from `jax.jit` to avoid a copy of the whole buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+from . import _ffi
+from ._native import core
+
+MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
+
+
+def _nbytes(x) -> int:
+    return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+
+
+def prepare_segments(segments, src_bytes: int, dst_bytes: int,
+                     max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
+    """Validates a table of (src_offset, dst_offset, bytes) rows and splits long rows.
+
+    Raises ValueError naming the first row that is out of bounds, empty, or that
+    overlaps another row's destination bytes.
+    """
+    table = np.ascontiguousarray(np.asarray(segments, dtype=np.int64).reshape(-1, 3))
+    return core.copy.prepare_segments(table, int(src_bytes), int(dst_bytes), int(max_piece))
+
+
+def segment_copy(src: jax.Array, dst: jax.Array, segments) -> jax.Array:
+    """Returns `dst` with each segment's bytes replaced by the matching bytes of `src`.
+
+    `segments` must be concrete (a numpy array or nested list of int rows), even
+    inside `jax.jit`: it is validated on the host and baked into the program.
+    Offsets are in bytes of the arrays' row-major storage.
+    """
+    _ffi.register_targets()
+    table = prepare_segments(segments, _nbytes(src), _nbytes(dst))
+    call = jax.ffi.ffi_call(
+        _ffi.SEGMENT_COPY,
+        jax.ShapeDtypeStruct(dst.shape, dst.dtype),
+        input_output_aliases={1: 0},
+    )
+    # int64 rows travel as uint32 pairs so that JAX without x64 keeps every bit.
+    return call(src, dst, _table_beside(dst, table.view(np.uint32)))
+
+
+def _table_beside(dst, table: np.ndarray):
+    """The segment table as an operand on the destination's device.
+
+    Inside `jit` it becomes a constant of the program; called eagerly on a
+    committed array, it must live on the same device as that array.
+    """
+    if isinstance(dst, jax.core.Tracer):
+        return jnp.asarray(table)
+    devices = dst.sharding.device_set
+    if len(devices) != 1:
+        raise ValueError(
+            f"segment_copy works on single-device arrays; dst is sharded over {len(devices)} "
+            "devices. Call it per shard inside jax.shard_map."
+        )
+    return jax.device_put(table, next(iter(devices)))

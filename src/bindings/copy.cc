@@ -1,0 +1,52 @@
+#include <nanobind/ndarray.h>
+
+#include <cstring>
+
+#include "bindings/bindings.h"
+#include "copy/copy_cuda.h"
+#include "copy/segments.h"
+
+namespace nb = nanobind;
+
+namespace amem::bindings {
+namespace {
+
+using SegmentArray = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using OwnedSegmentArray = nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>;
+
+OwnedSegmentArray ToNumpy(std::vector<copy::Segment> pieces) {
+  auto* owned = new std::vector<copy::Segment>(std::move(pieces));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<copy::Segment>*>(p); });
+  return OwnedSegmentArray(owned->data(), {owned->size(), 3}, owner);
+}
+
+}  // namespace
+
+void BindCopy(nb::module_& root) {
+  nb::module_ m = root.def_submodule("copy", "Batched segment copies");
+  m.attr("MAX_PIECE_BYTES") = copy::kMaxPieceBytes;
+  m.def("have_cuda_kernels", &copy::HaveCudaKernels,
+        "True when this build compiled the CUDA kernels.");
+  m.def(
+      "prepare_segments",
+      [](SegmentArray segments, int64_t src_bytes, int64_t dst_bytes, int64_t max_piece) {
+        if (segments.shape(1) != 3) {
+          throw nb::value_error("segments must have shape (n, 3): (src_offset, dst_offset, bytes)");
+        }
+        if (max_piece <= 0 || max_piece % 16 != 0) {
+          throw nb::value_error("max_piece must be a positive multiple of 16");
+        }
+        const auto* rows = reinterpret_cast<const copy::Segment*>(segments.data());
+        const int64_t count = static_cast<int64_t>(segments.shape(0));
+        Status valid = copy::ValidateSegments(rows, count, src_bytes, dst_bytes);
+        if (!valid.ok()) throw nb::value_error(valid.message().c_str());
+        return ToNumpy(copy::SplitIntoPieces(rows, count, max_piece));
+      },
+      nb::arg("segments"), nb::arg("src_bytes"), nb::arg("dst_bytes"),
+      nb::arg("max_piece") = copy::kMaxPieceBytes,
+      "Validates a segment table against both buffer sizes (in bounds, positive, no two "
+      "segments writing the same destination byte) and splits long segments into pieces "
+      "that balance one kernel launch. Raises ValueError naming the first bad row.");
+}
+
+}  // namespace amem::bindings

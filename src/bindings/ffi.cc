@@ -1,0 +1,34 @@
+#include <nanobind/stl/string.h>
+
+#include "bindings/bindings.h"
+#include "ffi/segment_copy.h"
+
+namespace nb = nanobind;
+
+namespace amem::bindings {
+namespace {
+
+template <typename Handler>
+nb::capsule Capsule(Handler* handler) {
+  return nb::capsule(reinterpret_cast<void*>(handler));
+}
+
+}  // namespace
+
+void BindFfi(nb::module_& root) {
+  nb::module_ m = root.def_submodule("ffi", "XLA FFI handlers as capsules");
+  m.def(
+      "targets",
+      [] {
+        // name -> {platform: handler capsule}; registered by jax_amem._ffi at import.
+        nb::dict targets;
+        nb::dict segment_copy;
+        segment_copy["cpu"] = Capsule(AmemSegmentCopyCpu);
+        segment_copy["CUDA"] = Capsule(AmemSegmentCopyCuda);
+        targets["jax_amem_segment_copy"] = segment_copy;
+        return targets;
+      },
+      "The FFI targets this build provides: {name: {platform: capsule}}.");
+}
+
+}  // namespace amem::bindings

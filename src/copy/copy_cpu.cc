@@ -1,0 +1,13 @@
+#include "copy/copy_cpu.h"
+
+#include <cstring>
+
+namespace amem::copy {
+
+void CopySegmentsOnHost(const char* src, char* dst, const Segment* segments, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(dst + segments[i].dst_offset, src + segments[i].src_offset, segments[i].bytes);
+  }
+}
+
+}  // namespace amem::copy

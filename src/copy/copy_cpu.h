@@ -1,0 +1,13 @@
+#pragma once
+
+#include <cstdint>
+
+#include "copy/segments.h"
+
+namespace amem::copy {
+
+// Copies every segment from `src` to `dst` on the calling thread. Segments
+// must already be validated against both buffers.
+void CopySegmentsOnHost(const char* src, char* dst, const Segment* segments, int64_t count);
+
+}  // namespace amem::copy

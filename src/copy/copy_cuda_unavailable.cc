@@ -1,0 +1,14 @@
+// Stand-in used when the package was built without nvcc.
+#include "copy/copy_cuda.h"
+
+namespace amem::copy {
+
+bool HaveCudaKernels() { return false; }
+
+Status LaunchSegmentCopy(CUstream, const char*, int64_t, char*, int64_t, const Segment*, int64_t) {
+  return Status::Error(
+      "jax-amem was built without CUDA kernels (nvcc was not found at build time); "
+      "reinstall it on a machine with the CUDA toolkit to copy on the GPU");
+}
+
+}  // namespace amem::copy

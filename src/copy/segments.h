@@ -1,0 +1,37 @@
+// A segment is one contiguous byte run copied from a source buffer into a
+// destination buffer. Tables of segments are the unit every executor runs:
+// the CPU loop, the CUDA kernel, and (later) the cross-process transports.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace amem::copy {
+
+// Stored as three int64 per row so a table is also a plain (n, 3) int64 array
+// that XLA can carry as an operand.
+struct Segment {
+  int64_t src_offset;
+  int64_t dst_offset;
+  int64_t bytes;
+};
+static_assert(sizeof(Segment) == 3 * sizeof(int64_t), "Segment must be three packed int64");
+
+// Largest piece one CUDA block copies. Splitting big segments into pieces of
+// this size balances one kernel launch across all multiprocessors whatever the
+// mix of segment sizes. A multiple of 16 so that split points keep alignment.
+constexpr int64_t kMaxPieceBytes = 256 * 1024;
+
+// Checks that every segment is inside both buffers, has positive length, and
+// that no two segments write the same destination byte (parallel writers
+// would race). The message names the first offending row.
+Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_bytes,
+                        int64_t dst_bytes);
+
+// Splits segments longer than `max_piece` into consecutive pieces; keeps order.
+std::vector<Segment> SplitIntoPieces(const Segment* segments, int64_t count,
+                                     int64_t max_piece = kMaxPieceBytes);
+
+}  // namespace amem::copy

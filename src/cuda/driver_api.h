@@ -1,0 +1,60 @@
+// The CUDA driver API, loaded at run time with dlopen("libcuda.so.1").
+//
+// Why at run time: `import jax_amem` must work on machines with no GPU and no
+// driver, and XLA itself reaches the driver the same way, so we share its
+// libcuda mapping instead of linking our own.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "cuda/driver_types.h"
+
+namespace amem::cuda {
+
+// One pointer per driver entry point jax-amem calls. Filled once by Driver().
+struct DriverApi {
+  CUresult (*cuInit)(unsigned flags);
+  CUresult (*cuDriverGetVersion)(int* version);
+  CUresult (*cuGetErrorString)(CUresult error, const char** text);
+  CUresult (*cuDeviceGetCount)(int* count);
+  CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
+  CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* context, CUdevice device);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device);
+  CUresult (*cuCtxPushCurrent)(CUcontext context);
+  CUresult (*cuCtxPopCurrent)(CUcontext* context);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemGetInfo)(size_t* free_bytes, size_t* total_bytes);
+  CUresult (*cuMemAlloc)(CUdeviceptr* pointer, size_t bytes);
+  CUresult (*cuMemFree)(CUdeviceptr pointer);
+  CUresult (*cuMemHostAlloc)(void** pointer, size_t bytes, unsigned flags);
+  CUresult (*cuMemFreeHost)(void* pointer);
+  CUresult (*cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+  CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuDeviceGetMemPool)(CUmemoryPool* pool, CUdevice device);
+  CUresult (*cuMemPoolTrimTo)(CUmemoryPool pool, size_t min_bytes_to_keep);
+};
+
+// The loaded table, or nullptr when the driver is missing; `why` then says
+// what failed (library not found, a symbol missing, cuInit's error).
+const DriverApi* Driver(std::string* why = nullptr);
+
+// Status for a driver call: "<what>: <driver's error name and text>".
+Status Check(CUresult result, const char* what);
+
+// Makes `ordinal`'s primary context current for the lifetime of the guard.
+class ScopedDeviceContext {
+ public:
+  explicit ScopedDeviceContext(int ordinal);
+  ~ScopedDeviceContext();
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+  CUdevice device_ = 0;
+  bool pushed_ = false;
+  bool retained_ = false;
+};
+
+}  // namespace amem::cuda

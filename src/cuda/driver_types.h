@@ -1,0 +1,23 @@
+// The few CUDA driver API types jax-amem uses, declared here so that nothing
+// needs cuda.h: the package must build and import on machines with no toolkit.
+// The layouts and values follow the public CUDA driver API (cuda.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+typedef int CUresult;  // 0 == CUDA_SUCCESS
+typedef int CUdevice;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef struct CUmemPoolHandle_st* CUmemoryPool;
+typedef unsigned long long CUdeviceptr;
+}
+
+namespace amem::cuda {
+constexpr CUresult kSuccess = 0;
+constexpr int kAttributeMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+constexpr unsigned kMemHostAllocPortable = 0x01;   // CU_MEMHOSTALLOC_PORTABLE
+}  // namespace amem::cuda

@@ -1,0 +1,12 @@
+// jax_amem._core: the native core. Each submodule mirrors a folder of src/.
+#include <nanobind/nanobind.h>
+
+#include "bindings/bindings.h"
+
+NB_MODULE(_core, m) {
+  m.doc() = "jax-amem native core (nanobind)";
+  amem::bindings::BindCuda(m);
+  amem::bindings::BindCopy(m);
+  amem::bindings::BindFfi(m);
+  amem::bindings::BindReshard(m);
+}
