@@ -8,12 +8,19 @@ PY=${PYTHON:-python3}
 LOG=${OUT:-/tmp}/gpu_test.log
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
+# The image's default CXX (/opt/gcc) links its own libstdc++ statically into the
+# module, which then clashes with the system libstdc++ that jaxlib/ml_dtypes load
+# (a segfault in std::ostream at `import jax`). Build with the system compiler.
+for c in /usr/bin/gcc /usr/bin/g++; do [ -x $c ] || { echo "missing $c"; exit 1; }; done
+export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+now() { $PY -c 'import time; print(f"{time.time():.1f}")'; }
 : > "$LOG"
 
-start=$(date +%s.%N)
+start=$(now)
+rm -rf build
 $PY -m pip install -q --no-build-isolation --no-deps . >>"$LOG" 2>&1
 build_rc=$?
-build_s=$(echo "$(date +%s.%N) - $start" | bc)
+build_s=$($PY -c "print(f\"{$(now) - $start:.1f}\")")
 echo "build: rc=$build_rc in ${build_s}s" | tee -a "$LOG"
 [ $build_rc -eq 0 ] || { tail -40 "$LOG"; exit $build_rc; }
 
