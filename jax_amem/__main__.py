@@ -26,6 +26,7 @@ def cmd_report(_args) -> int:
     print(f"CUDA kernels built: {status.cuda_kernels_built}")
     print(f"CUDA driver: {'available' if status.driver_available else status.driver_message}")
     print(f"GPUs visible to the driver: {status.device_count}")
+    print(f"NCCL interposer: {'active' if jax_amem.nccl.is_installed() else jax_amem.nccl.status()}")
     print(f"JAX devices: {jax.devices()}")
     return 0
 
@@ -34,6 +35,12 @@ def cmd_demo(args) -> int:
     from . import demo
 
     return demo.main(args)
+
+
+def cmd_run(args) -> int:
+    from .nccl.launcher import run
+
+    return run(args.argv)
 
 
 def cmd_bench(_args) -> int:
@@ -50,8 +57,10 @@ def main(argv=None) -> int:
     demo_parser.add_argument("--quick", action="store_true", help="smallest sizes")
     sub.add_parser("report", help="what this machine offers")
     sub.add_parser("bench", help="run the benchmarks")
+    run_parser = sub.add_parser("run", help="run a program with the NCCL interposer preloaded")
+    run_parser.add_argument("argv", nargs=argparse.REMAINDER, help="script.py [args...]")
     args = parser.parse_args(argv)
-    handlers = {"demo": cmd_demo, "report": cmd_report, "bench": cmd_bench}
+    handlers = {"demo": cmd_demo, "report": cmd_report, "bench": cmd_bench, "run": cmd_run}
     return handlers[args.command](args)
 
 

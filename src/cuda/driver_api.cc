@@ -55,6 +55,15 @@ Loaded LoadDriver() {
   ok &= Bind(library, "cuStreamSynchronize", a.cuStreamSynchronize, w);
   ok &= Bind(library, "cuDeviceGetMemPool", a.cuDeviceGetMemPool, w);
   ok &= Bind(library, "cuMemPoolTrimTo", a.cuMemPoolTrimTo, w);
+  ok &= Bind(library, "cuMemPoolGetAttribute", a.cuMemPoolGetAttribute, w);
+  ok &= Bind(library, "cuMemcpyDtoHAsync_v2", a.cuMemcpyDtoHAsync, w);
+  ok &= Bind(library, "cuMemcpyHtoDAsync_v2", a.cuMemcpyHtoDAsync, w);
+  ok &= Bind(library, "cuStreamCreate", a.cuStreamCreate, w);
+  ok &= Bind(library, "cuDeviceGetPCIBusId", a.cuDeviceGetPCIBusId, w);
+  ok &= Bind(library, "cuStreamDestroy_v2", a.cuStreamDestroy, w);
+  ok &= Bind(library, "cuStreamQuery", a.cuStreamQuery, w);
+  ok &= Bind(library, "cuMemcpyHtoD_v2", a.cuMemcpyHtoD, w);
+  ok &= Bind(library, "cuMemcpyDtoH_v2", a.cuMemcpyDtoH, w);
   if (!ok) return loaded;
   CUresult init = a.cuInit(0);
   if (init != kSuccess) {

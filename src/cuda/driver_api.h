@@ -34,6 +34,15 @@ struct DriverApi {
   CUresult (*cuStreamSynchronize)(CUstream stream);
   CUresult (*cuDeviceGetMemPool)(CUmemoryPool* pool, CUdevice device);
   CUresult (*cuMemPoolTrimTo)(CUmemoryPool pool, size_t min_bytes_to_keep);
+  CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, int attribute, void* value);
+  CUresult (*cuMemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);
+  CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
+  CUresult (*cuDeviceGetPCIBusId)(char* bus_id, int length, CUdevice device);
+  CUresult (*cuStreamDestroy)(CUstream stream);
+  CUresult (*cuStreamQuery)(CUstream stream);  // 0 when done, 600 (not ready) while running
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
+  CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
 };
 
 // The loaded table, or nullptr when the driver is missing; `why` then says

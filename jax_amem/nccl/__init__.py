@@ -1,0 +1,13 @@
+"""NCCL pause/resume for JAX: every communicator in the process, XLA's own included.
+
+`import jax_amem` installs the interposer (before JAX starts its GPU backend);
+then `pause()` frees the communicators' GPU memory and `resume()` brings them
+back behind the same handles, so XLA's cached communicators keep working.
+"""
+
+from ._api import (Communicator, NcclNotInstalledError, NcclPauseError, NcclReport, communicators,
+                   install, is_installed, pause, paused, paused_ids, resume, status)
+
+__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport",
+           "communicators", "install", "is_installed", "pause", "paused", "paused_ids", "resume",
+           "status"]

@@ -1,0 +1,63 @@
+"""Typed wrappers over the interposer's C control API (see src/nccl/control_api.cc)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+from ..errors import JaxAmemError
+
+STRATEGIES = {"auto": 0, "suspend": 1, "recreate": 2}
+TEARDOWNS = {"destroy": 0, "abort": 1}
+_ERROR_BYTES = 4096
+
+
+class NcclPauseError(JaxAmemError):
+    """A pause or resume could not be done; the message names the communicator and the fix."""
+
+
+def _ids(ids):
+    if ids is None:
+        return None, 0
+    array = (ctypes.c_uint64 * len(ids))(*ids)
+    return array, len(ids)
+
+
+def _check(code: int, buffer) -> None:
+    if code != 0:
+        raise NcclPauseError(buffer.value.decode(errors="replace"))
+
+
+class Control:
+    def __init__(self, library: ctypes.CDLL):
+        self._lib = library
+
+    def snapshot(self) -> list[dict]:
+        return json.loads(self._lib.amem_nccl_snapshot().decode())
+
+    def real_version(self) -> int:
+        return self._lib.amem_nccl_real_version()
+
+    def has_suspend(self) -> bool:
+        return bool(self._lib.amem_nccl_has_suspend())
+
+    def last_error(self) -> str:
+        return self._lib.amem_nccl_last_error().decode(errors="replace")
+
+    def pause(self, ids, strategy: str, timeout: float, teardown: str) -> None:
+        array, count = _ids(ids)
+        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.amem_nccl_pause(array, count, STRATEGIES[strategy], float(timeout),
+                                         TEARDOWNS[teardown], buffer, _ERROR_BYTES), buffer)
+
+    def begin_resume(self, ids) -> None:
+        array, count = _ids(ids)
+        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.amem_nccl_begin_resume(array, count, buffer, _ERROR_BYTES), buffer)
+
+    def resume(self, ids, timeout: float) -> None:
+        array, count = _ids(ids)
+        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
+        # ctypes releases the GIL during the call: an asynchronous resume runs
+        # beside Python code.
+        _check(self._lib.amem_nccl_resume(array, count, float(timeout), buffer, _ERROR_BYTES), buffer)

@@ -1,0 +1,147 @@
+#include "nccl/comm_registry.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+namespace amem::nccl {
+
+const char* StateName(CommState state) {
+  switch (state) {
+    case CommState::kActive: return "active";
+    case CommState::kPaused: return "paused";
+    case CommState::kBroken: return "broken";
+  }
+  return "unknown";
+}
+
+const char* StrategyName(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kAuto: return "auto";
+    case Strategy::kSuspend: return "suspend";
+    case Strategy::kRecreate: return "recreate";
+  }
+  return "unknown";
+}
+
+Registry& Registry::Get() {
+  static Registry* registry = new Registry();  // never destroyed: used until exit
+  return *registry;
+}
+
+ProxyComm* Registry::Add(ncclComm_t real, int rank, int nranks, int device, std::string key,
+                         std::string owner, std::string created_by, const ncclConfig_t* config) {
+  auto* proxy = new ProxyComm();
+  proxy->id = next_id_++;
+  proxy->real = real;
+  proxy->rank = rank;
+  proxy->nranks = nranks;
+  proxy->device = device;
+  proxy->key = std::move(key);
+  proxy->owner = std::move(owner);
+  proxy->created_by = std::move(created_by);
+  if (config != nullptr && config->size >= sizeof(ncclConfigHeader)) {
+    const char* bytes = reinterpret_cast<const char*>(config);
+    proxy->config.assign(bytes, bytes + config->size);
+    proxy->split_share = config->splitShare == 1;
+  }
+  std::lock_guard<std::mutex> guard(map_mutex_);
+  by_handle_[reinterpret_cast<ncclComm_t>(proxy)] = proxy;
+  return proxy;
+}
+
+ProxyComm* Registry::Find(ncclComm_t handle) const {
+  std::lock_guard<std::mutex> guard(map_mutex_);
+  auto it = by_handle_.find(handle);
+  return it == by_handle_.end() ? nullptr : it->second;
+}
+
+void Registry::Remove(ProxyComm* proxy) {
+  {
+    std::lock_guard<std::mutex> guard(map_mutex_);
+    by_handle_.erase(reinterpret_cast<ncclComm_t>(proxy));
+  }
+  proxy->magic = 0;
+  delete proxy;
+}
+
+std::vector<ProxyComm*> Registry::Sorted() const {
+  std::vector<ProxyComm*> all;
+  {
+    std::lock_guard<std::mutex> guard(map_mutex_);
+    for (const auto& entry : by_handle_) all.push_back(entry.second);
+  }
+  std::sort(all.begin(), all.end(), [](const ProxyComm* a, const ProxyComm* b) {
+    if (a->key != b->key) return a->key < b->key;
+    if (a->rank != b->rank) return a->rank < b->rank;
+    return a->id < b->id;
+  });
+  return all;
+}
+
+namespace {
+
+std::string Escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Registry::SnapshotJson() const {
+  std::ostringstream out;
+  out << "[";
+  bool first = true;
+  for (const ProxyComm* p : Sorted()) {
+    if (!first) out << ",";
+    first = false;
+    out << "{\"id\":" << p->id << ",\"key\":\"" << Escape(p->key) << "\",\"owner\":\""
+        << Escape(p->owner) << "\",\"created_by\":\"" << Escape(p->created_by)
+        << "\",\"rank\":" << p->rank << ",\"nranks\":" << p->nranks << ",\"device\":" << p->device
+        << ",\"state\":\"" << StateName(p->state) << "\",\"split_share\":"
+        << (p->split_share ? "true" : "false") << ",\"registrations\":" << p->registrations
+        << ",\"windows\":" << p->windows << ",\"device_comms\":" << p->device_comms
+        << ",\"last_strategy\":\"" << Escape(p->last_strategy)
+        << "\",\"bytes_before_pause\":" << p->bytes_before_pause
+        << ",\"bytes_freed\":" << p->bytes_freed << ",\"pause_seconds\":" << p->pause_seconds
+        << ",\"resume_seconds\":" << p->resume_seconds << ",\"error\":\"" << Escape(p->error)
+        << "\"}";
+  }
+  out << "]";
+  return out.str();
+}
+
+std::string KeyFromUniqueIds(const ncclUniqueId* ids, int count, int nranks) {
+  // FNV-1a over the id bytes: every rank received the same ids.
+  uint64_t hash = 1469598103934665603ULL;
+  for (int i = 0; i < count; ++i) {
+    for (char c : ids[i].internal) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 1099511628211ULL;
+    }
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), "%016llx.n%d", static_cast<unsigned long long>(hash), nranks);
+  return text;
+}
+
+namespace {
+thread_local std::string last_error;
+}
+
+void SetLastError(std::string message) { last_error = std::move(message); }
+const char* LastError() { return last_error.empty() ? nullptr : last_error.c_str(); }
+void ClearLastError() { last_error.clear(); }
+
+}  // namespace amem::nccl

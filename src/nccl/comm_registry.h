@@ -1,0 +1,91 @@
+// Every communicator created through the interposer, behind a proxy handle.
+//
+// Why proxies: the `recreate` strategy destroys the real communicator and
+// initialises a new one; XLA keeps the handle it was given. A proxy owned by
+// the interposer keeps that handle valid while the real one behind it changes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "nccl/nccl_types.h"
+
+namespace amem::nccl {
+
+enum class CommState { kActive, kPaused, kBroken };
+enum class Strategy { kAuto, kSuspend, kRecreate };
+
+const char* StateName(CommState state);
+const char* StrategyName(Strategy strategy);
+
+struct ProxyComm {
+  static constexpr uint64_t kMagic = 0x6a61782d616d656dULL;  // "jax-amem"
+  uint64_t magic = kMagic;
+  uint64_t id = 0;            // creation order in this process, from 1
+  ncclComm_t real = nullptr;  // null while paused by `recreate`
+  CommState state = CommState::kActive;
+  std::atomic<bool> resuming{false};  // set while an asynchronous resume runs
+  int rank = 0;
+  int nranks = 0;
+  int device = -1;
+  // Identical on every rank of the communicator (hash of its unique id, or the
+  // parent's key plus the split), so that every rank orders pauses the same way.
+  std::string key;
+  std::string owner;    // "xla", "torch", "jax_amem" or "other": who created it
+  std::string created_by;
+  std::vector<char> config;  // copy of the ncclConfig_t given at creation, if any
+  bool split_share = false;
+  std::atomic<int> splits_made{0};
+  int registrations = 0;
+  int windows = 0;
+  int device_comms = 0;
+  // What the last pause/resume did.
+  std::string last_strategy;
+  ncclUniqueId next_id{};  // recreate: the id the new communicator will use
+  int64_t bytes_before_pause = -1;
+  int64_t bytes_freed = -1;
+  double pause_seconds = 0;
+  double resume_seconds = 0;
+  std::string error;  // why the communicator is broken, if it is
+};
+
+class Registry {
+ public:
+  static Registry& Get();
+
+  // Creates and records a proxy for a real communicator just initialised.
+  ProxyComm* Add(ncclComm_t real, int rank, int nranks, int device, std::string key,
+                 std::string owner, std::string created_by, const ncclConfig_t* config);
+  // The proxy behind `handle`, or null when the handle is not one of ours
+  // (e.g. a communicator created before the interposer was loaded).
+  ProxyComm* Find(ncclComm_t handle) const;
+  void Remove(ProxyComm* proxy);
+  std::vector<ProxyComm*> Sorted() const;  // by key, then rank, then id
+  std::string SnapshotJson() const;
+
+  // Operations hold the lock shared; pause and resume hold it exclusively, so
+  // the real communicator never changes under a running call.
+  std::shared_mutex& lock() { return lock_; }
+
+ private:
+  mutable std::mutex map_mutex_;
+  std::unordered_map<ncclComm_t, ProxyComm*> by_handle_;
+  std::shared_mutex lock_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+// Key helpers: deterministic across ranks.
+std::string KeyFromUniqueIds(const ncclUniqueId* ids, int count, int nranks);
+
+// Thread-local last error set by the interposer (returned by ncclGetLastError).
+void SetLastError(std::string message);
+const char* LastError();
+void ClearLastError();
+
+}  // namespace amem::nccl

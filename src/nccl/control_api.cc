@@ -1,0 +1,86 @@
+// The interposer's own C API, called from Python (jax_amem/nccl/_interposer.py)
+// through ctypes: the interposer is a separate shared object (it must carry the
+// SONAME libnccl.so.2), so its control surface is a small C ABI. Reports
+// travel as JSON text.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <string>
+
+#include "nccl/guard.h"
+#include "nccl/pause_resume.h"
+
+using namespace amem::nccl;
+
+namespace {
+
+int Report(const amem::Status& status, char* error, int error_bytes) {
+  if (status.ok()) return 0;
+  if (error != nullptr && error_bytes > 0) {
+    std::strncpy(error, status.message().c_str(), error_bytes - 1);
+    error[error_bytes - 1] = '\0';
+  }
+  return 1;
+}
+
+std::vector<uint64_t> Ids(const uint64_t* ids, int count) {
+  return ids == nullptr ? std::vector<uint64_t>() : std::vector<uint64_t>(ids, ids + count);
+}
+
+}  // namespace
+
+// Bumped when this C API changes; Python checks it.
+AMEM_EXPORT int amem_nccl_abi_version() { return 1; }
+
+AMEM_EXPORT int amem_nccl_real_version() { return Real().version; }
+
+AMEM_EXPORT int amem_nccl_has_suspend() {
+  return Real().ncclCommSuspend != nullptr && Real().ncclCommResume != nullptr;
+}
+
+// 1 when a bare dlopen("libnccl.so.2") in this process returns the interposer,
+// i.e. XLA (and PyTorch) will see it; 0 when the real library got there first.
+AMEM_EXPORT int amem_nccl_is_front() {
+  void* handle = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return 0;
+  const bool ours = dlsym(handle, "amem_nccl_abi_version") != nullptr;
+  dlclose(handle);
+  return ours ? 1 : 0;
+}
+
+// JSON list of every tracked communicator; valid until the next call on this thread.
+AMEM_EXPORT const char* amem_nccl_snapshot() {
+  thread_local std::string text;
+  text = Registry::Get().SnapshotJson();
+  return text.c_str();
+}
+
+// strategy: 0 auto, 1 suspend, 2 recreate. teardown: 0 destroy, 1 abort.
+AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, int count, int strategy, double timeout_seconds,
+                                int teardown, char* error, int error_bytes) {
+  PauseRequest request;
+  request.ids = Ids(ids, count);
+  if (strategy < 0 || strategy > 2) {
+    return Report(amem::Status::Error("strategy must be 0 (auto), 1 (suspend) or 2 (recreate)"),
+                  error, error_bytes);
+  }
+  request.strategy = static_cast<Strategy>(strategy);
+  request.timeout_seconds = timeout_seconds;
+  request.abort_teardown = teardown == 1;
+  return Report(PauseCommunicators(request), error, error_bytes);
+}
+
+AMEM_EXPORT int amem_nccl_begin_resume(const uint64_t* ids, int count, char* error, int error_bytes) {
+  return Report(BeginResume(Ids(ids, count)), error, error_bytes);
+}
+
+AMEM_EXPORT int amem_nccl_resume(const uint64_t* ids, int count, double timeout_seconds, char* error,
+                                 int error_bytes) {
+  return Report(ResumeCommunicators(Ids(ids, count), timeout_seconds), error, error_bytes);
+}
+
+// The message the interposer gave the last refused call on this thread.
+AMEM_EXPORT const char* amem_nccl_last_error() {
+  const char* message = LastError();
+  return message == nullptr ? "" : message;
+}

@@ -1,0 +1,52 @@
+#include "nccl/guard.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <thread>
+
+namespace amem::nccl {
+
+ncclResult_t Unsupported(const char* function) {
+  SetLastError(std::string(function) + " is not provided by the loaded NCCL (version " +
+               std::to_string(Real().version) + ")");
+  return ncclInvalidUsage;
+}
+
+ncclResult_t Refuse(const char* function, const ProxyComm& proxy) {
+  if (proxy.state == CommState::kBroken) {
+    SetLastError(std::string(function) + " on NCCL communicator " + proxy.key +
+                 " which jax-amem could not restore: " + proxy.error +
+                 ". Restart the process (the communicator is unusable).");
+  } else {
+    SetLastError(std::string(function) + " on NCCL communicator " + proxy.key +
+                 " while it is paused by jax-amem: call jax_amem.nccl.resume() (or "
+                 "jax_amem.resume()) before running collectives.");
+  }
+  return ncclInvalidUsage;
+}
+
+void WaitWhileResuming(const ProxyComm& proxy) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (proxy.resuming.load(std::memory_order_acquire) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+std::string OwnerOf(const void* return_address) {
+  Dl_info info{};
+  if (return_address == nullptr || dladdr(return_address, &info) == 0 || info.dli_fname == nullptr) {
+    return "other";
+  }
+  const std::string file = info.dli_fname;
+  if (file.find("xla") != std::string::npos || file.find("jaxlib") != std::string::npos ||
+      file.find("jax_cuda") != std::string::npos || file.find("pjrt") != std::string::npos) {
+    return "xla";
+  }
+  if (file.find("torch") != std::string::npos) return "torch";
+  if (file.find("jax_amem") != std::string::npos) return "jax_amem";
+  return "other";
+}
+
+}  // namespace amem::nccl

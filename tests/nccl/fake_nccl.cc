@@ -1,0 +1,228 @@
+// A fake NCCL for the CPU tests of the interposer's bookkeeping. It keeps
+// communicators in host memory, logs every call, treats buffers as host
+// memory, and logs "FAULT" (instead of faulting a GPU) when a destroyed or
+// suspended communicator is used. It is never the proof that pause works:
+// that is the GPU tests' job, against the real NCCL.
+//
+// Build: g++ -shared -fPIC [-DFAKE_WITH_SUSPEND] fake_nccl.cc -o libfake_nccl.so
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+extern "C" {
+typedef int ncclResult_t;
+typedef struct FakeComm* ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef void* cudaStream_t;
+}
+
+struct FakeComm {
+  int serial;
+  int rank;
+  int nranks;
+  std::string id;
+  bool suspended = false;
+};
+
+namespace {
+std::mutex mutex;
+std::string log_text;
+std::set<FakeComm*> live;
+std::map<std::string, std::string> mailbox;  // broadcast payloads by communicator id
+int next_serial = 1;
+int next_id = 1;
+
+void Log(const std::string& line) { log_text += line + "\n"; }
+
+bool Usable(ncclComm_t comm, const char* function) {
+  if (live.count(comm) == 0) {
+    Log(std::string("FAULT ") + function + " on a destroyed or unknown communicator");
+    return false;
+  }
+  if (comm->suspended) {
+    Log(std::string("FAULT ") + function + " on suspended communicator " + std::to_string(comm->serial));
+    return false;
+  }
+  return true;
+}
+
+ncclComm_t Make(int nranks, const ncclUniqueId& id, int rank) {
+  auto* comm = new FakeComm{next_serial++, rank, nranks, std::string(id.internal, 128)};
+  live.insert(comm);
+  return comm;
+}
+
+std::string Name(ncclComm_t comm) { return "comm" + std::to_string(comm->serial) + ".r" + std::to_string(comm->rank); }
+}  // namespace
+
+#define FAKE extern "C" __attribute__((visibility("default")))
+
+FAKE const char* fake_nccl_log() { return log_text.c_str(); }
+FAKE void fake_nccl_clear_log() { std::lock_guard<std::mutex> g(mutex); log_text.clear(); }
+FAKE int fake_nccl_live() { std::lock_guard<std::mutex> g(mutex); return static_cast<int>(live.size()); }
+
+FAKE ncclResult_t ncclGetVersion(int* version) {
+  const char* forced = std::getenv("FAKE_NCCL_VERSION");
+  *version = forced ? std::atoi(forced) : 22809;
+  return 0;
+}
+FAKE const char* ncclGetErrorString(ncclResult_t r) { return r == 0 ? "no error" : "fake error"; }
+FAKE const char* ncclGetLastError(ncclComm_t) { return "fake last error"; }
+
+FAKE ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  std::lock_guard<std::mutex> g(mutex);
+  std::memset(id->internal, 0, 128);
+  std::snprintf(id->internal, 128, "fake-id-%d", next_id++);
+  Log(std::string("ncclGetUniqueId ") + id->internal);
+  return 0;
+}
+
+FAKE ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  std::lock_guard<std::mutex> g(mutex);
+  *comm = Make(nranks, id, rank);
+  Log("ncclCommInitRank " + Name(*comm) + " id=" + id.internal);
+  return 0;
+}
+
+FAKE ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, void*) {
+  std::lock_guard<std::mutex> g(mutex);
+  *comm = Make(nranks, id, rank);
+  Log("ncclCommInitRankConfig " + Name(*comm) + " id=" + id.internal);
+  return 0;
+}
+
+FAKE ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
+  std::lock_guard<std::mutex> g(mutex);
+  ncclUniqueId id{};
+  std::snprintf(id.internal, 128, "fake-all-%d", next_id++);
+  for (int i = 0; i < ndev; ++i) comms[i] = Make(ndev, id, i);
+  Log("ncclCommInitAll n=" + std::to_string(ndev));
+  return 0;
+}
+
+FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, void*) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommSplit")) return 5;
+  if (color < 0) {
+    *newcomm = nullptr;
+    return 0;
+  }
+  ncclUniqueId id{};
+  std::snprintf(id.internal, 128, "%s/split-c%d", comm->id.c_str(), color);
+  *newcomm = Make(comm->nranks, id, key);
+  Log("ncclCommSplit " + Name(comm) + " -> " + Name(*newcomm));
+  return 0;
+}
+
+static ncclResult_t End(const char* what, ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (live.count(comm) == 0) {
+    Log(std::string("FAULT ") + what + " on a destroyed or unknown communicator");
+    return 5;
+  }
+  Log(std::string(what) + " " + Name(comm));
+  live.erase(comm);
+  delete comm;
+  return 0;
+}
+FAKE ncclResult_t ncclCommDestroy(ncclComm_t comm) { return End("ncclCommDestroy", comm); }
+FAKE ncclResult_t ncclCommAbort(ncclComm_t comm) { return End("ncclCommAbort", comm); }
+FAKE ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(mutex);
+  return Usable(comm, "ncclCommFinalize") ? 0 : 5;
+}
+FAKE ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
+  std::lock_guard<std::mutex> g(mutex);
+  *error = 0;
+  return live.count(comm) ? 0 : (Log("FAULT ncclCommGetAsyncError on a destroyed communicator"), 5);
+}
+FAKE ncclResult_t ncclCommCount(const ncclComm_t comm, int* n) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommCount")) return 5;
+  *n = comm->nranks;
+  return 0;
+}
+FAKE ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* r) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommUserRank")) return 5;
+  *r = comm->rank;
+  return 0;
+}
+FAKE ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* d) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommCuDevice")) return 5;
+  *d = 0;
+  return 0;
+}
+FAKE ncclResult_t ncclCommRegister(const ncclComm_t comm, void*, size_t, void** handle) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommRegister")) return 5;
+  *handle = reinterpret_cast<void*>(0x1234);
+  Log("ncclCommRegister " + Name(comm));
+  return 0;
+}
+FAKE ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommDeregister")) return 5;
+  Log("ncclCommDeregister " + Name(comm));
+  return 0;
+}
+
+// float32 sum over one rank: recv = send (enough to see data flow through).
+FAKE ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int, int, ncclComm_t comm, cudaStream_t) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclAllReduce")) return 5;
+  std::memmove(recv, send, count * 4);
+  Log("ncclAllReduce " + Name(comm) + " n=" + std::to_string(count));
+  return 0;
+}
+
+FAKE ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, int, int root, ncclComm_t comm, cudaStream_t) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclBroadcast")) return 5;
+  // Ranks of one communicator live in this process in the tests: the root's
+  // payload waits in a mailbox for the others.
+  if (comm->rank == root) {
+    mailbox[comm->id] = std::string(static_cast<const char*>(send), count);
+  } else if (mailbox.count(comm->id)) {
+    std::memcpy(recv, mailbox[comm->id].data(), count);
+  } else {
+    Log("FAULT ncclBroadcast " + Name(comm) + " before its root");
+    return 5;
+  }
+  Log("ncclBroadcast " + Name(comm) + " root=" + std::to_string(root));
+  return 0;
+}
+
+FAKE ncclResult_t ncclGroupStart() { std::lock_guard<std::mutex> g(mutex); Log("ncclGroupStart"); return 0; }
+FAKE ncclResult_t ncclGroupEnd() { std::lock_guard<std::mutex> g(mutex); Log("ncclGroupEnd"); return 0; }
+
+#ifdef FAKE_WITH_SUSPEND
+FAKE ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (!Usable(comm, "ncclCommSuspend")) return 5;
+  comm->suspended = true;
+  Log("ncclCommSuspend " + Name(comm) + " flags=" + std::to_string(flags));
+  return 0;
+}
+FAKE ncclResult_t ncclCommResume(ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (live.count(comm) == 0 || !comm->suspended) {
+    Log("FAULT ncclCommResume on a communicator that is not suspended");
+    return 5;
+  }
+  comm->suspended = false;
+  Log("ncclCommResume " + Name(comm));
+  return 0;
+}
+FAKE ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value) {
+  std::lock_guard<std::mutex> g(mutex);
+  if (live.count(comm) == 0) return 5;
+  *value = stat == 0 ? 1000 : 1500;
+  return 0;
+}
+#endif
