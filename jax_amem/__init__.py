@@ -5,10 +5,15 @@ here (and, as the NCCL part lands, installs the NCCL interposer).
 """
 
 from ._native import core as _core
+from .memory import allocator as _allocator
+_allocator.configure_at_import()  # XLA's cuda_async allocator, so pause can return its pool
+
 from . import _ffi
 from .copy import segment_copy, prepare_segments
 from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
 from .platform import gpu_status, require_gpu
+from .memory import memory_report
+from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
 
 __version__ = "0.1.0"
 
@@ -18,8 +23,16 @@ __all__ = [
     "GpuUnavailableError",
     "JaxAmemError",
     "NativeCoreMissingError",
+    "PauseError",
+    "PauseInfo",
+    "Restored",
     "gpu_status",
+    "is_paused",
+    "memory_report",
+    "pause",
+    "paused",
     "prepare_segments",
     "require_gpu",
+    "resume",
     "segment_copy",
 ]

@@ -9,4 +9,5 @@ NB_MODULE(_core, m) {
   amem::bindings::BindCopy(m);
   amem::bindings::BindFfi(m);
   amem::bindings::BindReshard(m);
+  amem::bindings::BindMemory(m);
 }

@@ -10,5 +10,6 @@ void BindCuda(nanobind::module_& m);
 void BindCopy(nanobind::module_& m);
 void BindFfi(nanobind::module_& m);
 void BindReshard(nanobind::module_& m);
+void BindMemory(nanobind::module_& m);
 
 }  // namespace amem::bindings

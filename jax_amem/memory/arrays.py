@@ -1,0 +1,207 @@
+"""Offload of jax.Array buffers to the staging pool, and their reload into new arrays.
+
+JAX arrays are immutable and own their buffers, so a paused array cannot come
+back as the same object: pause copies each distinct shard to host memory and
+the caller deletes the array; resume allocates a new array with the same
+shape, dtype, sharding, layout, committedness and weak type, and copies the
+bytes back into its buffers. Replicated shards are stored once and written to
+every device that holds them. Typed PRNG keys travel as their key data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax._src.lax import lax as lax_internal
+
+from .._native import core
+
+HOST_DEVICE = -1  # the C++ side's ordinal for XLA CPU buffers (a plain memcpy)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """What resume needs to allocate an array like the one that was paused."""
+
+    shape: tuple[int, ...]
+    dtype: Any                 # the physical dtype (uint32 key data for PRNG keys)
+    format: Any                # jax Format: layout and sharding
+    committed: bool
+    weak_type: bool
+    key_impl: Any              # the PRNG implementation for typed keys, else None
+    device_bytes: int          # bytes on the devices, every replica counted
+
+    @property
+    def alloc_key(self) -> tuple:
+        return (self.shape, np.dtype(self.dtype), self.format, self.weak_type)
+
+
+@dataclasses.dataclass(frozen=True)
+class Offloaded:
+    """One kept array in the staging pool: host address and size per distinct shard."""
+
+    spec: ArraySpec
+    shards: dict  # index key -> (host address, bytes)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(nbytes for _, nbytes in self.shards.values())
+
+
+def is_key_array(x: jax.Array) -> bool:
+    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended)
+
+
+def physical(x: jax.Array) -> jax.Array:
+    """The array whose buffers hold x's bytes (key data for typed PRNG keys)."""
+    return jax.random.key_data(x) if is_key_array(x) else x
+
+
+def device_ordinal(device) -> int:
+    """The driver's ordinal for a GPU device, HOST_DEVICE for an XLA CPU device."""
+    return HOST_DEVICE if device.platform == "cpu" else device.local_hardware_id
+
+
+def index_key(index) -> tuple:
+    """A hashable form of a shard's index (a tuple of slices)."""
+    return tuple((s.start, s.stop, s.step) for s in index)
+
+
+def buffer_bytes(data: jax.Array) -> int:
+    """Bytes of one single-device buffer.
+
+    Sub-byte types (int4, float4, ...) are stored packed, two or more to a
+    byte, while on_device_size_in_bytes() counts one byte each (measured on
+    XLA CPU: 16 int4 values in 8 bytes, reported as 16); copying the reported
+    size would run past the buffer.
+    """
+    bits = jax.dtypes.itemsize_bits(data.dtype)
+    if bits < 8:
+        return (int(np.prod(data.shape, dtype=np.int64)) * bits + 7) // 8
+    return data.on_device_size_in_bytes()
+
+
+def _buffer(shard) -> tuple[int, int]:
+    nbytes = buffer_bytes(shard.data)
+    return (shard.data.unsafe_buffer_pointer() if nbytes else 0), nbytes
+
+
+def describe(x: jax.Array, data: jax.Array) -> ArraySpec:
+    """x's spec; `data` is physical(x)."""
+    device_bytes = sum(buffer_bytes(s.data) for s in data.addressable_shards)
+    return ArraySpec(tuple(data.shape), data.dtype, data.format, bool(x.committed),
+                     bool(data.aval.weak_type), jax.random.key_impl(x) if is_key_array(x) else None,
+                     device_bytes)
+
+
+def offload(arrays: Sequence[jax.Array], pool) -> list[Offloaded]:
+    """Copies every distinct shard of each array into `pool`; the arrays stay intact.
+
+    Waits for XLA's work on the arrays first. On error the pool's placements
+    are returned and nothing else has changed.
+    """
+    datas = jax.block_until_ready([physical(x) for x in arrays])
+    specs = [describe(x, data) for x, data in zip(arrays, datas)]
+    chosen = []  # (array number, index key, shard): one shard per distinct index
+    for number, data in enumerate(datas):
+        seen = set()
+        for shard in data.addressable_shards:
+            key = index_key(shard.index)
+            if key not in seen:
+                seen.add(key)
+                chosen.append((number, key, shard))
+    buffers = [_buffer(shard) for _, _, shard in chosen]
+    addresses = pool.place([nbytes for _, nbytes in buffers])
+    table = [(device_ordinal(shard.device), pointer, address, nbytes)
+             for (_, _, shard), (pointer, nbytes), address in zip(chosen, buffers, addresses)]
+    try:
+        core.memory.copy_to_host(np.array(table, dtype=np.int64).reshape(-1, 4))
+    except Exception:
+        pool.release_all()
+        raise
+    shards = [{} for _ in arrays]
+    for (number, key, _), (_, nbytes), address in zip(chosen, buffers, addresses):
+        shards[number][key] = (address, nbytes)
+    return [Offloaded(spec, s) for spec, s in zip(specs, shards)]
+
+
+def _zeros(shape, dtype, weak_type: bool):
+    zeros = jnp.zeros(shape, dtype)
+    if weak_type:
+        # Weak types change promotion (a weak f32 scalar times bf16 stays bf16),
+        # so they must come back for training to continue bit-identically.
+        zeros = lax_internal._convert_element_type(zeros, np.dtype(dtype), weak_type=True)
+    return zeros
+
+
+@functools.lru_cache(maxsize=32)
+def _allocator_committed(keys: tuple):
+    """One jitted program that allocates all committed arrays of a resume (compiled once)."""
+    formats = tuple(fmt for _, _, fmt, _ in keys)
+    return jax.jit(lambda: tuple(_zeros(s, d, w) for s, d, _, w in keys), out_shardings=formats)
+
+
+@functools.lru_cache(maxsize=32)
+def _allocator_uncommitted(keys: tuple):
+    return jax.jit(lambda: tuple(_zeros(s, d, w) for s, d, _, w in keys))
+
+
+def _device_group(sharding) -> tuple:
+    """The sharding's devices in its own order (what jit compares across outputs)."""
+    assignment = getattr(sharding, "_device_assignment", None)
+    return tuple(assignment) if assignment is not None else tuple(
+        sorted(sharding.device_set, key=lambda d: d.id))
+
+
+def allocate(specs: Sequence[ArraySpec]) -> list[jax.Array]:
+    """Zero-filled arrays like `specs` (physical dtype), ready (their buffers written)."""
+    out: list[jax.Array | None] = [None] * len(specs)
+    # One program per group: a jitted program's outputs must share one device
+    # assignment, and uncommitted arrays come back uncommitted on their device.
+    groups: dict = {}
+    for i, s in enumerate(specs):
+        groups.setdefault((s.committed, _device_group(s.format.sharding)), []).append(i)
+    made = []
+    try:
+        for (committed, devices), numbers in groups.items():
+            keys = tuple(specs[i].alloc_key for i in numbers)
+            if committed:
+                arrays = _allocator_committed(keys)()
+            else:
+                with jax.default_device(devices[0]):
+                    arrays = _allocator_uncommitted(keys)()
+            made.extend(arrays)
+            for i, a in zip(numbers, arrays):
+                out[i] = a
+        return jax.block_until_ready(out)
+    except Exception:
+        for a in made:
+            a.delete()
+        raise
+
+
+def reload(offloaded: Sequence[Offloaded], targets: Sequence[jax.Array]) -> None:
+    """Copies each offloaded array's bytes into every addressable shard of its target."""
+    table = []
+    for item, target in zip(offloaded, targets):
+        for shard in target.addressable_shards:
+            address, nbytes = item.shards[index_key(shard.index)]
+            pointer, target_bytes = _buffer(shard)
+            if target_bytes != nbytes:
+                raise RuntimeError(
+                    f"a restored shard holds {target_bytes} bytes where {nbytes} were saved "
+                    f"(array of shape {item.spec.shape}, {item.spec.dtype}); its layout changed")
+            table.append((device_ordinal(shard.device), pointer, address, nbytes))
+    core.memory.copy_to_device(np.array(table, dtype=np.int64).reshape(-1, 4))
+
+
+def finish(spec: ArraySpec, data: jax.Array) -> jax.Array:
+    """The user-facing array from its physical data (re-wraps typed PRNG keys)."""
+    if spec.key_impl is None:
+        return data
+    return jax.random.wrap_key_data(data, impl=spec.key_impl)

@@ -1,0 +1,369 @@
+"""Whole-process pause: NCCL communicators, tagged arrays and the allocator's pool.
+
+    info = jax_amem.pause(keep=state, drop=cache)   # state -> host, both deleted, pool trimmed
+    ...                                              # another framework uses the GPU
+    restored = jax_amem.resume()                     # restored.keep, restored.drop: new arrays
+
+    with jax_amem.paused(keep=state, drop=cache) as p:
+        ...
+    state, cache = p.keep, p.drop
+
+Why new arrays: a jax.Array owns its buffer and cannot be re-pointed at new
+memory, so pause deletes the arrays it was given (any later use raises JAX's
+own "Array has been deleted" error, never reads freed memory) and resume returns
+new arrays of the same structure, shapes, dtypes and shardings. Kept arrays come
+back bit-identical; dropped arrays come back zero-filled (see docs/pause.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import threading
+import time
+import warnings
+from typing import Any
+
+import jax
+
+from ._native import core
+from .errors import JaxAmemError
+from .memory import allocator, arrays as array_io, staging
+
+
+class PauseError(JaxAmemError):
+    """A pause or resume was refused or failed; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PauseInfo:
+    """What a pause did, returned by `pause()`."""
+
+    arrays_kept: int
+    arrays_dropped: int
+    bytes_kept: int          # device bytes of the kept arrays (every replica)
+    bytes_offloaded: int     # bytes copied to host (one copy per distinct shard)
+    bytes_dropped: int       # device bytes of the dropped arrays
+    offload_seconds: float
+    seconds: float           # the whole pause
+    pool_returned: bool      # the allocator's idle memory went back to the driver
+    pool_note: str           # why not, and how to fix it, when it did not
+    nccl_paused: bool
+    device_free_before: dict  # CUDA ordinal -> free bytes (cuMemGetInfo); empty without GPU
+    device_free_after: dict
+
+    @property
+    def bytes_freed(self) -> int:
+        """Device bytes the driver had free after the pause minus before (all local GPUs)."""
+        return sum(self.device_free_after[o] - self.device_free_before[o]
+                   for o in self.device_free_after)
+
+    @property
+    def offload_gb_per_s(self) -> float:
+        return self.bytes_offloaded / self.offload_seconds / 1e9 if self.offload_seconds else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """What `resume()` returns: new arrays in the structure of `keep` and `drop`."""
+
+    keep: Any
+    drop: Any
+    bytes_reloaded: int
+    reload_seconds: float
+    seconds: float
+    nccl_resumed: bool
+
+    @property
+    def reload_gb_per_s(self) -> float:
+        return self.bytes_reloaded / self.reload_seconds / 1e9 if self.reload_seconds else 0.0
+
+
+@dataclasses.dataclass
+class _PausedState:
+    keep_tree: Any            # treedef of `keep`, leaves numbered into `kept`
+    keep_slots: list          # leaf position -> number in `kept` (repeats share one)
+    drop_tree: Any
+    drop_slots: list
+    kept: list                # Offloaded per distinct kept array
+    dropped: list             # ArraySpec per distinct dropped array
+    nccl: Any                 # the jax_amem.nccl module when it was paused, else None
+    info: PauseInfo
+
+
+_lock = threading.RLock()
+_state: _PausedState | None = None
+
+
+def is_paused() -> bool:
+    return _state is not None
+
+
+def current_pause() -> PauseInfo | None:
+    """The running pause's info, or None."""
+    state = _state
+    return state.info if state is not None else None
+
+
+def paused_bytes() -> dict:
+    """{'kept_host': bytes in host memory, 'dropped': device bytes dropped}, zeros when not paused."""
+    state = _state
+    if state is None:
+        return {"kept_host": 0, "dropped": 0}
+    return {"kept_host": sum(o.host_bytes for o in state.kept),
+            "dropped": sum(s.device_bytes for s in state.dropped)}
+
+
+# ----------------------------------------------------------------- validation
+
+def _flatten(tree, name: str):
+    """(treedef, [(path name, leaf)]) with leaves checked to be live, supported jax.Arrays."""
+    with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = []
+    for path, leaf in with_path:
+        where = name + jax.tree_util.keystr(path)
+        _check_leaf(where, leaf)
+        leaves.append((where, leaf))
+    return treedef, leaves
+
+
+def _check_leaf(where: str, leaf) -> None:
+    if isinstance(leaf, jax.core.Tracer):
+        raise PauseError(f"{where} is a tracer: pause() cannot run inside jax.jit or another "
+                         "transformation; call it from plain Python between steps.")
+    if not isinstance(leaf, jax.Array):
+        raise PauseError(
+            f"{where} is a {type(leaf).__module__}.{type(leaf).__qualname__}, not a jax.Array. "
+            "keep= and drop= take pytrees whose leaves are all jax.Arrays; leave other values "
+            "(Python numbers, numpy arrays, functions) out of them.")
+    if leaf.is_deleted():
+        raise PauseError(
+            f"{where} has been deleted (donated to a jitted function, or .delete()) before "
+            "pause(): pass the live arrays, e.g. the new state a donating step returned.")
+    memory_kind = leaf.sharding.memory_kind
+    if memory_kind not in (None, "device"):
+        raise PauseError(f"{where} lives in memory kind '{memory_kind}', not device memory: it "
+                         "holds no device memory to free; leave it out of keep= and drop=.")
+    for device in leaf.sharding.device_set:
+        if device.platform not in ("cpu", "gpu"):
+            raise PauseError(f"{where} is on a {device.platform} device ({device}); pause "
+                             "supports XLA CPU and CUDA GPU devices.")
+        if device.platform == "gpu" and not core.cuda.driver_status()[0]:
+            raise PauseError(f"{where} is on {device} but jax_amem cannot reach the CUDA driver: "
+                             f"{core.cuda.driver_status()[1]}.")
+
+
+def _distinct(leaves):
+    """(distinct arrays, slot per leaf): a leaf repeated in one tree is stored once."""
+    numbers: dict[int, int] = {}
+    distinct, slots = [], []
+    for _, leaf in leaves:
+        if id(leaf) not in numbers:
+            numbers[id(leaf)] = len(distinct)
+            distinct.append(leaf)
+        slots.append(numbers[id(leaf)])
+    return distinct, slots
+
+
+def _check_disjoint(keep_leaves, drop_leaves) -> None:
+    kept = {id(leaf): where for where, leaf in keep_leaves}
+    for where, leaf in drop_leaves:
+        if id(leaf) in kept:
+            raise PauseError(f"the same array is {kept[id(leaf)]} and {where}: an array is either "
+                             "kept or dropped; remove it from one of them.")
+
+
+# ----------------------------------------------------------------- NCCL seam
+
+def _nccl_to_pause(enabled: bool):
+    """jax_amem.nccl when it is built, installed and tracks communicators, else None."""
+    if not enabled:
+        return None
+    try:
+        from . import nccl
+    except ImportError:
+        return None
+    if not nccl.is_installed() or not nccl.communicators():
+        return None
+    return nccl
+
+
+# ----------------------------------------------------------------- GPU memory
+
+def _local_gpu_ordinals() -> list[int]:
+    try:
+        devices = jax.local_devices(backend="gpu")
+    except RuntimeError:
+        return []
+    return sorted({d.local_hardware_id for d in devices})
+
+
+def _free_bytes(ordinal: int) -> int:
+    return core.cuda.mem_get_info(ordinal)[0]
+
+
+def _return_pool(ordinals, status) -> tuple[bool, str, dict]:
+    """Gives the allocator's idle memory back; (returned, note, free bytes per device)."""
+    if not ordinals:
+        return True, "no GPU: nothing to return", {}
+    if status.needs_trim:
+        free = allocator.return_pool_to_driver(ordinals, _free_bytes, core.cuda.trim_memory_pool)
+        return True, "", free
+    problem = allocator.pool_return_problem(status)
+    return not problem, problem, {o: _free_bytes(o) for o in ordinals}
+
+
+# ----------------------------------------------------------------- pause / resume
+
+def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
+    """Frees the device memory of `keep` and `drop`, NCCL's and the allocator's pool.
+
+    keep: a pytree of jax.Arrays copied to host memory and restored bit-identical by resume().
+    drop: a pytree of jax.Arrays whose contents are not needed; resume() returns them zeroed.
+    nccl: also pause every NCCL communicator jax_amem tracks (collective: every rank must
+          pause) when jax_amem.nccl is built and installed.
+    Every array in keep and drop is deleted. Raises PauseError, with nothing changed, on a
+    second pause, a non-array or deleted leaf, or an array both kept and dropped.
+    """
+    global _state
+    with _lock:
+        if _state is not None:
+            raise PauseError("already paused: call jax_amem.resume() before pausing again.")
+        start = time.perf_counter()
+        keep_tree, keep_leaves = _flatten(keep, "keep")
+        drop_tree, drop_leaves = _flatten(drop, "drop")
+        _check_disjoint(keep_leaves, drop_leaves)
+        kept_arrays, keep_slots = _distinct(keep_leaves)
+        dropped_arrays, drop_slots = _distinct(drop_leaves)
+        nccl_module = _nccl_to_pause(nccl)
+        ordinals = _local_gpu_ordinals()
+        free_before = {o: _free_bytes(o) for o in ordinals}
+
+        jax.block_until_ready(dropped_arrays)
+        pool = staging.staging_pool()
+        offload_start = time.perf_counter()
+        try:
+            kept = array_io.offload(kept_arrays, pool)
+        except Exception as error:
+            raise PauseError(f"pause could not copy the kept arrays to host memory: {error}. "
+                             "Nothing was paused or deleted.") from error
+        offload_seconds = time.perf_counter() - offload_start
+        dropped = [array_io.describe(x, array_io.physical(x)) for x in dropped_arrays]
+        if nccl_module is not None:
+            try:
+                nccl_module.pause()
+            except Exception:
+                pool.release_all()
+                raise
+
+        for x in kept_arrays + dropped_arrays:
+            x.delete()
+        del kept_arrays, dropped_arrays, keep_leaves, drop_leaves
+        gc.collect()
+        status = allocator.allocator_status()
+        returned, note, free_after = _return_pool(ordinals, status)
+        if note and ordinals:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+
+        info = PauseInfo(
+            arrays_kept=len(kept), arrays_dropped=len(dropped),
+            bytes_kept=sum(o.spec.device_bytes for o in kept),
+            bytes_offloaded=sum(o.host_bytes for o in kept),
+            bytes_dropped=sum(s.device_bytes for s in dropped),
+            offload_seconds=offload_seconds, seconds=time.perf_counter() - start,
+            pool_returned=returned, pool_note=note, nccl_paused=nccl_module is not None,
+            device_free_before=free_before, device_free_after=free_after)
+        _state = _PausedState(keep_tree, keep_slots, drop_tree, drop_slots, kept, dropped,
+                              nccl_module, info)
+        return info
+
+
+def resume() -> Restored:
+    """Brings back what pause() took: returns new `keep` (bit-identical) and `drop` (zeros).
+
+    Raises PauseError when nothing is paused. If the memory cannot be allocated (another
+    framework still holds it), raises PauseError and stays paused: free that memory (for
+    PyTorch: del the tensors, torch.cuda.empty_cache()) and call resume() again.
+    """
+    global _state
+    with _lock:
+        state = _state
+        if state is None:
+            raise PauseError("not paused: resume() needs a pause() (or use jax_amem.paused()).")
+        start = time.perf_counter()
+        specs = [o.spec for o in state.kept] + state.dropped
+        try:
+            datas = array_io.allocate(specs)
+        except Exception as error:
+            need = sum(s.device_bytes for s in specs)
+            raise PauseError(
+                f"resume could not allocate the {len(specs)} arrays ({need / 2**20:.1f} MiB on the "
+                f"devices): {error}. Still paused, nothing lost. If the devices are short of "
+                "memory, free what another framework holds (PyTorch: delete the tensors, then "
+                "torch.cuda.empty_cache()); then call jax_amem.resume() again.") from error
+        kept_datas = datas[:len(state.kept)]
+        reload_start = time.perf_counter()
+        try:
+            array_io.reload(state.kept, kept_datas)
+        except Exception as error:
+            for data in datas:
+                data.delete()
+            raise PauseError(f"resume could not copy the kept arrays back: {error}. Still "
+                             "paused, nothing lost: call jax_amem.resume() again.") from error
+        reload_seconds = time.perf_counter() - reload_start
+        restored = [array_io.finish(o.spec, d) for o, d in zip(state.kept, kept_datas)]
+        zeroed = [array_io.finish(s, d) for s, d in zip(state.dropped, datas[len(state.kept):])]
+        staging.staging_pool().release_all()
+        _state = None
+        keep = jax.tree_util.tree_unflatten(state.keep_tree, [restored[i] for i in state.keep_slots])
+        drop = jax.tree_util.tree_unflatten(state.drop_tree, [zeroed[i] for i in state.drop_slots])
+        result = Restored(keep, drop, sum(o.host_bytes for o in state.kept), reload_seconds,
+                          time.perf_counter() - start, state.nccl is not None)
+        if state.nccl is not None:
+            try:
+                state.nccl.resume()
+            except Exception as error:
+                failure = PauseError(
+                    f"the arrays are restored (see this error's .restored) but NCCL did not "
+                    f"resume: {error}. Call jax_amem.nccl.resume() before the next collective.")
+                failure.restored = result
+                raise failure from error
+        return result
+
+
+class paused:  # noqa: N801  (used as a context manager, like contextlib's)
+    """`with jax_amem.paused(keep=..., drop=...) as p:` pauses on entry, resumes on exit.
+
+    After the block, p.keep and p.drop are the restored trees (new arrays); p.info is
+    what the pause did and p.restored what the resume did. The arrays passed in are
+    deleted on entry. The block's own exception, if any, propagates after the resume.
+    """
+
+    def __init__(self, keep=None, drop=None, *, nccl: bool = True):
+        self._arguments = (keep, drop, nccl)
+        self.info: PauseInfo | None = None
+        self.restored: Restored | None = None
+
+    def __enter__(self) -> "paused":
+        keep, drop, nccl = self._arguments
+        self._arguments = None  # hold no reference to the deleted arrays
+        self.info = pause(keep, drop, nccl=nccl)
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        self.restored = resume()
+        return False
+
+    def _result(self, name: str):
+        if self.restored is None:
+            raise PauseError(f"p.{name} exists once the `with jax_amem.paused(...)` block has "
+                             "ended (the arrays are restored on exit).")
+        return getattr(self.restored, name)
+
+    @property
+    def keep(self):
+        return self._result("keep")
+
+    @property
+    def drop(self):
+        return self._result("drop")
