@@ -1,0 +1,301 @@
+"""Layouts: how one logical tensor (global shape, dtype) is split among owners.
+
+An owner is `(process, device)`. `process` says which host-level process holds
+the shard (the planner treats two owners with the same process as linked by
+NVLink, different processes as linked by the network); `device` is a global
+device id. Give the same `(process, device)` to the same GPU on the trainer and
+the rollout side and the planner sees copies that never leave the device.
+
+A layout is stored as its distinct boxes (offset and size per dimension) and,
+for each owner, which box it holds. Replicas are owners holding the same box.
+Uneven splits follow JAX's (and `torch.chunk`'s) rule: every shard has
+`ceil(n / parts)` elements, so the last shards are smaller or empty.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+MAX_RANK = 8  # the native planner pads every tensor to this many dimensions
+
+
+class Owner(NamedTuple):
+    """Who holds a shard: a host-level process and a global device id."""
+
+    process: int
+    device: int
+
+
+class LayoutError(ValueError):
+    """A layout description is inconsistent (boxes outside the shape, owners repeated, ...)."""
+
+
+def _as_owner(owner) -> Owner:
+    if isinstance(owner, Owner):
+        return owner
+    process, device = owner
+    return Owner(int(process), int(device))
+
+
+class Layout:
+    """How one tensor of `shape` and `dtype` is split among owners.
+
+    Build one with a constructor (`from_sharding`, `from_mesh`, `tensor_parallel`,
+    `expert_parallel`, `replicated`, `from_boxes`, `single`) rather than directly.
+    Layouts are immutable, hashable and compared by content.
+    """
+
+    def __init__(self, shape, dtype, owners, starts, sizes, box_of_owner):
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.owners = tuple(_as_owner(o) for o in owners)
+        self.starts = np.ascontiguousarray(starts, dtype=np.int64).reshape(-1, len(self.shape))
+        self.sizes = np.ascontiguousarray(sizes, dtype=np.int64).reshape(-1, len(self.shape))
+        self.box_of_owner = np.ascontiguousarray(box_of_owner, dtype=np.int64)
+        self._validate()
+        for array in (self.starts, self.sizes, self.box_of_owner):
+            array.flags.writeable = False
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        if len(self.shape) > MAX_RANK:
+            raise LayoutError(f"tensors of rank {len(self.shape)} are not supported (at most {MAX_RANK})")
+        if any(n < 0 for n in self.shape):
+            raise LayoutError(f"negative dimension in shape {self.shape}")
+        if len(set(self.owners)) != len(self.owners):
+            seen, repeated = set(), None
+            for owner in self.owners:
+                if owner in seen:
+                    repeated = owner
+                    break
+                seen.add(owner)
+            raise LayoutError(f"owner {repeated} appears twice; each owner holds one shard of a tensor")
+        if len(self.box_of_owner) != len(self.owners):
+            raise LayoutError("box_of_owner must give one box per owner")
+        if len(self.owners) and (self.box_of_owner.min() < 0 or self.box_of_owner.max() >= len(self.starts)):
+            raise LayoutError("box_of_owner names a box that does not exist")
+        shape = np.array(self.shape, dtype=np.int64)
+        if (self.starts < 0).any() or (self.sizes < 0).any() or (self.starts + self.sizes > shape).any():
+            bad = int(np.nonzero(((self.starts < 0) | (self.sizes < 0)
+                                  | (self.starts + self.sizes > shape)).any(axis=1))[0][0])
+            raise LayoutError(f"box {self.box_text(bad)} is outside the shape {self.shape}")
+
+    @functools.cached_property
+    def digest(self) -> bytes:
+        """A content hash: equal layouts have equal digests."""
+        h = hashlib.sha256()
+        h.update(repr((self.shape, self.dtype.str, self.dtype.name)).encode())
+        h.update(np.array(self.owners, dtype=np.int64).tobytes())
+        h.update(self.starts.tobytes())
+        h.update(self.sizes.tobytes())
+        h.update(self.box_of_owner.tobytes())
+        return h.digest()
+
+    def __eq__(self, other):
+        return isinstance(other, Layout) and self.digest == other.digest
+
+    def __hash__(self):
+        return hash(self.digest)
+
+    def __repr__(self):
+        return (f"Layout(shape={self.shape}, dtype={self.dtype.name}, owners={len(self.owners)}, "
+                f"boxes={len(self.starts)}, replicas<={self.max_replicas})")
+
+    # -- views --------------------------------------------------------------------------------
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @functools.cached_property
+    def box_owners(self) -> tuple[tuple[int, ...], ...]:
+        """For each distinct box, the indices (into `owners`) of the owners holding it."""
+        groups: list[list[int]] = [[] for _ in range(len(self.starts))]
+        for index, box in enumerate(self.box_of_owner.tolist()):
+            groups[box].append(index)
+        return tuple(tuple(g) for g in groups)
+
+    @property
+    def max_replicas(self) -> int:
+        return max((len(g) for g in self.box_owners), default=0)
+
+    def box_text(self, box: int) -> str:
+        return _region_text(self.starts[box], self.sizes[box])
+
+    def shard_box(self, owner) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(offset, shape) of the shard `owner` holds. KeyError if it holds none."""
+        index = self.owner_index[_as_owner(owner)]
+        box = int(self.box_of_owner[index])
+        return tuple(self.starts[box].tolist()), tuple(self.sizes[box].tolist())
+
+    def shard_slices(self, owner) -> tuple[slice, ...]:
+        start, size = self.shard_box(owner)
+        return tuple(slice(a, a + n) for a, n in zip(start, size))
+
+    @functools.cached_property
+    def owner_index(self) -> dict[Owner, int]:
+        return {owner: i for i, owner in enumerate(self.owners)}
+
+    def with_dtype(self, dtype) -> "Layout":
+        return Layout(self.shape, dtype, self.owners, self.starts, self.sizes, self.box_of_owner)
+
+    def tiles(self) -> bool:
+        """True when the non-empty distinct boxes cover every element exactly once.
+
+        A source layout must tile its tensor, so that each element has one box
+        and the replicas of that box are the owners that can send it.
+        """
+        return self._tiling_problem is None
+
+    @functools.cached_property
+    def _tiling_problem(self) -> str | None:
+        keep = self.sizes.prod(axis=1) > 0 if self.ndim else np.ones(len(self.starts), bool)
+        starts, sizes = self.starts[keep], self.sizes[keep]
+        total = int(np.prod(self.shape, dtype=np.int64))
+        covered = int(sizes.prod(axis=1).sum()) if self.ndim else int(keep.sum())
+        if total == 0:
+            return None
+        cuts = [np.unique(np.concatenate([[0, self.shape[d]], starts[:, d], starts[:, d] + sizes[:, d]]))
+                for d in range(self.ndim)]
+        cells = int(np.prod([len(c) - 1 for c in cuts], dtype=np.int64))
+        if cells > 1 << 22:  # a pathological explicit layout: fall back to volumes only
+            return None if covered == total else f"boxes cover {covered} of {total} elements"
+        count = np.zeros([len(c) - 1 for c in cuts], dtype=np.int32)
+        for start, size in zip(starts, sizes):
+            index = tuple(slice(np.searchsorted(c, a), np.searchsorted(c, a + n))
+                          for c, a, n in zip(cuts, start.tolist(), size.tolist()))
+            count[index] += 1
+        if (count == 1).all():
+            return None
+        bad = tuple(int(i) for i in np.argwhere(count != 1)[0])
+        start = [int(c[i]) for c, i in zip(cuts, bad)]
+        size = [int(c[i + 1] - c[i]) for c, i in zip(cuts, bad)]
+        how = "is not held by any owner" if count[bad] == 0 else f"is held by {count[bad]} different boxes"
+        return f"region {_region_text(start, size)} {how}"
+
+    def require_tiling(self, name: str) -> None:
+        problem = self._tiling_problem
+        if problem is not None:
+            raise LayoutError(f"source tensor {name!r}: its layout does not tile the tensor: {problem}. "
+                              "A source layout must hold every element in exactly one distinct box "
+                              "(replicas hold the same box).")
+
+    # -- constructors -------------------------------------------------------------------------
+
+    @classmethod
+    def from_boxes(cls, shape, dtype, boxes: Mapping) -> "Layout":
+        """Explicit shards: `{owner: (offset, shape)}`; equal boxes are replicas."""
+        shape = tuple(int(n) for n in shape)
+        owners, box_of_owner, distinct = [], [], {}
+        for owner, (offset, size) in boxes.items():
+            offset, size = tuple(int(a) for a in offset), tuple(int(n) for n in size)
+            if len(offset) != len(shape) or len(size) != len(shape):
+                raise LayoutError(f"box {offset}/{size} of owner {owner} has the wrong rank for shape {shape}")
+            owners.append(_as_owner(owner))
+            box_of_owner.append(distinct.setdefault((offset, size), len(distinct)))
+        keys = list(distinct)
+        starts = [k[0] for k in keys] or np.zeros((0, len(shape)))
+        sizes = [k[1] for k in keys] or np.zeros((0, len(shape)))
+        return cls(shape, dtype, owners, starts, sizes, box_of_owner)
+
+    @classmethod
+    def single(cls, shape, dtype, owner) -> "Layout":
+        """The whole tensor on one owner."""
+        shape = tuple(shape)
+        return cls.from_boxes(shape, dtype, {_as_owner(owner): ((0,) * len(shape), shape)})
+
+    @classmethod
+    def replicated(cls, shape, dtype, owners: Iterable) -> "Layout":
+        """Every owner holds the whole tensor."""
+        owners = [_as_owner(o) for o in owners]
+        shape = tuple(int(n) for n in shape)
+        return cls(shape, dtype, owners, [(0,) * len(shape)], [shape], [0] * len(owners))
+
+    @classmethod
+    def tensor_parallel(cls, shape, dtype, dim: int, tp: int, owners: Sequence) -> "Layout":
+        """PyTorch-style tensor parallelism: `dim` split into `tp` chunks.
+
+        `owners` lists ranks in order; when it holds `k * tp` owners they form
+        `k` replicas of the tensor-parallel group (owners[j*tp + r] is rank r of
+        replica j), as data-parallel rollout replicas do.
+        """
+        return _split_layout(shape, dtype, owners, {dim: tp}, what="tensor_parallel")
+
+    @classmethod
+    def expert_parallel(cls, shape, dtype, ep: int, owners: Sequence, dim: int = 0,
+                        tp_dim: int | None = None, tp: int = 1) -> "Layout":
+        """Experts (axis `dim`, default 0) split over `ep` ranks, optionally each expert's
+        `tp_dim` split over `tp` ranks inside an expert-parallel rank. Owners are
+        ordered replica-major, then expert rank, then tensor rank."""
+        splits = {dim: ep}
+        if tp_dim is not None:
+            if tp_dim == dim:
+                raise LayoutError("tp_dim must differ from the expert dimension")
+            splits[tp_dim] = tp
+        return _split_layout(shape, dtype, owners, splits, what="expert_parallel")
+
+    @classmethod
+    def from_mesh(cls, device_ids, axis_names, spec, shape, dtype, processes=None,
+                  devices_per_process: int | None = None) -> "Layout":
+        """A JAX mesh + PartitionSpec layout, computed from an array of device ids.
+
+        `device_ids` has the mesh's shape; the devices need not exist, so layouts
+        over thousands of devices can be planned anywhere. `processes` (same
+        shape) gives each device's process; else `device // devices_per_process`;
+        else process 0 for all.
+        """
+        from .from_jax import mesh_layout  # local import: from_jax imports this module
+        return mesh_layout(device_ids, axis_names, spec, shape, dtype, processes, devices_per_process)
+
+    @classmethod
+    def from_sharding(cls, sharding, shape, dtype) -> "Layout":
+        """The layout of a JAX sharding (NamedSharding analytically, any other through
+        `devices_indices_map`)."""
+        from .from_jax import sharding_layout
+        return sharding_layout(sharding, shape, dtype)
+
+    @classmethod
+    def of(cls, array) -> "Layout":
+        """The layout of a jax.Array (or anything with .shape, .dtype and .sharding)."""
+        return cls.from_sharding(array.sharding, array.shape, array.dtype)
+
+
+def _region_text(start, size) -> str:
+    return "[" + ", ".join(f"{int(a)}:{int(a) + int(n)}" for a, n in zip(start, size)) + "]"
+
+
+def region_text(start, size) -> str:
+    """`[a:b, c:d]`: how errors name a region of a tensor."""
+    return _region_text(start, size)
+
+
+def _split_layout(shape, dtype, owners, splits: dict[int, int], what: str) -> "Layout":
+    shape = tuple(int(n) for n in shape)
+    owners = [_as_owner(o) for o in owners]
+    parts = int(np.prod(list(splits.values()), dtype=np.int64))
+    for dim, count in splits.items():
+        if not -len(shape) <= dim < len(shape):
+            raise LayoutError(f"{what}: dimension {dim} does not exist in shape {shape}")
+        if count < 1:
+            raise LayoutError(f"{what}: split count must be >= 1, got {count}")
+    if parts == 0 or len(owners) % parts:
+        raise LayoutError(f"{what}: {len(owners)} owners is not a multiple of the {parts} shards")
+    replicas = len(owners) // parts
+    ids = np.arange(len(owners)).reshape((replicas,) + tuple(splits.values()))
+    names = ("replica",) + tuple(f"split{d}" for d in splits)
+    spec = [None] * len(shape)
+    for dim in splits:
+        spec[dim % len(shape)] = f"split{dim}"
+    from .from_jax import mesh_layout
+    base = mesh_layout(ids, names, tuple(spec), shape, dtype, processes=np.zeros_like(ids))
+    # mesh_layout lists owners in the mesh's row-major order, which is `owners`' order here.
+    return Layout(shape, dtype, owners, base.starts, base.sizes, base.box_of_owner)

@@ -1,0 +1,196 @@
+"""Lowers rules to pieces and proves that the pieces tile every destination.
+
+Every error names the destination tensor and the region at fault.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from .layout import Layout, region_text
+from .rule_types import Part, Piece, Rule
+
+
+class RuleError(ValueError):
+    """Rules do not describe the destination exactly (a region missing, covered twice,
+    shapes or dtypes that do not match)."""
+
+
+def _part_view(part: Part, dst: str, sources: Mapping[str, Layout]):
+    """(source layout, full permutation, transformed shape after the fixed indices)."""
+    if part.src not in sources:
+        raise RuleError(f"destination {dst!r}: its rule reads source {part.src!r}, which is not "
+                        f"among the {len(sources)} source tensors")
+    layout = sources[part.src]
+    k = len(part.index)
+    if k > layout.ndim:
+        raise RuleError(f"destination {dst!r}: index {part.index} has more axes than source "
+                        f"{part.src!r} of shape {layout.shape}")
+    for axis, (i, n) in enumerate(zip(part.index, layout.shape)):
+        if not 0 <= i < n:
+            raise RuleError(f"destination {dst!r}: index {part.index} is outside source "
+                            f"{part.src!r} of shape {layout.shape} (axis {axis})")
+    rest = layout.shape[k:]
+    inner = tuple(range(len(rest))) if part.transpose is None else tuple(part.transpose)
+    if sorted(inner) != list(range(len(rest))):
+        raise RuleError(f"destination {dst!r}: transpose {part.transpose} is not a permutation of the "
+                        f"{len(rest)} axes of source {part.src!r} after index {part.index}")
+    perm = tuple(range(k)) + tuple(k + p for p in inner)
+    return layout, perm, tuple(rest[p] for p in inner)
+
+
+def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) -> list[Piece]:
+    dst, shape = rule.dst, dst_layout.shape
+    if not rule.parts:
+        raise RuleError(f"destination {dst!r}: its rule has no parts")
+    axis = rule.axis % len(shape) if shape else 0
+    views = [_part_view(p, dst, sources) for p in rule.parts]
+    for part, (_, _, view_shape) in zip(rule.parts, views):
+        other = [n for i, n in enumerate(view_shape) if i != axis]
+        want = [n for i, n in enumerate(shape) if i != axis]
+        if len(view_shape) != len(shape) or other != want:
+            raise RuleError(f"destination {dst!r} of shape {shape}: part {part.src!r} gives shape "
+                            f"{view_shape}, which does not fit (only axis {axis} may differ)")
+    if not shape:
+        extents = [1 for _ in views]
+        total = 1
+    else:
+        extents = [v[2][axis] for v in views]
+        total = shape[axis]
+    groups = rule.groups
+    if groups < 1 or any(e % groups for e in extents):
+        raise RuleError(f"destination {dst!r}: parts of extents {extents} along axis {axis} do not "
+                        f"split into {groups} groups")
+    pieces, offset = [], 0
+    for group in range(groups):
+        for part, (layout, perm, view_shape), extent in zip(rule.parts, views, extents):
+            step = extent // groups
+            size = list(shape)
+            dst_start = [0] * len(shape)
+            src_start = list(part.index) + [0] * len(view_shape)
+            if shape:
+                size[axis] = step
+                dst_start[axis] = offset
+                src_start[len(part.index) + axis] = group * step
+            offset += step
+            pieces.append(Piece(dst, tuple(dst_start), tuple(size), part.src, tuple(src_start),
+                                None if perm == tuple(range(len(perm))) else perm, part.cast))
+    if offset != total:
+        # Report the exact region, through the same coverage check as explicit pieces.
+        check_coverage(dst, dst_layout, pieces)
+    return pieces
+
+
+def _overlap(a: Piece, b: Piece):
+    lo = [max(x, y) for x, y in zip(a.dst_start, b.dst_start)]
+    hi = [min(x + n, y + m) for x, n, y, m in zip(a.dst_start, a.size, b.dst_start, b.size)]
+    return (lo, [h - l for l, h in zip(lo, hi)]) if all(h > l for l, h in zip(lo, hi)) else None
+
+
+def _first_gap(shape, pieces: list[Piece]):
+    """A region of the destination no piece covers (coordinate-compressed scan)."""
+    cuts = [sorted({0, n} | {p.dst_start[d] for p in pieces} | {p.dst_start[d] + p.size[d] for p in pieces})
+            for d, n in enumerate(shape)]
+    covered = np.zeros([len(c) - 1 for c in cuts], dtype=bool)
+    for p in pieces:
+        covered[tuple(slice(c.index(a), c.index(a + n)) for c, a, n in zip(cuts, p.dst_start, p.size))] = True
+    cell = tuple(int(i) for i in np.argwhere(~covered)[0])
+    return [c[i] for c, i in zip(cuts, cell)], [c[i + 1] - c[i] for c, i in zip(cuts, cell)]
+
+
+def check_coverage(dst: str, layout: Layout, pieces: list[Piece]) -> None:
+    """Raises RuleError unless `pieces` cover every element of `dst` exactly once."""
+    shape = layout.shape
+    for p in pieces:
+        if len(p.dst_start) != len(shape) or len(p.size) != len(shape):
+            raise RuleError(f"destination {dst!r} of shape {shape}: piece from {p.src!r} has rank "
+                            f"{len(p.size)}")
+        if any(a < 0 or n < 0 or a + n > m for a, n, m in zip(p.dst_start, p.size, shape)):
+            raise RuleError(f"destination {dst!r} of shape {shape}: region "
+                            f"{region_text(p.dst_start, p.size)} (from {p.src!r}) is outside it")
+    live = [p for p in pieces if all(n > 0 for n in p.size)]
+    if len(live) == 1 and tuple(live[0].size) == shape:
+        return
+    for i, a in enumerate(live):
+        for b in live[i + 1:]:
+            hit = _overlap(a, b)
+            if hit:
+                raise RuleError(f"destination {dst!r}: region {region_text(*hit)} is covered twice "
+                                f"(by {a.src!r} and {b.src!r})")
+    volume = sum(int(np.prod(p.size, dtype=np.int64)) for p in live)
+    if volume != int(np.prod(shape, dtype=np.int64)):
+        start, size = _first_gap(shape, live)
+        raise RuleError(f"destination {dst!r}: region {region_text(start, size)} is not covered by any rule")
+
+
+def _check_piece_source(p: Piece, sources: Mapping[str, Layout], dst_layout: Layout) -> None:
+    if p.src not in sources:
+        raise RuleError(f"destination {p.dst!r}: a piece reads source {p.src!r}, which does not exist")
+    src = sources[p.src]
+    perm = tuple(range(src.ndim)) if p.perm is None else tuple(p.perm)
+    if sorted(perm) != list(range(src.ndim)):
+        raise RuleError(f"destination {p.dst!r}: permutation {p.perm} does not fit source {p.src!r} "
+                        f"of shape {src.shape}")
+    view_shape = tuple(src.shape[a] for a in perm)
+    if len(p.src_start) != src.ndim:
+        raise RuleError(f"destination {p.dst!r}: src_start {p.src_start} does not have the rank of "
+                        f"source {p.src!r} {src.shape}")
+    size = aligned_source_size(p.size, src.ndim, p.dst)
+    if any(a < 0 or a + n > m for a, n, m in zip(p.src_start, size, view_shape)):
+        raise RuleError(f"destination {p.dst!r}: source region {region_text(p.src_start, size)} is outside "
+                        f"source {p.src!r} of (transformed) shape {view_shape}")
+    sent = np.dtype(p.dtype) if p.dtype is not None else src.dtype
+    if sent != dst_layout.dtype:
+        how = "" if p.dtype is not None else "; add cast= to the rule to convert on the sender"
+        raise RuleError(f"destination {p.dst!r}: dtype mismatch: it is {dst_layout.dtype.name}, source "
+                        f"{p.src!r} sends {sent.name}{how}")
+
+
+def aligned_source_size(size, src_rank: int, dst: str) -> tuple[int, ...]:
+    """The piece's extent on the source's axes (trailing axes aligned)."""
+    size = tuple(size)
+    if src_rank >= len(size):
+        return (1,) * (src_rank - len(size)) + size
+    extra = size[:len(size) - src_rank]
+    if any(n != 1 for n in extra):
+        raise RuleError(f"destination {dst!r}: a piece of size {size} has non-unit leading axes that "
+                        f"its source of rank {src_rank} cannot fill")
+    return size[len(size) - src_rank:]
+
+
+def identity_rules(destinations: Iterable[str]) -> list[Rule]:
+    return [Rule.copy(name) for name in destinations]
+
+
+def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layout]) -> list[Piece]:
+    """All pieces, validated: every destination covered exactly once, shapes and dtypes matching."""
+    if rules is None:
+        missing = [name for name in destinations if name not in sources]
+        if missing:
+            raise RuleError(f"destination {missing[0]!r} has no source of the same name; give rules "
+                            "that say which sources make it")
+        rules = identity_rules(destinations)
+    by_dst: dict[str, list[Piece]] = defaultdict(list)
+    for rule in rules:
+        if rule.dst not in destinations:
+            raise RuleError(f"a rule writes destination {rule.dst!r}, which is not among the "
+                            f"{len(destinations)} destination tensors")
+        dst_layout = destinations[rule.dst]
+        new = lower_rule(rule, sources, dst_layout) if isinstance(rule, Rule) else [rule]
+        by_dst[rule.dst].extend(new)
+    pieces = []
+    for name, layout in destinations.items():
+        mine = by_dst.get(name)
+        if not mine:
+            if int(np.prod(layout.shape, dtype=np.int64)) == 0:
+                continue
+            raise RuleError(f"destination {name!r}: region {region_text([0] * layout.ndim, layout.shape)} "
+                            "is not covered by any rule")
+        for p in mine:
+            _check_piece_source(p, sources, layout)
+        check_coverage(name, layout, mine)
+        pieces.extend(p for p in mine if all(n > 0 for n in p.size))
+    return pieces

@@ -1,0 +1,61 @@
+"""Runs a plan with numpy copies: the reference executor (tests, and a model for issue 5's).
+
+A sender prepares each view it sends once (`shard.transpose(perm).astype(dtype)`,
+row-major), then every transfer copies its segments byte for byte into the
+receiver's destination shard.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .layout import Owner
+from .plan import BLOCK_BEGIN, BLOCK_END, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from . import blocks as B
+
+
+def prepare_view(shard: np.ndarray, perm, dtype) -> np.ndarray:
+    """The bytes a sender copies from: its shard transposed and cast, row-major."""
+    return np.ascontiguousarray(np.transpose(np.asarray(shard), perm).astype(np.dtype(dtype)))
+
+
+def shards_of(name: str, array) -> dict[tuple[str, Owner], np.ndarray]:
+    """`{(name, owner): numpy shard}` for every addressable shard of a jax.Array."""
+    return {(name, Owner(s.device.process_index, s.device.id)): np.asarray(s.data)
+            for s in array.addressable_shards}
+
+
+def empty_destination(plan: Plan, fill: int = 0xA5) -> dict[tuple[str, Owner], np.ndarray]:
+    """Destination shards filled with `fill` bytes, so unwritten bytes show."""
+    out = {}
+    for name, layout in plan.dst_layouts.items():
+        for owner in layout.owners:
+            _, shape = layout.shard_box(owner)
+            buffer = np.full(int(np.prod(shape, dtype=np.int64)) * layout.dtype.itemsize, fill, np.uint8)
+            out[(name, owner)] = buffer.view(layout.dtype).reshape(shape)
+    return out
+
+
+def execute(plan: Plan, sources: Mapping[tuple[str, Owner], np.ndarray],
+            destinations: Mapping[tuple[str, Owner], np.ndarray] | None = None):
+    """Writes every transfer of `plan` into `destinations` (made with
+    `empty_destination` when None) and returns them."""
+    out = dict(destinations) if destinations is not None else empty_destination(plan)
+    prepared: dict[tuple[int, int], np.ndarray] = {}
+    names = plan.dst_names
+    for row in plan.transfers.tolist():
+        view, src_owner = row[VIEW], plan.owner_of(row[SRC_OWNER])
+        key = (view, row[SRC_OWNER])
+        if key not in prepared:
+            name, perm, dtype = plan.views[view]
+            if (name, src_owner) not in sources:
+                raise KeyError(f"source {name!r}: no shard given for owner {tuple(src_owner)}")
+            prepared[key] = prepare_view(sources[(name, src_owner)], perm, dtype).reshape(-1).view(np.uint8)
+        src = prepared[key]
+        dst = out[(names[row[DST_TENSOR]], plan.owner_of(row[DST_OWNER]))]
+        dst_bytes = dst.reshape(-1).view(np.uint8)
+        for s, d, n in B.expand(plan.blocks[row[BLOCK_BEGIN]:row[BLOCK_END]]).tolist():
+            dst_bytes[d:d + n] = src[s:s + n]
+    return out

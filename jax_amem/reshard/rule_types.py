@@ -1,0 +1,63 @@
+"""Rules as data: which regions of which source tensors make each destination tensor.
+
+Three levels, each plain frozen data:
+
+* `Part`: one source tensor as seen by a destination: fixed leading indices
+  (a scanned-layer or expert stack unrolled), an axis permutation (a
+  transpose), a dtype cast. Transposes and casts are applied by the sender to
+  its whole source shard before any byte is copied.
+* `Rule`: a destination tensor made of parts concatenated along `axis`; with
+  `groups=g` the axis is cut into g blocks and block j holds slice j of every
+  part, in order (vLLM's fused QKV / gate_up per tensor-parallel rank).
+* `Piece`: the lowered form every rule becomes, and the escape hatch for
+  anything rules do not express: one box of the destination filled from one
+  box of a (transformed) source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Part:
+    src: str
+    index: tuple[int, ...] = ()
+    transpose: tuple[int, ...] | None = None
+    cast: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    dst: str
+    parts: tuple[Part, ...]
+    axis: int = 0
+    groups: int = 1
+
+    @classmethod
+    def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None) -> "Rule":
+        """`dst` is one source tensor (by default the one of the same name), whole."""
+        return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast),))
+
+    @classmethod
+    def concat(cls, dst: str, parts, axis: int = 0, groups: int = 1) -> "Rule":
+        return cls(dst, tuple(parts), axis, groups)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """dst[dst_start : dst_start + size] = transformed(src)[src_start : ...].
+
+    `size` has the destination's rank. The source region is `size` aligned to
+    the source's trailing axes (extra leading axes on either side have extent 1),
+    in the coordinates of the source after `perm` (numpy transpose order) and
+    cast to `dtype` (None: no cast).
+    """
+
+    dst: str
+    dst_start: tuple[int, ...]
+    size: tuple[int, ...]
+    src: str
+    src_start: tuple[int, ...]
+    perm: tuple[int, ...] | None = None
+    dtype: str | None = None

@@ -1,0 +1,17 @@
+"""Mapping rules between source and destination names (`jax_amem.rules`).
+
+    rules.Rule.copy("dst", "src", transpose=(1, 0), cast="bfloat16")
+    rules.Rule.concat("qkv", [Part("q"), Part("k"), Part("v")], axis=0, groups=tp)
+    rules.hf_llama(num_layers, tp=2, fused_qkv=True)
+
+See rule_types for the data, hf for the ready Hugging Face tables.
+"""
+
+from .hf import FUSED, GLOBAL_WEIGHTS, LLAMA_LAYER_WEIGHTS, QKV_BIASES, hf_llama, hf_qwen2
+from .lowering import RuleError, check_coverage, identity_rules, lower
+from .rule_types import Part, Piece, Rule
+
+__all__ = [
+    "FUSED", "GLOBAL_WEIGHTS", "LLAMA_LAYER_WEIGHTS", "QKV_BIASES", "Part", "Piece", "Rule",
+    "RuleError", "check_coverage", "hf_llama", "hf_qwen2", "identity_rules", "lower",
+]
