@@ -128,7 +128,8 @@ def test_a_failed_allocation_on_resume_stays_paused_and_can_be_retried(monkeypat
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 32 bytes")
 
     monkeypatch.setattr(process_pause.array_io, "allocate", out_of_memory)
-    with pytest.raises(jax_amem.PauseError, match="Still paused, nothing lost.*torch.cuda.empty_cache.*resume\\(\\) again"):
+    message = "Still paused, nothing lost.*torch.cuda.empty_cache.*resume\\(\\) again"
+    with pytest.raises(jax_amem.PauseError, match=message):
         jax_amem.resume()
     assert jax_amem.is_paused()
     monkeypatch.setattr(process_pause.array_io, "allocate", real)
