@@ -5,6 +5,9 @@ here (and, as the NCCL part lands, installs the NCCL interposer).
 """
 
 from ._native import core as _core
+from . import nccl
+nccl.install()  # first: before anything loads libnccl.so.2
+
 from .memory import allocator as _allocator
 _allocator.configure_at_import()  # XLA's cuda_async allocator, so pause can return its pool
 

@@ -1,0 +1,62 @@
+"""Starts two worker processes on this machine and collects their RESULT lines.
+
+Both processes get a different NCCL_HOSTID, so NCCL accepts two ranks on one GPU
+(it sees two hosts and uses its socket transport); with 2+ GPUs each worker
+takes its own GPU (WORKER_LOCAL_DEVICE) and the hosts stay real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
+             extra_env: dict | None = None) -> tuple[list[dict], list[str]]:
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("NCCL_NVLS_ENABLE", "0")
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3")
+        if gpus >= 2:
+            env["WORKER_LOCAL_DEVICE"] = str(rank)
+        else:
+            env["NCCL_HOSTID"] = f"jax-amem-test-host-{rank}"
+            env["WORKER_LOCAL_DEVICE"] = "0"
+        path = Path(__file__).resolve().parent / worker
+        procs.append(subprocess.Popen([sys.executable, "-P", str(path), str(rank), port, *args],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    results, logs = [], []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            out, _ = proc.communicate()
+            out += "\n<killed: timeout>"
+        logs.append(out)
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                results.append(json.loads(line[len("RESULT "):]))
+    return results, logs
+
+
+if __name__ == "__main__":
+    results, logs = run_pair(sys.argv[1], sys.argv[2:])
+    for log in logs:
+        print(log[-6000:])

@@ -1,0 +1,103 @@
+"""Helpers for the interposer's CPU tests: build the fake NCCL, run a scenario in a fresh process.
+
+Loading the interposer is process-wide, so every scenario runs in its own
+Python process, which prints one JSON line (prefixed "OUT ") with what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+FAKE_SOURCE = Path(__file__).resolve().parent / "fake_nccl.cc"
+
+PRELUDE = textwrap.dedent("""
+    import ctypes, json, os
+    import numpy as np
+    import jax_amem
+    from jax_amem import nccl
+
+    class UniqueId(ctypes.Structure):
+        _fields_ = [("internal", ctypes.c_char * 128)]
+
+    def interposer():
+        lib = ctypes.CDLL("libnccl.so.2", mode=os.RTLD_NOLOAD)  # what XLA's dlopen returns
+        lib.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                      ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        lib.ncclGetLastError.argtypes = [ctypes.c_void_p]
+        lib.ncclGetLastError.restype = ctypes.c_char_p
+        lib.ncclCommDestroy.argtypes = [ctypes.c_void_p]
+        lib.ncclCommCount.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.ncclCommGetAsyncError.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.ncclCommSplit.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        lib.ncclCommRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                         ctypes.POINTER(ctypes.c_void_p)]
+        lib.ncclCommDeregister.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        return lib
+
+    def fake_log():
+        fake = ctypes.CDLL(os.environ["JAX_AMEM_NCCL_LIBRARY"], mode=os.RTLD_NOLOAD)
+        fake.fake_nccl_log.restype = ctypes.c_char_p
+        return fake.fake_nccl_log().decode().splitlines()
+
+    def make_id(text):
+        uid = UniqueId()
+        uid.internal = text.encode()
+        return uid
+
+    def init_ranks(lib, uid, nranks, ranks=None):
+        comms = []
+        for rank in (range(nranks) if ranks is None else ranks):
+            comm = ctypes.c_void_p()
+            assert lib.ncclCommInitRank(ctypes.byref(comm), nranks, uid, rank) == 0
+            comms.append(comm)
+        return comms
+
+    def all_reduce(lib, comm, values):
+        send = np.asarray(values, np.float32)
+        recv = np.zeros_like(send)
+        code = lib.ncclAllReduce(send.ctypes.data, recv.ctypes.data, send.size, 7, 0, comm, None)
+        return code, recv.tolist()
+
+    def out(**fields):
+        print("OUT " + json.dumps(fields), flush=True)
+""")
+
+
+def build_fake(folder: Path, *, with_suspend: bool = False, soname: str | None = None) -> Path:
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("the interposer tests need a C++ compiler (g++) to build the fake NCCL")
+    name = "libfake_nccl" + ("_suspend" if with_suspend else "") + (".soname" if soname else "") + ".so"
+    target = folder / name
+    command = [compiler, "-shared", "-fPIC", "-O1", str(FAKE_SOURCE), "-o", str(target)]
+    if with_suspend:
+        command.insert(1, "-DFAKE_WITH_SUSPEND")
+    if soname:
+        command.append(f"-Wl,-soname,{soname}")
+    subprocess.run(command, check=True)
+    return target
+
+
+def run_scenario(fake: Path, body: str, env: dict | None = None, timeout: float = 120) -> dict:
+    """Runs PRELUDE + body in a fresh interpreter; returns the merged OUT lines."""
+    environment = dict(os.environ)
+    environment.update({"JAX_AMEM_NCCL_LIBRARY": str(fake), "JAX_AMEM_NCCL_HOST_EXCHANGE": "1",
+                        "JAX_PLATFORMS": "cpu"})
+    environment.update(env or {})
+    code = PRELUDE + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                          env=environment, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"scenario failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    merged = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("OUT "):
+            merged.update(json.loads(line[4:]))
+    return merged
