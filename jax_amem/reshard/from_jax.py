@@ -76,7 +76,11 @@ def mesh_layout(device_ids, axis_names, spec, shape, dtype, processes=None,
         lo = np.minimum(index * chunk, shape[dim])
         starts[:, dim] = lo
         extents[:, dim] = np.minimum(lo + chunk, shape[dim]) - lo
-    boxes, box_of_owner = np.unique(np.concatenate([starts, extents], axis=1), axis=0, return_inverse=True)
+    if not shape:  # a scalar: one box, every device a replica
+        boxes, box_of_owner = np.zeros((1, 0), np.int64), np.zeros(n, np.int64)
+    else:
+        boxes, box_of_owner = np.unique(np.concatenate([starts, extents], axis=1), axis=0,
+                                        return_inverse=True)
     owners = list(zip(procs.reshape(-1).tolist(), ids.reshape(-1).tolist()))
     return Layout(shape, dtype, owners, boxes[:, :len(shape)], boxes[:, len(shape):],
                   np.asarray(box_of_owner).reshape(-1))

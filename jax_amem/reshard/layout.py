@@ -53,8 +53,8 @@ class Layout:
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         self.owners = tuple(_as_owner(o) for o in owners)
-        self.starts = np.ascontiguousarray(starts, dtype=np.int64).reshape(-1, len(self.shape))
-        self.sizes = np.ascontiguousarray(sizes, dtype=np.int64).reshape(-1, len(self.shape))
+        self.starts = _box_array(starts, len(self.shape))
+        self.sizes = _box_array(sizes, len(self.shape))
         self.box_of_owner = np.ascontiguousarray(box_of_owner, dtype=np.int64)
         self._validate()
         for array in (self.starts, self.sizes, self.box_of_owner):
@@ -267,6 +267,13 @@ class Layout:
     def of(cls, array) -> "Layout":
         """The layout of a jax.Array (or anything with .shape, .dtype and .sharding)."""
         return cls.from_sharding(array.sharding, array.shape, array.dtype)
+
+
+def _box_array(values, ndim: int) -> np.ndarray:
+    """(boxes, ndim) int64; a rank-0 tensor has boxes with no coordinates."""
+    array = np.asarray(values, dtype=np.int64)
+    count = array.shape[0] if array.ndim >= 1 else 0
+    return np.ascontiguousarray(array.reshape(count, ndim))
 
 
 def _region_text(start, size) -> str:
