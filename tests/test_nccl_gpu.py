@@ -27,7 +27,9 @@ def check_pair(results, logs, cycles):
     for result in by_phase(results, "cycles"):
         assert result["identical"], result["cycles"]
         assert len(result["cycles"]) == cycles
-        assert all(c["freed_bytes"] > 0 for c in result["cycles"])
+        # Measured by the driver around each communicator's teardown (synchronised), so
+        # allocations by XLA's other threads do not blur it as a process-wide reading can.
+        assert all(c["communicator_freed_bytes"] > 0 for c in result["cycles"]), result["cycles"]
         assert all(all(s == "recreate" for s in c["strategies"]) for c in result["cycles"])
         assert all(c["state"] == "active" for c in result["communicators"])
     return by_phase(results, "cycles")

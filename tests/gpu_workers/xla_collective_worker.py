@@ -84,6 +84,7 @@ def main():
         same = bool(np.array_equal(out, reference)) and torch_check()
         timings.append({"pause_s": t1 - t0, "resume_s": t2 - t1,
                         "freed_bytes": free_paused - free_before, "identical": same,
+                        "communicator_freed_bytes": sum(c.bytes_freed for c in paused.communicators),
                         "strategies": [c.last_strategy for c in paused.communicators]})
         if not same:
             break
