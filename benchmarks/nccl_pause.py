@@ -24,13 +24,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--communicators", type=int, default=8)
     parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=240, help="seconds before the workers are killed")
     args = parser.parse_args(argv)
     import jax_amem
 
     if not jax_amem.gpu_status().usable or not jax_amem.nccl.is_installed():
         print(f"nccl_pause: skipped ({jax_amem.gpu_status().why_not() or jax_amem.nccl.status()})")
         return []
-    results, logs = run_pair("nccl_comms_worker.py", [str(args.communicators)], gpus=args.gpus)
+    results, logs = run_pair("nccl_comms_worker.py", [str(args.communicators)], gpus=args.gpus,
+                             timeout=args.timeout)
     rows = [r for r in results if r["phase"] == "rows" and r["rank"] == 0]
     setup = [r for r in results if r["phase"] == "setup" and r["rank"] == 0]
     if not rows:

@@ -48,7 +48,8 @@ def main():
         uid = UniqueId()
         if rank == 0:
             lib.ncclGetUniqueId(ctypes.byref(uid))
-            store.key_value_set_bytes(key, bytes(uid.internal.ljust(128, b"\0")))
+            # bytes(uid), not uid.internal: a c_char array stops at the first zero byte.
+            store.key_value_set_bytes(key, bytes(uid))
         else:
             ctypes.memmove(ctypes.byref(uid), store.blocking_key_value_get_bytes(key, 60_000), 128)
         return uid
