@@ -13,6 +13,7 @@ namespace amem::nccl {
 namespace {
 
 constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
+constexpr size_t kBarrierBytes = 8;
 
 struct Slot {
   ProxyComm* comm;
@@ -83,7 +84,7 @@ Status ExchangeNextIds(const std::vector<ProxyComm*>& comms, double timeout_seco
     cuda::ScopedDeviceContext context(comm->device);
     if (!(status = context.status()).ok()) break;
     Slot slot{comm};
-    if (!(status = cuda::Check(api->cuMemAlloc(&slot.device_buffer, NCCL_UNIQUE_ID_BYTES), "cuMemAlloc")).ok()) break;
+    if (!(status = cuda::Check(api->cuMemAlloc(&slot.device_buffer, NCCL_UNIQUE_ID_BYTES + kBarrierBytes), "cuMemAlloc")).ok()) break;
     if (comm->rank == 0) {
       status = cuda::Check(api->cuMemcpyHtoD(slot.device_buffer, comm->next_id.internal, NCCL_UNIQUE_ID_BYTES), "cuMemcpyHtoD");
     }
@@ -101,9 +102,16 @@ Status ExchangeNextIds(const std::vector<ProxyComm*>& comms, double timeout_seco
     Real().ncclGroupStart();
     for (const Slot& slot : slots) {
       cuda::ScopedDeviceContext context(slot.comm->device);
-      Real().ncclBroadcast(reinterpret_cast<void*>(slot.device_buffer),
-                           reinterpret_cast<void*>(slot.device_buffer), NCCL_UNIQUE_ID_BYTES,
-                           kNcclUint8, 0, slot.comm->real, slot.stream);
+      char* buffer = reinterpret_cast<char*>(slot.device_buffer);
+      Real().ncclBroadcast(buffer, buffer, NCCL_UNIQUE_ID_BYTES, kNcclUint8, 0, slot.comm->real,
+                           slot.stream);
+      // A root's broadcast can finish once its data is handed to NCCL's network
+      // proxy; tearing the communicator down right after (ncclCommAbort above
+      // all) could then drop it before the peers have it. An all-reduce after
+      // the broadcast on the same stream finishes on every rank only once every
+      // rank has received: it makes the exchange a barrier.
+      Real().ncclAllReduce(buffer + NCCL_UNIQUE_ID_BYTES, buffer + NCCL_UNIQUE_ID_BYTES,
+                           kBarrierBytes, kNcclUint8, 0, slot.comm->real, slot.stream);
     }
     status = NcclCheck(Real().ncclGroupEnd(), "ncclGroupEnd (unique id broadcast)");
     for (const Slot& slot : slots) {
