@@ -17,6 +17,8 @@ from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
 from .platform import gpu_status, require_gpu
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
+from . import reshard
+from .reshard import Layout, Owner, plan, rules
 
 __version__ = "0.1.0"
 
@@ -25,7 +27,9 @@ _ffi.register_targets()
 __all__ = [
     "GpuUnavailableError",
     "JaxAmemError",
+    "Layout",
     "NativeCoreMissingError",
+    "Owner",
     "PauseError",
     "PauseInfo",
     "Restored",
@@ -34,8 +38,11 @@ __all__ = [
     "memory_report",
     "pause",
     "paused",
+    "plan",
     "prepare_segments",
     "require_gpu",
+    "reshard",
     "resume",
+    "rules",
     "segment_copy",
 ]

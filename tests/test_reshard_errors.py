@@ -91,3 +91,14 @@ def test_a_failed_check_is_a_plan_error():
     broken = type(plan)(**{**plan.__dict__, "blocks": plan.blocks[:1], "transfers": plan.transfers[:1]})
     with pytest.raises(reshard.PlanError, match=r"destination 'tensor', shard of owner \(0, 3\): 16 bytes written"):
         broken.check()
+
+
+def test_check_catches_overlapping_blocks_with_the_right_byte_count():
+    src = Layout.tensor_parallel((8,), np.float32, 0, 2, OWNERS[:2])
+    dst = Layout.single((8,), np.float32, OWNERS[3])
+    plan = reshard.plan(src, dst, cache=False)
+    blocks = plan.blocks.copy()
+    blocks[1, 1] = 8  # the second half now lands on bytes 8:24, over the first block's 8:16
+    broken = type(plan)(**{**plan.__dict__, "blocks": blocks})
+    with pytest.raises(reshard.PlanError, match="write the same elements|overlap"):
+        broken.check()
