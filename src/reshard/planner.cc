@@ -2,6 +2,7 @@
 // transfers. Follows jax_amem/reshard/reference.py step by step; see its
 // module docstring for the algorithm.
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -188,8 +189,39 @@ class Planner {
     return *grids_[layout];
   }
 
+  // Sorts records by (sender, receiver, tensor, view, dst offset). Packs the key into two
+  // words when the ids fit (sorting 24-byte keys, then gathering, beats sorting records).
+  void SortRecords() {
+    const bool packable = pb_.num_owners <= (int64_t{1} << 20) && pb_.num_dst <= (int64_t{1} << 24) &&
+                          pb_.num_views <= (int64_t{1} << 20) && records_.size() < (size_t{1} << 32);
+    bool offsets_fit = true;
+    for (const Record& r : records_) offsets_fit &= r.block.v[kDst] < (int64_t{1} << 44);
+    if (!packable || !offsets_fit) {
+      std::sort(records_.begin(), records_.end(), RecordLess);
+      return;
+    }
+    struct Key {
+      uint64_t hi, lo;
+      uint32_t index;
+    };
+    std::vector<Key> keys(records_.size());
+    for (size_t i = 0; i < records_.size(); ++i) {
+      const Record& r = records_[i];
+      keys[i] = Key{(static_cast<uint64_t>(r.sender) << 44) | (static_cast<uint64_t>(r.receiver) << 24) |
+                        static_cast<uint64_t>(r.dst_tensor),
+                    (static_cast<uint64_t>(r.view) << 44) | static_cast<uint64_t>(r.block.v[kDst]),
+                    static_cast<uint32_t>(i)};
+    }
+    std::sort(keys.begin(), keys.end(),
+              [](const Key& a, const Key& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
+    std::vector<Record> sorted;
+    sorted.reserve(records_.size());
+    for (const Key& k : keys) sorted.push_back(records_[k.index]);
+    records_.swap(sorted);
+  }
+
   void Emit(PlanTables* out) {
-    std::sort(records_.begin(), records_.end(), RecordLess);
+    SortRecords();
     out->transfers.clear();
     out->blocks.clear();
     std::vector<Block> group;
