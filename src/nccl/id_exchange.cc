@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "cuda/driver_api.h"
-#include "nccl/real_nccl.h"
+#include "nccl/nccl_status.h"
 
 namespace amem::nccl {
 namespace {
@@ -21,12 +21,6 @@ struct Slot {
   CUstream stream = nullptr;
 };
 
-Status NcclCheck(ncclResult_t result, const char* what) {
-  if (result == ncclSuccess || result == ncclInProgress) return Status::Ok();
-  const char* text = Real().ncclGetErrorString ? Real().ncclGetErrorString(result) : "";
-  return Status::Error(std::string(what) + " failed: " + text);
-}
-
 // Waits for nonblocking communicators to leave ncclInProgress.
 Status WaitReady(ProxyComm* comm, std::chrono::steady_clock::time_point deadline) {
   while (true) {
@@ -34,7 +28,7 @@ Status WaitReady(ProxyComm* comm, std::chrono::steady_clock::time_point deadline
     Status status = NcclCheck(Real().ncclCommGetAsyncError(comm->real, &state), "ncclCommGetAsyncError");
     if (!status.ok()) return status;
     if (state == ncclSuccess) return Status::Ok();
-    if (state != ncclInProgress) return NcclCheck(state, ("communicator " + comm->key).c_str());
+    if (state != ncclInProgress) return NcclCheck(state, "communicator " + comm->key);
     if (std::chrono::steady_clock::now() > deadline) {
       return Status::Error("communicator " + comm->key + " stayed in progress past the timeout");
     }

@@ -6,7 +6,7 @@
 
 #include "cuda/driver_api.h"
 #include "nccl/id_exchange.h"
-#include "nccl/real_nccl.h"
+#include "nccl/nccl_status.h"
 
 namespace amem::nccl {
 namespace {
@@ -19,12 +19,6 @@ double Since(Clock::time_point start) {
 
 Clock::time_point Deadline(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-Status NcclCheck(ncclResult_t result, const std::string& what) {
-  if (result == ncclSuccess || result == ncclInProgress) return Status::Ok();
-  const char* text = Real().ncclGetErrorString ? Real().ncclGetErrorString(result) : "";
-  return Status::Error(what + " failed: " + text);
 }
 
 // Free device memory as the driver sees it, or -1 without a driver (CPU tests).
@@ -86,31 +80,42 @@ std::vector<char> ReinitConfig(const ProxyComm& comm) {
   return config;
 }
 
-Status Suspend(const std::vector<ProxyComm*>& comms) {
+// Calls `each` for every communicator, inside one NCCL group where suspend and
+// resume may be grouped (NCCL >= 2.30.3); the first error wins.
+template <typename Each>
+Status ForEachMaybeGrouped(const std::vector<ProxyComm*>& comms, const char* what, Each each) {
   const bool grouped = GroupedSuspendSupported();
   if (grouped) Real().ncclGroupStart();
   Status status;
   for (ProxyComm* comm : comms) {
-    const auto start = Clock::now();
-    comm->bytes_before_pause = -1;
-    uint64_t bytes = 0;
-    if (Real().ncclCommMemStats &&
-        Real().ncclCommMemStats(comm->real, kNcclStatGpuMemSuspend, &bytes) == ncclSuccess) {
-      comm->bytes_freed = static_cast<int64_t>(bytes);
-    }
-    if (Real().ncclCommMemStats &&
-        Real().ncclCommMemStats(comm->real, kNcclStatGpuMemTotal, &bytes) == ncclSuccess) {
-      comm->bytes_before_pause = static_cast<int64_t>(bytes);
-    }
-    Status one = NcclCheck(Real().ncclCommSuspend(comm->real, kNcclSuspendMem),
-                           "ncclCommSuspend(" + comm->key + ")");
-    comm->pause_seconds = Since(start);
+    Status one = each(comm);
     if (status.ok()) status = one;
   }
   if (grouped) {
-    Status end = NcclCheck(Real().ncclGroupEnd(), "ncclGroupEnd (suspend)");
+    Status end = NcclCheck(Real().ncclGroupEnd(), std::string("ncclGroupEnd (") + what + ")");
     if (status.ok()) status = end;
   }
+  return status;
+}
+
+int64_t MemStat(ncclComm_t real, ncclCommMemStat_t stat) {
+  uint64_t bytes = 0;
+  if (Real().ncclCommMemStats && Real().ncclCommMemStats(real, stat, &bytes) == ncclSuccess) {
+    return static_cast<int64_t>(bytes);
+  }
+  return -1;
+}
+
+Status Suspend(const std::vector<ProxyComm*>& comms) {
+  Status status = ForEachMaybeGrouped(comms, "suspend", [](ProxyComm* comm) {
+    const auto start = Clock::now();
+    comm->bytes_freed = MemStat(comm->real, kNcclStatGpuMemSuspend);
+    comm->bytes_before_pause = MemStat(comm->real, kNcclStatGpuMemTotal);
+    Status one = NcclCheck(Real().ncclCommSuspend(comm->real, kNcclSuspendMem),
+                           "ncclCommSuspend(" + comm->key + ")");
+    comm->pause_seconds = Since(start);
+    return one;
+  });
   if (!status.ok()) return status;
   for (ProxyComm* comm : comms) {
     comm->state = CommState::kPaused;
@@ -212,18 +217,10 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
 }
 
 Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
-  const bool grouped = GroupedSuspendSupported();
   const auto start = Clock::now();
-  if (grouped) Real().ncclGroupStart();
-  Status status;
-  for (ProxyComm* comm : comms) {
-    Status one = NcclCheck(Real().ncclCommResume(comm->real), "ncclCommResume(" + comm->key + ")");
-    if (status.ok()) status = one;
-  }
-  if (grouped) {
-    Status end = NcclCheck(Real().ncclGroupEnd(), "ncclGroupEnd (resume)");
-    if (status.ok()) status = end;
-  }
+  Status status = ForEachMaybeGrouped(comms, "resume", [](ProxyComm* comm) {
+    return NcclCheck(Real().ncclCommResume(comm->real), "ncclCommResume(" + comm->key + ")");
+  });
   if (!status.ok()) return status;
   for (ProxyComm* comm : comms) {
     comm->state = CommState::kActive;
