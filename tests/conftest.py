@@ -23,3 +23,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs 2+ GPUs, found {count}: {why}"))
         elif "gpu" in item.keywords and count < 1:
             item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {why}"))
+
+
+@pytest.fixture
+def never_left_paused():
+    """Fails a test that leaves the process paused (and resumes, so later tests run)."""
+    yield
+    if jax_amem.is_paused():
+        jax_amem.resume()
+        pytest.fail("the test left the process paused")

@@ -14,12 +14,7 @@ from jax_amem import process_pause
 from jax_amem._native import core
 
 
-@pytest.fixture(autouse=True)
-def never_left_paused():
-    yield
-    if jax_amem.is_paused():
-        jax_amem.resume()
-        pytest.fail("the test left the process paused")
+pytestmark = pytest.mark.usefixtures("never_left_paused")
 
 
 def live(*arrays):

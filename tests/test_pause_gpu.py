@@ -16,16 +16,10 @@ import jax.numpy as jnp
 import jax_amem
 from jax_amem._native import core
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("never_left_paused")]
 MiB = 2**20
 
 
-@pytest.fixture(autouse=True)
-def never_left_paused():
-    yield
-    if jax_amem.is_paused():
-        jax_amem.resume()
-        pytest.fail("the test left the process paused")
 
 
 def free_bytes(ordinal=0) -> int:

@@ -14,12 +14,7 @@ DTYPES = [jnp.bool_, jnp.int4, jnp.uint4, jnp.int8, jnp.uint8, jnp.int16, jnp.ui
           jnp.float8_e4m3fn, jnp.float8_e5m2]
 
 
-@pytest.fixture(autouse=True)
-def never_left_paused():
-    yield
-    if jax_amem.is_paused():
-        jax_amem.resume()
-        pytest.fail("the test left the process paused")
+pytestmark = pytest.mark.usefixtures("never_left_paused")
 
 
 def random_array(dtype, shape, seed):
