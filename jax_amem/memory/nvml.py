@@ -51,14 +51,17 @@ def process_used(ordinal: int) -> tuple[int, str]:
     return total - free, DRIVER_WIDE
 
 
+# The child must hold its context while NVML looks: a scoped retain/release (as
+# core.cuda.mem_get_info does) would destroy it again before the reading.
 _CONTEXT_PROBE = r"""
-import importlib.util, sys, pynvml
-spec = importlib.util.spec_from_file_location("_core", sys.argv[1])
-core = importlib.util.module_from_spec(spec); spec.loader.exec_module(core)
+import ctypes, sys, pynvml
+cuda = ctypes.CDLL("libcuda.so.1")
 pynvml.nvmlInit()
-handle = pynvml.nvmlDeviceGetHandleByPciBusId(sys.argv[3])
+handle = pynvml.nvmlDeviceGetHandleByPciBusId(sys.argv[2])
 before = pynvml.nvmlDeviceGetMemoryInfo(handle).used
-core.cuda.mem_get_info(int(sys.argv[2]))  # creates the primary context
+device, context = ctypes.c_int(), ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), int(sys.argv[1])) == 0
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0
 print(pynvml.nvmlDeviceGetMemoryInfo(handle).used - before)
 """
 
@@ -75,8 +78,7 @@ def cuda_context_bytes(ordinal: int) -> int | None:
         return None
     try:
         out = subprocess.run(
-            [sys.executable, "-c", _CONTEXT_PROBE, core.__file__, str(ordinal),
-             core.memory.pci_bus_id(ordinal)],
+            [sys.executable, "-c", _CONTEXT_PROBE, str(ordinal), core.memory.pci_bus_id(ordinal)],
             capture_output=True, text=True, timeout=60, check=True)
         return max(int(out.stdout.strip().splitlines()[-1]), 0)
     except Exception:
