@@ -228,3 +228,25 @@ def test_launcher_preloads_the_interposer(fake, tmp_path):
                           capture_output=True, text=True,
                           env={**os.environ, "JAX_AMEM_NCCL_LIBRARY": str(fake)})
     assert "FRONT 1" in done.stdout and "INSTALLED True" in done.stdout, done.stdout + done.stderr
+
+
+def test_parallel_teardown_destroys_every_communicator_once(fake):
+    seen = run_scenario(fake, """
+        lib = interposer()
+        comms = [init_ranks(lib, make_id(f"job-g{i}"), 1)[0] for i in range(4)]
+        report = nccl.pause("recreate", teardown="parallel")
+        try:
+            nccl.pause("recreate", teardown="sideways")
+            bad = None
+        except ValueError as error:
+            bad = str(error)
+        nccl.resume()
+        values = [all_reduce(lib, c, [i])[1] for i, c in enumerate(comms)]
+        out(states=[c.state for c in report.communicators], bad=bad, values=values, log=fake_log())
+    """)
+    assert seen["states"] == ["paused"] * 4
+    assert "teardown must be one of" in seen["bad"]
+    assert seen["values"] == [[0.0], [1.0], [2.0], [3.0]]
+    destroyed = sorted(line for line in seen["log"] if line.startswith("ncclCommDestroy"))
+    assert destroyed == [f"ncclCommDestroy comm{i}.r0" for i in range(1, 5)]
+    assert not [line for line in seen["log"] if line.startswith("FAULT")]

@@ -135,6 +135,8 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
     initialise again behind the same handle on resume: frees everything, works on any
     NCCL), or "auto" (suspend where possible, else recreate; the report says which).
     Every rank of every selected communicator must call pause with the same selection.
+    teardown (recreate): "destroy" (ncclCommDestroy in turn, each measured), "abort"
+    (ncclCommAbort in turn) or "parallel" (every ncclCommDestroy on its own thread).
     Raises NcclPauseError with the communicator and the fix; nothing is paused then,
     except communicators whose peers never joined (reported as broken).
     """

@@ -8,7 +8,7 @@ import json
 from ..errors import JaxAmemError
 
 STRATEGIES = {"auto": 0, "suspend": 1, "recreate": 2}
-TEARDOWNS = {"destroy": 0, "abort": 1}
+TEARDOWNS = {"destroy": 0, "abort": 1, "parallel": 2}
 _ERROR_BYTES = 4096
 
 

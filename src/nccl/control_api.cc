@@ -55,7 +55,7 @@ AMEM_EXPORT const char* amem_nccl_snapshot() {
   return text.c_str();
 }
 
-// strategy: 0 auto, 1 suspend, 2 recreate. teardown: 0 destroy, 1 abort.
+// strategy: 0 auto, 1 suspend, 2 recreate. teardown: 0 destroy, 1 abort, 2 parallel destroy.
 AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, int count, int strategy, double timeout_seconds,
                                 int teardown, char* error, int error_bytes) {
   PauseRequest request;
@@ -66,7 +66,11 @@ AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, int count, int strategy, do
   }
   request.strategy = static_cast<Strategy>(strategy);
   request.timeout_seconds = timeout_seconds;
-  request.abort_teardown = teardown == 1;
+  if (teardown < 0 || teardown > 2) {
+    return Report(amem::Status::Error("teardown must be 0 (destroy), 1 (abort) or 2 (parallel destroy)"),
+                  error, error_bytes);
+  }
+  request.teardown = static_cast<Teardown>(teardown);
   return Report(PauseCommunicators(request), error, error_bytes);
 }
 

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "cuda/driver_api.h"
 #include "nccl/id_exchange.h"
@@ -124,6 +126,75 @@ Status Suspend(const std::vector<ProxyComm*>& comms) {
   return Status::Ok();
 }
 
+void MarkPaused(ProxyComm* comm, int64_t bytes_freed, double seconds) {
+  comm->real = nullptr;
+  comm->state = CommState::kPaused;
+  comm->last_strategy = "recreate";
+  comm->bytes_freed = bytes_freed;
+  comm->bytes_before_pause = bytes_freed;
+  comm->pause_seconds = seconds;
+}
+
+Status MarkBroken(ProxyComm* comm, const Status& why) {
+  comm->real = nullptr;
+  comm->state = CommState::kBroken;
+  comm->error = why.message();
+  return Status::Error("pausing communicator " + comm->key + ": " + why.message());
+}
+
+// One communicator after another, each measured by the driver around its teardown.
+Status TearDownInTurn(const std::vector<ProxyComm*>& comms, const PauseRequest& request,
+                      double exchange_share) {
+  const bool abort = request.teardown == Teardown::kAbort;
+  for (ProxyComm* comm : comms) {
+    const auto teardown_start = Clock::now();
+    const int64_t free_before = FreeBytes(comm->device);
+    Status ended = NcclCheck((abort ? Real().ncclCommAbort : Real().ncclCommDestroy)(comm->real),
+                             abort ? "ncclCommAbort" : "ncclCommDestroy");
+    const int64_t free_after = FreeBytes(comm->device);
+    if (!ended.ok()) return MarkBroken(comm, ended);
+    MarkPaused(comm, (free_before >= 0 && free_after >= 0) ? free_after - free_before : -1,
+               exchange_share + Since(teardown_start));
+  }
+  return Status::Ok();
+}
+
+// Every ncclCommDestroy on its own thread: a destroy mostly waits (proxy threads,
+// sockets), so N of them take about as long as one. Memory is measured per
+// device around all of them and shared evenly among that device's communicators.
+Status TearDownInParallel(const std::vector<ProxyComm*>& comms, double exchange_share) {
+  const auto start = Clock::now();
+  std::map<int, int64_t> free_before;
+  std::map<int, int> per_device;
+  for (ProxyComm* comm : comms) {
+    if (!free_before.count(comm->device)) free_before[comm->device] = FreeBytes(comm->device);
+    ++per_device[comm->device];
+  }
+  std::vector<Status> results(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = NcclCheck(Real().ncclCommDestroy(comms[i]->real), "ncclCommDestroy");
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double seconds = Since(start);
+  Status first_error;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    ProxyComm* comm = comms[i];
+    if (!results[i].ok()) {
+      Status broken = MarkBroken(comm, results[i]);
+      if (first_error.ok()) first_error = broken;
+      continue;
+    }
+    const int64_t before = free_before[comm->device];
+    const int64_t after = FreeBytes(comm->device);
+    MarkPaused(comm, (before >= 0 && after >= 0) ? (after - before) / per_device[comm->device] : -1,
+               exchange_share + seconds);
+  }
+  return first_error;
+}
+
 Status Recreate(const std::vector<ProxyComm*>& comms, const PauseRequest& request) {
   const auto start = Clock::now();
   std::vector<ProxyComm*> stuck;
@@ -140,26 +211,8 @@ Status Recreate(const std::vector<ProxyComm*>& comms, const PauseRequest& reques
     return exchanged;
   }
   const double exchange_share = Since(start) / static_cast<double>(comms.size());
-  for (ProxyComm* comm : comms) {
-    const auto teardown_start = Clock::now();
-    const int64_t free_before = FreeBytes(comm->device);
-    ncclResult_t (*end)(ncclComm_t) =
-        request.abort_teardown ? Real().ncclCommAbort : Real().ncclCommDestroy;
-    Status ended = NcclCheck(end(comm->real), request.abort_teardown ? "ncclCommAbort" : "ncclCommDestroy");
-    const int64_t free_after = FreeBytes(comm->device);
-    comm->real = nullptr;
-    if (!ended.ok()) {
-      comm->state = CommState::kBroken;
-      comm->error = ended.message();
-      return Status::Error("pausing communicator " + comm->key + ": " + ended.message());
-    }
-    comm->state = CommState::kPaused;
-    comm->last_strategy = "recreate";
-    comm->bytes_freed = (free_before >= 0 && free_after >= 0) ? free_after - free_before : -1;
-    comm->bytes_before_pause = comm->bytes_freed;
-    comm->pause_seconds = exchange_share + Since(teardown_start);
-  }
-  return Status::Ok();
+  return request.teardown == Teardown::kParallelDestroy ? TearDownInParallel(comms, exchange_share)
+                                                         : TearDownInTurn(comms, request, exchange_share);
 }
 
 Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds) {

@@ -11,11 +11,18 @@
 
 namespace amem::nccl {
 
+// How `recreate` ends the real communicators.
+enum class Teardown {
+  kDestroy = 0,          // ncclCommDestroy, one after another (graceful)
+  kAbort = 1,            // ncclCommAbort, one after another
+  kParallelDestroy = 2,  // ncclCommDestroy, all at once on their own threads
+};
+
 struct PauseRequest {
   std::vector<uint64_t> ids;  // empty: every active communicator
   Strategy strategy = Strategy::kAuto;
   double timeout_seconds = 60;
-  bool abort_teardown = false;  // recreate: ncclCommAbort instead of ncclCommDestroy
+  Teardown teardown = Teardown::kDestroy;
 };
 
 // Nothing changes unless every selected communicator can be paused with the

@@ -2,7 +2,8 @@
 
 Prints RESULT lines with, per method: bytes freed (CUDA driver), pause time,
 resume time. Methods: jax_amem recreate (destroy teardown), jax_amem recreate
-(abort teardown), suspend where the NCCL has it, and the naive baseline measured
+(abort teardown), recreate (all destroys on their own threads), suspend where the NCCL
+has it, and the naive baseline measured
 in the same run (destroy every communicator, then initialise each again one
 after another, each with a fresh unique id through the usual rendezvous: the
 jax.distributed key-value store).
@@ -73,7 +74,8 @@ def main():
          nccl_version=lib.amem_nccl_real_version(), has_suspend=bool(lib.amem_nccl_has_suspend()))
 
     rows = []
-    for method in ["recreate", "recreate-abort", "suspend"]:
+    teardowns = {"recreate": "destroy", "recreate-abort": "abort", "recreate-parallel": "parallel"}
+    for method in ["recreate", "recreate-abort", "recreate-parallel", "suspend"]:
         if method == "suspend" and not lib.amem_nccl_has_suspend():
             rows.append({"method": method, "skipped": f"NCCL {lib.amem_nccl_real_version()} has no ncclCommSuspend"})
             continue
@@ -81,7 +83,7 @@ def main():
         before = free()
         t0 = time.perf_counter()
         jax_amem.nccl.pause("recreate" if method.startswith("recreate") else "suspend",
-                            owner="other", teardown="abort" if method.endswith("abort") else "destroy")
+                            owner="other", teardown=teardowns.get(method, "destroy"))
         pause_s = time.perf_counter() - t0
         freed = free() - before
         barrier(method + "-paused")
