@@ -1,0 +1,172 @@
+"""`swap`, `verify`, `forget`: the public verbs, and the caches behind them.
+
+A swap resolves (and caches) its plan and compiled program by the signature of its inputs
+(names, shardings / devices, shapes, dtypes, rules), checks everything, then moves bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import jax
+import numpy as np
+
+from .. import reshard
+from . import executor
+from .destinations import check_names, describe
+from .errors import SwapError
+from .program import compile_program
+from .report import SwapReport
+from .sources import Sources
+from .verify import first_mismatch, raise_on_mismatch
+
+CACHE_SIZE = 32
+AUTO_PROGRESS_BYTES = 2 << 30    # first run of a program this large shows a bar
+AUTO_PROGRESS_SECONDS = 1.0      # so does any program whose last run took longer
+
+_plans: OrderedDict = OrderedDict()
+_programs: OrderedDict = OrderedDict()
+_last_version = 0
+
+
+def _remember(cache: OrderedDict, key, value):
+    cache[key] = value
+    while len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
+def _rules_key(rules):
+    return None if rules is None else tuple(rules)
+
+
+def _check_rule_names(sources: Sources, destination, rules) -> None:
+    given = destination.signature_names()
+    wanted = list(dict.fromkeys(r.dst for r in rules)) if rules is not None else list(sources.arrays)
+    check_names(wanted, given, "the rules" if rules is not None else "identity (rules=None, one per source)")
+
+
+def resolve_plan(sources: Sources, destination, rules, plan):
+    if plan is not None:
+        if rules is not None:
+            raise SwapError("give rules or plan, not both: a plan already holds its rules")
+        return plan
+    key = (sources.signature, destination.signature, _rules_key(rules))
+    if key in _plans:
+        _plans.move_to_end(key)
+        return _plans[key]
+    _check_rule_names(sources, destination, rules)
+    destination.validate()
+    try:
+        made = reshard.plan(sources.layouts(), destination.layouts(), rules)
+    except (reshard.RuleError, reshard.LayoutError, reshard.PlanError) as error:
+        raise SwapError(f"the swap cannot be planned (nothing was written): {error}") from error
+    return _remember(_plans, key, made)
+
+
+def _check_sources(plan, sources: Sources) -> None:
+    layouts = sources.layouts()
+    for name, layout in plan.src_layouts.items():
+        if name not in layouts:
+            raise SwapError(f"the plan reads source {name!r}, which src_params does not hold (nothing was written)")
+        if layouts[name] != layout:
+            got = sources.arrays[name]
+            raise SwapError(f"source {name!r} ({np.dtype(got.dtype).name}{list(got.shape)}, {got.sharding}) is not "
+                            f"laid out as the plan says ({layout}): re-plan for these arrays (nothing was written)")
+
+
+def resolve_program(plan, sources: Sources, destination):
+    key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature)
+    if key in _programs:
+        _programs.move_to_end(key)
+        return _programs[key]
+    destination.validate()
+    _check_sources(plan, sources)
+    process = jax.process_index()
+    buffers = destination.buffers(plan, process)
+    devices = {}
+
+    def source_device(name, owner):
+        if (name, owner) not in devices:
+            from .sources import shard_positions
+            positions = shard_positions(sources.arrays[name])
+            if owner not in positions:
+                raise SwapError(f"the plan reads source {name!r} from owner {tuple(owner)}, which holds no "
+                                "addressable shard of it here (nothing was written)")
+            devices[(name, owner)] = positions[owner][1]
+        return devices[(name, owner)]
+
+    return _remember(_programs, key, compile_program(plan, buffers, source_device, process))
+
+
+def _version(version) -> int:
+    global _last_version
+    if version is None:
+        version = _last_version + 1
+    elif not isinstance(version, (int, np.integer)) or isinstance(version, bool) or version < 0:
+        raise SwapError(f"version must be a non-negative int, got {version!r}")
+    _last_version = int(version)
+    return int(version)
+
+
+def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, progress=None) -> SwapReport:
+    """Writes `src_params` (a pytree of jax.Arrays, any sharding) into `dst`, in place.
+
+    dst: a mapping name -> torch.Tensor (a model's `state_dict()` or `dict(named_parameters())`,
+    on CPU or CUDA), or a pytree of jax.Arrays (written by donation: the report's `dst` holds
+    the new pytree, the arrays passed in are deleted). rules: `jax_amem.reshard.rules` (None:
+    same names). plan: a `reshard.Plan` instead of rules (for destinations that are slices of
+    a larger tensor, e.g. one tensor-parallel rank). Everything is checked before any byte
+    moves: on SwapError the destination is untouched. verify: compare per-segment checksums
+    afterwards, SwapError naming the first mismatch. progress: True / False / None (auto: a
+    tqdm bar for swaps that take more than a moment).
+    """
+    start = time.perf_counter()
+    sources = Sources(src_params)
+    destination = describe(dst)
+    resolved = resolve_plan(sources, destination, rules, plan)
+    program = resolve_program(resolved, sources, destination)
+    number = _version(version)
+    show = progress if progress is not None else (
+        (program.last_seconds or 0) > AUTO_PROGRESS_SECONDS
+        or (program.last_seconds is None and program.nbytes >= AUTO_PROGRESS_BYTES))
+    written, extra = executor.run(program, sources, destination, bool(show))
+    seconds = time.perf_counter() - start
+    program.last_seconds = seconds
+    new_tree = destination.assemble(written) if destination.kind == "jax" else None
+    transports = dict(program.transports)
+    for name, nbytes in extra.items():
+        transports[name] = transports.get(name, 0) + nbytes
+    report = SwapReport(version=number, bytes=program.nbytes, seconds=seconds, segments=program.segments,
+                        launches=program.launches, calls=len(program.groups), buffers=program.buffers,
+                        transports=transports, staging_bytes=program.staging_bytes, plan_key=resolved.key,
+                        dst=new_tree)
+    if verify:
+        _verify(program, sources, destination.after(new_tree))
+        report.verified = True
+    return report
+
+
+def _verify(program, sources: Sources, destination) -> int:
+    mismatch = first_mismatch(program.plan, program, lambda n, o: np.asarray(sources.shard(n, o)),
+                              destination.host_bytes, jax.process_index())
+    raise_on_mismatch(mismatch)
+    return program.nbytes
+
+
+def verify(src_params, dst, *, rules=None, plan=None) -> int:
+    """Checks that `dst` holds what a swap of `src_params` would write (per-segment checksums
+    on the host); returns the bytes checked, or raises SwapError naming the first mismatch."""
+    sources = Sources(src_params)
+    destination = describe(dst)
+    resolved = resolve_plan(sources, destination, rules, plan)
+    return _verify(resolve_program(resolved, sources, destination), sources, destination)
+
+
+def forget() -> None:
+    """Releases the JAX arrays kept alive to alias PyTorch tensors between swaps (they hold
+    the tensors' storage), and the cached plans and programs."""
+    executor.kept.replace({})
+    _plans.clear()
+    _programs.clear()

@@ -1,0 +1,200 @@
+"""The rollout's side of a swap: PyTorch tensors by name, or a pytree of jax.Arrays.
+
+Each kind checks itself against a plan (names, shapes, dtypes, devices) before any byte
+moves, hands the executor JAX arrays to donate, and takes the results back.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import numpy as np
+
+from ..reshard import Layout, Owner
+from ..reshard.plan import Plan
+from . import torch_bridge
+from .errors import SwapError
+from .sources import layout_of, named_arrays, shard_positions
+
+Buffer = tuple[str, Owner]  # (destination name, owner): one buffer the executor writes
+
+
+def describe(dst):
+    """TorchDestination for a mapping of tensors, JaxDestination for a pytree of jax.Arrays."""
+    if isinstance(dst, Mapping) and dst and all(torch_bridge.is_tensor(v) for v in dst.values()):
+        return TorchDestination(dst)
+    if isinstance(dst, Mapping) and any(torch_bridge.is_tensor(v) for v in dst.values()):
+        bad = next(k for k, v in dst.items() if not torch_bridge.is_tensor(v))
+        raise SwapError(f"destination {bad!r} is a {type(dst[bad]).__name__}; the others are torch tensors: "
+                        "give one kind of destination")
+    return JaxDestination(dst)
+
+
+def check_names(plan_names, given, what: str = "the plan") -> None:
+    """Missing or extra destination names, all of them in one message."""
+    plan_names, given = list(plan_names), list(given)
+    missing = [n for n in plan_names if n not in set(given)]
+    extra = [n for n in given if n not in set(plan_names)]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} destination(s) that {what} writes: {_few(missing)}")
+        if extra:
+            parts.append(f"{len(extra)} destination(s) that {what} does not write: {_few(extra)}")
+        raise SwapError("; ".join(parts) + ". Give exactly the tensors the rules name (nothing was written).")
+
+
+def _few(names, n: int = 5) -> str:
+    return ", ".join(repr(x) for x in names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _check_shard(name: str, layout: Layout, owner: Owner, shape, dtype, where: str) -> None:
+    if owner not in layout.owner_index:
+        raise SwapError(f"destination {name!r} is on {where} (owner {tuple(owner)}), but the plan puts it on "
+                        f"owner(s) {[tuple(o) for o in layout.owners][:8]}: make the plan for where the "
+                        "tensor lives (nothing was written)")
+    _, want = layout.shard_box(owner)
+    if tuple(shape) != tuple(want):
+        raise SwapError(f"destination {name!r} has shape {tuple(shape)}; the plan's shard for it has shape "
+                        f"{tuple(want)} (nothing was written)")
+    if np.dtype(dtype) != layout.dtype:
+        raise SwapError(f"destination {name!r} has dtype {np.dtype(dtype).name}; the plan writes "
+                        f"{layout.dtype.name} (cast on the sender with the rule's cast=; nothing was written)")
+
+
+class TorchDestination:
+    kind = "torch"
+
+    def __init__(self, tensors: Mapping):
+        self.tensors = dict(tensors)
+        # Everything later checks depend on, so a cached plan and program are reused only
+        # for tensors that would pass the same checks.
+        self.signature = ("torch",) + tuple((name, t.device, tuple(t.shape), t.dtype, t.stride())
+                                            for name, t in self.tensors.items())
+        self._owners = None
+
+    def signature_names(self):
+        return list(self.tensors)
+
+    @property
+    def owners(self) -> dict:
+        if self._owners is None:
+            self._owners = {name: torch_bridge.owner_of(t) for name, t in self.tensors.items()}
+        return self._owners
+
+    def validate(self) -> None:
+        seen = {}
+        for name, tensor in self.tensors.items():
+            torch_bridge.check_importable(name, tensor)
+            key = (tensor.device, tensor.data_ptr())
+            if tensor.numel() and key in seen:
+                raise SwapError(f"destinations {seen[key]!r} and {name!r} share memory (tied weights?): give "
+                                "each buffer once, e.g. dict(model.named_parameters()), and drop the other's rule")
+            seen[key] = name
+
+    def layouts(self) -> dict[str, Layout]:
+        return {name: Layout.single(tuple(t.shape), torch_bridge.numpy_dtype(t), self.owners[name])
+                for name, t in self.tensors.items()}
+
+    def buffers(self, plan: Plan, process: int) -> dict[Buffer, object]:
+        """{(name, owner): JAX device} for every buffer this process writes; SwapError first."""
+        check_names(plan.dst_layouts, self.tensors)
+        out = {}
+        for name, tensor in self.tensors.items():
+            layout, owner = plan.dst_layouts[name], self.owners[name]
+            _check_shard(name, layout, owner, tensor.shape, torch_bridge.numpy_dtype(tensor), str(tensor.device))
+            local = [o for o in layout.owners if o.process == process and o != owner]
+            if local:
+                raise SwapError(f"the plan also puts shards of {name!r} on owner(s) {[tuple(o) for o in local]} of "
+                                "this process; a PyTorch destination is one tensor on one device")
+            out[(name, owner)] = torch_bridge.jax_device(tensor)
+        return out
+
+    def inputs(self, buffers, kept) -> list:
+        """The JAX arrays to donate: the buffer kept from the last swap when the tensor is still
+        at the same address, else a fresh DLPack import."""
+        out = []
+        for name, owner in buffers:
+            tensor = self.tensors[name]
+            array = kept.get((tensor.device, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype))
+            if array is None or array.is_deleted():
+                torch_bridge.check_importable(name, tensor)  # it may have changed since it was planned
+                array = torch_bridge.import_tensor(name, tensor)
+            out.append(array)
+        return out
+
+    def after(self, new_tree):
+        return self
+
+    def host_bytes(self, name: str, owner: Owner) -> np.ndarray:
+        tensor = self.tensors[name].detach()
+        if tensor.numel() == 0:
+            return np.zeros(0, np.uint8)
+        import torch
+        return tensor.reshape(-1).view(torch.uint8).cpu().numpy()
+
+
+class JaxDestination:
+    kind = "jax"
+
+    def __init__(self, tree):
+        self.tree = tree
+        self.arrays = named_arrays(tree, "destination")
+        self.signature = ("jax",) + tuple((name, a.sharding, a.shape, a.dtype) for name, a in self.arrays.items())
+
+    def signature_names(self):
+        return list(self.arrays)
+
+    def validate(self) -> None:
+        pass  # named_arrays checked every leaf is a live jax.Array
+
+    def after(self, new_tree) -> "JaxDestination":
+        return JaxDestination(new_tree)
+
+    def host_bytes(self, name: str, owner: Owner) -> np.ndarray:
+        array = self.arrays[name]
+        shard = array.addressable_data(shard_positions(array)[owner][0])
+        return np.ascontiguousarray(np.asarray(shard)).reshape(-1).view(np.uint8)
+
+    def layouts(self) -> dict[str, Layout]:
+        return {name: layout_of(a.sharding, a.shape, a.dtype) for name, a in self.arrays.items()}
+
+    def buffers(self, plan: Plan, process: int) -> dict[Buffer, object]:
+        check_names(plan.dst_layouts, self.arrays)
+        out = {}
+        for name, array in self.arrays.items():
+            layout = plan.dst_layouts[name]
+            if layout_of(array.sharding, array.shape, array.dtype) != layout:
+                if tuple(array.shape) != layout.shape or np.dtype(array.dtype) != layout.dtype:
+                    raise SwapError(f"destination {name!r} is {np.dtype(array.dtype).name}{list(array.shape)}; the "
+                                    f"plan writes {layout.dtype.name}{list(layout.shape)} (nothing was written)")
+                mine = sorted((o.process, o.device) for o in shard_positions(array))
+                raise SwapError(f"destination {name!r} is sharded over devices {[d for _, d in mine][:8]} "
+                                f"({array.sharding}); the plan was made for another layout over owners "
+                                f"{[tuple(o) for o in layout.owners][:8]} (nothing was written)")
+            for owner, (_, device) in shard_positions(array).items():
+                out[(name, owner)] = device
+        return out
+
+    def inputs(self, buffers, kept=None) -> list:
+        return [self.arrays[name].addressable_data(shard_positions(self.arrays[name])[owner][0])
+                for name, owner in buffers]
+
+    def assemble(self, written: dict[Buffer, jax.Array]):
+        """The new pytree: every array rebuilt from its shards (written ones are the donated
+        buffers' successors, untouched ones the old shards); the old arrays are deleted."""
+        new = {}
+        for name, array in self.arrays.items():
+            positions = shard_positions(array)
+            shards = [None] * len(positions)
+            for owner, (i, _) in positions.items():
+                shards[i] = written.get((name, owner))
+                if shards[i] is None:
+                    shards[i] = array.addressable_data(i)
+            new[name] = jax.make_array_from_single_device_arrays(array.shape, array.sharding, shards)
+        for name, array in self.arrays.items():
+            if all((name, o) in written for o in shard_positions(array)):
+                array.delete()  # every buffer now belongs to the new array; mark the old one gone
+        leaves = [new[name] for name in self.arrays]
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(self.tree), leaves)

@@ -1,0 +1,160 @@
+"""A plan compiled for this process: per destination device, groups of buffers, each group
+one jitted call that prepares the source views it needs (transpose + cast, as the plan's
+`views` say) and runs one `segment_copy` per transfer into donated destination buffers.
+
+Several transfers into one buffer (a fused QKV, a destination assembled from many source
+shards) chain inside the call; many small buffers share a call, so a model of many tensors
+costs a few Python dispatches, not one per tensor.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..copy import segment_copy
+from ..reshard import Owner
+from ..reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from . import report as R
+from .errors import SwapError
+
+# A call holds at most this many buffers / bytes: bounds compile time, the transposed
+# temporaries alive at once, and sets the progress bar's step.
+GROUP_BUFFERS = 1024
+GROUP_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Step:
+    """One segment_copy into a buffer: from source slot `source` of the call, view `view`."""
+    source: int
+    view: int
+    segments: np.ndarray
+
+
+@dataclass
+class Group:
+    device: object
+    buffers: list = field(default_factory=list)        # [(dst name, owner)]
+    steps: list = field(default_factory=list)          # per buffer, [Step]
+    sources: list = field(default_factory=list)        # [(src name, owner)] read by this call
+    source_devices: list = field(default_factory=list)
+    nbytes: int = 0
+    fn: object = None
+    slots: dict = field(default_factory=dict)
+
+    def source_slot(self, key, device) -> int:
+        if key not in self.slots:
+            self.slots[key] = len(self.sources)
+            self.sources.append(key)
+            self.source_devices.append(device)
+        return self.slots[key]
+
+
+@dataclass
+class Program:
+    plan: Plan
+    groups: list[Group]
+    nbytes: int
+    segments: int
+    launches: int
+    transports: dict[str, int]
+    staging_bytes: int
+    last_seconds: float | None = None
+
+    @property
+    def buffers(self) -> int:
+        return sum(len(g.buffers) for g in self.groups)
+
+
+def compile_program(plan: Plan, buffers: dict, source_device, process: int) -> Program:
+    """`buffers`: {(dst name, owner): JAX device} this process writes. `source_device(name,
+    owner)`: the JAX device of a source shard. SwapError for a transfer that would cross
+    processes (those transports are not built: docs/swap.md)."""
+    names = plan.dst_names
+    per_buffer = defaultdict(list)
+    transports: dict[str, int] = defaultdict(int)
+    for i, row in enumerate(plan.transfers.tolist()):
+        src, dst = plan.owner_of(row[SRC_OWNER]), plan.owner_of(row[DST_OWNER])
+        if src.process != process and dst.process != process:
+            continue  # another process's part of a global plan
+        name = names[row[DST_TENSOR]]
+        if src.process != dst.process:
+            raise SwapError(f"destination {name!r}: the plan sends it from process {src.process} to process "
+                            f"{dst.process}; cross-process transports (CUDA IPC, NCCL) are not built yet "
+                            "(docs/swap.md). Nothing was written.")
+        if (name, dst) not in buffers:
+            raise SwapError(f"the plan writes destination {name!r} on owner {tuple(dst)}, which no given "
+                            "destination holds (nothing was written)")
+        per_buffer[(name, dst)].append((row[VIEW], src, plan.segments(i), row[BYTES]))
+
+    groups: dict[object, list[Group]] = defaultdict(list)
+    segments = launches = staging = 0
+    order = {name: k for k, name in enumerate(names)}
+    for buffer in sorted(per_buffer, key=lambda b: (order[b[0]], b[1])):
+        device = buffers[buffer]
+        rows = per_buffer[buffer]
+        nbytes = sum(r[3] for r in rows)
+        chain = groups[device]
+        if not chain or len(chain[-1].buffers) >= GROUP_BUFFERS or (chain[-1].nbytes and chain[-1].nbytes + nbytes > GROUP_BYTES):
+            chain.append(Group(device))
+        group = chain[-1]
+        steps = []
+        for view, src_owner, table, nbytes_row in rows:
+            src_name = plan.views[view][0]
+            src_device = source_device(src_name, src_owner)
+            known = (src_name, src_owner) in group.slots
+            slot = group.source_slot((src_name, src_owner), src_device)
+            if src_device != device:
+                transports[R.CROSS_DEVICE] += nbytes_row
+                if not known:
+                    staging += _shard_bytes(plan, src_name, src_owner)
+            else:
+                transports[R.DEVICE_LOCAL] += nbytes_row
+            steps.append(Step(slot, view, table))
+            segments += len(table)
+            launches += 1
+        group.buffers.append(buffer)
+        group.steps.append(steps)
+        group.nbytes += nbytes
+    flat = [g for chain in groups.values() for g in chain]
+    for group in flat:
+        group.fn = _jitted(group.steps, plan.views)
+    return Program(plan, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging)
+
+
+def _shard_bytes(plan: Plan, name: str, owner: Owner) -> int:
+    layout = plan.src_layouts[name]
+    _, size = layout.shard_box(owner)
+    return int(np.prod(size, dtype=np.int64)) * layout.dtype.itemsize
+
+
+def _jitted(steps_per_buffer, views):
+    """One jitted call: sources in, destination buffers donated and returned written."""
+
+    def run(sources, destinations):
+        prepared = {}
+        out = []
+        for buffer, steps in zip(destinations, steps_per_buffer):
+            for step in steps:
+                key = (step.source, step.view)
+                if key not in prepared:
+                    prepared[key] = prepare_view(sources[step.source], *views[step.view][1:])
+                buffer = segment_copy(prepared[key], buffer, step.segments)
+            out.append(buffer)
+        return tuple(out)
+
+    return jax.jit(run, donate_argnums=1)
+
+
+def prepare_view(shard, perm, dtype):
+    """The sender's view of a shard: transposed by `perm`, cast to `dtype` (row-major bytes)."""
+    if tuple(perm) != tuple(range(shard.ndim)):
+        shard = jnp.transpose(shard, perm)
+    if shard.dtype != jnp.dtype(dtype):
+        shard = shard.astype(dtype)
+    return shard

@@ -1,0 +1,58 @@
+"""The trainer's side of a swap: a pytree of jax.Arrays, by '/'-joined name, and their shards."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+from ..reshard import Layout, Owner, tree_names
+from .errors import SwapError
+
+
+@functools.lru_cache(maxsize=4096)
+def layout_of(sharding, shape, dtype) -> Layout:
+    """Layouts are pure functions of (sharding, shape, dtype): computed once per triple."""
+    return Layout.from_sharding(sharding, shape, dtype)
+
+
+_positions: dict[tuple, dict[Owner, tuple[int, object]]] = {}
+
+
+def shard_positions(array) -> dict[Owner, tuple[int, object]]:
+    """owner -> (i, device) with `array.addressable_data(i)` that owner's shard; cached per
+    (sharding, shape), as the first `addressable_shards` of an array is slow."""
+    key = (array.sharding, array.shape)
+    if key not in _positions:
+        if len(_positions) > 4096:
+            _positions.clear()
+        _positions[key] = {Owner(s.device.process_index, s.device.id): (i, s.device)
+                           for i, s in enumerate(array.addressable_shards)}
+    return _positions[key]
+
+
+def named_arrays(tree, side: str) -> dict[str, jax.Array]:
+    """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
+    arrays = tree_names(tree)
+    for name, leaf in arrays.items():
+        if not isinstance(leaf, jax.Array):
+            raise SwapError(f"{side} {name!r} is a {type(leaf).__name__}, not a jax.Array")
+        if leaf.is_deleted():
+            raise SwapError(f"{side} {name!r} was deleted (donated to a jitted function or freed): "
+                            "pass the live array")
+    return arrays
+
+
+class Sources:
+    """The source arrays by name, their layouts, and single-device shards by owner."""
+
+    def __init__(self, tree):
+        self.arrays = named_arrays(tree, "source")
+        self.signature = tuple((name, a.sharding, a.shape, a.dtype) for name, a in self.arrays.items())
+
+    def layouts(self) -> dict[str, Layout]:
+        return {name: layout_of(a.sharding, a.shape, a.dtype) for name, a in self.arrays.items()}
+
+    def shard(self, name: str, owner: Owner):
+        array = self.arrays[name]
+        return array.addressable_data(shard_positions(array)[owner][0])

@@ -1,0 +1,141 @@
+"""PyTorch <-> JAX, zero-copy through DLPack: which JAX device a tensor lives on, importing a
+tensor as a donatable JAX array, and read-only views of JAX arrays (`to_torch`).
+
+PyTorch is optional: nothing here imports it unless a tensor is handed in.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..reshard import Owner, tree_names
+from .errors import SwapError
+
+
+def is_tensor(value) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def numpy_dtype(tensor) -> np.dtype:
+    """torch.bfloat16 -> ml_dtypes' bfloat16, torch.float32 -> float32, ..."""
+    name = str(tensor.dtype).removeprefix("torch.")
+    try:
+        return jnp.dtype(name)
+    except TypeError as error:
+        raise SwapError(f"tensor of dtype {tensor.dtype} has no JAX dtype ({error})") from None
+
+
+_device_of_hardware: dict[tuple[str, int], Any] = {}
+
+
+def jax_device(tensor):
+    """The JAX device holding `tensor`'s memory (torch cuda:i -> the JAX GPU with local
+    hardware id i, torch cpu -> the JAX CPU device 0), or None when JAX has none."""
+    kind = tensor.device.type
+    platform, index = {"cuda": ("gpu", tensor.device.index or 0), "cpu": ("cpu", 0)}.get(kind, (None, 0))
+    if platform is None:
+        return None
+    key = (platform, index)
+    if key not in _device_of_hardware:
+        try:
+            devices = jax.local_devices(backend=platform)
+        except RuntimeError:
+            devices = []
+        # XLA's CPU devices all report hardware id 0; DLPack puts CPU tensors on the first.
+        match = [d for d in devices if platform == "cpu" or d.local_hardware_id == index][:1]
+        _device_of_hardware[key] = match[0] if match else None
+    return _device_of_hardware[key]
+
+
+def owner_of(tensor) -> Owner | None:
+    device = jax_device(tensor)
+    return None if device is None else Owner(device.process_index, device.id)
+
+
+def check_importable(name: str, tensor) -> None:
+    """What DLPack import plus donation needs; raises SwapError naming the tensor."""
+    if jax_device(tensor) is None:
+        raise SwapError(f"destination {name!r} is on {tensor.device}, which JAX in this process does not "
+                        "have: move the model to a GPU JAX sees (same CUDA_VISIBLE_DEVICES) or to the CPU")
+    if not tensor.is_contiguous():
+        raise SwapError(f"destination {name!r} is not contiguous (strides {tuple(tensor.stride())}): the swap "
+                        "writes the tensor's memory in row-major order; make the model's tensor contiguous")
+    storage = tensor.untyped_storage()
+    if (tensor.storage_offset() + tensor.numel()) * tensor.element_size() > storage.nbytes():
+        raise SwapError(f"destination {name!r}: its storage holds {storage.nbytes()} bytes, fewer than the tensor "
+                        "needs (freed, e.g. resized to 0 by FSDP or an offload): restore it before the swap")
+    dtype = numpy_dtype(tensor)
+    if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+        raise SwapError(f"destination {name!r} is {tensor.dtype}, which JAX would import as "
+                        f"{jax.dtypes.canonicalize_dtype(dtype)} (a copy): enable jax_enable_x64")
+
+
+def import_tensor(name: str, tensor):
+    """`tensor`'s memory as a JAX array, zero-copy; donating it writes into the tensor.
+
+    The DLPack import hands JAX's stream to PyTorch, which makes it wait for the work
+    already queued on PyTorch's current stream (the protocol's ordering)."""
+    tensor = tensor.detach()  # parameters require grad; detach shares the storage
+    with _on_device(tensor):
+        array = jax.dlpack.from_dlpack(tensor, copy=False)
+    if tensor.numel() and array.unsafe_buffer_pointer() != tensor.data_ptr():
+        raise SwapError(f"destination {name!r}: JAX imported a copy of the tensor, not its memory")
+    return array
+
+
+def _on_device(tensor):
+    """PyTorch exports a CUDA tensor with a stream only while its device is current."""
+    import contextlib
+
+    if tensor.device.type == "cuda":
+        import torch
+        return torch.cuda.device(tensor.device)
+    return contextlib.nullcontext()
+
+
+def wait_for_torch(devices) -> None:
+    """Host wait for PyTorch's current stream on each CUDA device (for destination buffers kept
+    from an earlier swap, which skip the DLPack import and its stream handshake)."""
+    import torch
+
+    for index in sorted(devices):
+        torch.cuda.current_stream(index).synchronize()
+
+
+def copy_into(tensor, array) -> None:
+    """Writes a JAX result into `tensor` through PyTorch (reading, never writing, the JAX export)."""
+    import torch
+
+    with torch.no_grad():
+        tensor.detach().copy_(torch.from_dlpack(array).reshape(tensor.shape))
+
+
+class TorchShard(NamedTuple):
+    tensor: Any                   # torch.Tensor, zero-copy, to be read only
+    index: tuple[slice, ...]      # where this shard sits in the global array
+    device: Any                   # the JAX device
+
+
+def to_torch(params) -> dict[str, list[TorchShard]]:
+    """Zero-copy PyTorch views of every addressable shard of every array of `params`.
+
+    The views alias JAX's memory: read them, never write them (JAX exports DLPack
+    read-only; a write is undefined behaviour), and do not keep them past the arrays'
+    lifetime (a donated or deleted array frees the memory under the view).
+    """
+    import torch
+
+    out = {}
+    for name, array in tree_names(params).items():
+        if not isinstance(array, jax.Array):
+            raise SwapError(f"to_torch: {name!r} is a {type(array).__name__}, not a jax.Array")
+        if array.is_deleted():
+            raise SwapError(f"to_torch: {name!r} was deleted (donated or freed)")
+        out[name] = [TorchShard(torch.from_dlpack(s.data), s.index, s.device) for s in array.addressable_shards]
+    return out
