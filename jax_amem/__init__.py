@@ -17,6 +17,7 @@ from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
 from .platform import gpu_status, require_gpu
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
+from .swap import SwapError, SwapReport, swap, to_torch  # `swap` the function; jax_amem/swap/ its package
 from . import reshard
 from .reshard import Layout, Owner, plan, rules
 
@@ -45,4 +46,8 @@ __all__ = [
     "resume",
     "rules",
     "segment_copy",
+    "swap",
+    "SwapError",
+    "SwapReport",
+    "to_torch",
 ]
