@@ -15,7 +15,7 @@ from ..reshard import Layout, Owner
 from ..reshard.plan import Plan
 from . import torch_bridge
 from .errors import SwapError
-from .sources import layout_of, named_arrays, shard_positions
+from .sources import layout_of, named_arrays, shard_data, shard_positions
 
 Buffer = tuple[str, Owner]  # (destination name, owner): one buffer the executor writes
 
@@ -154,7 +154,7 @@ class JaxDestination:
 
     def host_bytes(self, name: str, owner: Owner) -> np.ndarray:
         array = self.arrays[name]
-        shard = array.addressable_data(shard_positions(array)[owner][0])
+        shard = shard_data(array, shard_positions(array)[owner][0])
         return np.ascontiguousarray(np.asarray(shard)).reshape(-1).view(np.uint8)
 
     def layouts(self) -> dict[str, Layout]:
@@ -178,7 +178,7 @@ class JaxDestination:
         return out
 
     def inputs(self, buffers, kept=None) -> list:
-        return [self.arrays[name].addressable_data(shard_positions(self.arrays[name])[owner][0])
+        return [shard_data(self.arrays[name], shard_positions(self.arrays[name])[owner][0])
                 for name, owner in buffers]
 
     def assemble(self, written: dict[Buffer, jax.Array]):
@@ -191,7 +191,7 @@ class JaxDestination:
             for owner, (i, _) in positions.items():
                 shards[i] = written.get((name, owner))
                 if shards[i] is None:
-                    shards[i] = array.addressable_data(i)
+                    shards[i] = shard_data(array, i)
             new[name] = jax.make_array_from_single_device_arrays(array.shape, array.sharding, shards)
         for name, array in self.arrays.items():
             if all((name, o) in written for o in shard_positions(array)):

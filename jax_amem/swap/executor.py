@@ -12,6 +12,7 @@ new values on any stream.
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from . import report as R
 from . import torch_bridge
@@ -43,6 +44,8 @@ def run(program: Program, sources, destination, show_progress: bool):
     inputs = [destination.inputs(group.buffers, kept) for group in program.groups]  # may raise: nothing moved yet
     if destination.kind == "torch":
         _wait_for_torch_on_kept(program, destination, inputs)
+    else:  # JAX: XLA writes in place unless the buffer is shared (e.g. a CPU array made from numpy)
+        pointers = [a.unsafe_buffer_pointer() if a.size else 0 for arrays in inputs for a in arrays]
     written = {}
     bar = _progress(program, show_progress)
     for group, donated in zip(program.groups, inputs):
@@ -60,7 +63,9 @@ def run(program: Program, sources, destination, show_progress: bool):
         bar.close()
     if destination.kind == "torch":
         return written, _land_in_tensors(destination, written)
-    return written, {}
+    moved = sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize
+                for a, p in zip(written.values(), pointers) if a.size and a.unsafe_buffer_pointer() != p)
+    return written, ({R.NOT_IN_PLACE: moved} if moved else {})
 
 
 def _wait_for_torch_on_kept(program, destination, inputs) -> None:

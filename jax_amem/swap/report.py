@@ -9,6 +9,7 @@ from typing import Any
 DEVICE_LOCAL = "device-local"      # source shard and destination on one device: one batched copy
 CROSS_DEVICE = "cross-device"      # source shard moved to the destination's device first (NVLink, PCIe)
 HOST_COPY_BACK = "host-copy-back"  # XLA:CPU does not alias a DLPack import: result copied into the tensor
+NOT_IN_PLACE = "not-in-place"      # JAX destinations XLA could not write in place (new memory, same values)
 
 
 @dataclass

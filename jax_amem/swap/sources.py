@@ -31,6 +31,13 @@ def shard_positions(array) -> dict[Owner, tuple[int, object]]:
     return _positions[key]
 
 
+def shard_data(array, i: int):
+    """The single-device array of shard i (the order of `addressable_shards`). Not
+    `addressable_data(i)`: for a replicated array that returns the first replica whatever i."""
+    arrays = getattr(array, "_arrays", None)  # fast (no Shard objects); public fallback below
+    return arrays[i] if arrays is not None else array.addressable_shards[i].data
+
+
 def named_arrays(tree, side: str) -> dict[str, jax.Array]:
     """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
     arrays = tree_names(tree)
@@ -55,4 +62,4 @@ class Sources:
 
     def shard(self, name: str, owner: Owner):
         array = self.arrays[name]
-        return array.addressable_data(shard_positions(array)[owner][0])
+        return shard_data(array, shard_positions(array)[owner][0])
