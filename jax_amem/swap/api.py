@@ -44,7 +44,7 @@ def _rules_key(rules):
 def _check_rule_names(sources: Sources, destination, rules) -> None:
     given = destination.signature_names()
     wanted = list(dict.fromkeys(r.dst for r in rules)) if rules is not None else list(sources.arrays)
-    check_names(wanted, given, "the rules" if rules is not None else "identity (rules=None, one per source)")
+    check_names(wanted, given, "the rules write" if rules is not None else "rules=None writes (one per source, same name)")
 
 
 def resolve_plan(sources: Sources, destination, rules, plan):

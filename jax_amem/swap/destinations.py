@@ -31,7 +31,7 @@ def describe(dst):
     return JaxDestination(dst)
 
 
-def check_names(plan_names, given, what: str = "the plan") -> None:
+def check_names(plan_names, given, what: str = "the plan writes") -> None:
     """Missing or extra destination names, all of them in one message."""
     plan_names, given = list(plan_names), list(given)
     missing = [n for n in plan_names if n not in set(given)]
@@ -39,9 +39,9 @@ def check_names(plan_names, given, what: str = "the plan") -> None:
     if missing or extra:
         parts = []
         if missing:
-            parts.append(f"missing {len(missing)} destination(s) that {what} writes: {_few(missing)}")
+            parts.append(f"missing {len(missing)} destination(s) that {what}: {_few(missing)}")
         if extra:
-            parts.append(f"{len(extra)} destination(s) that {what} does not write: {_few(extra)}")
+            parts.append(f"{len(extra)} destination(s) that nothing writes (no rule, not in the plan): {_few(extra)}")
         raise SwapError("; ".join(parts) + ". Give exactly the tensors the rules name (nothing was written).")
 
 
