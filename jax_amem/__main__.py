@@ -53,8 +53,10 @@ def main(argv=None) -> int:
     _default_devices()
     parser = argparse.ArgumentParser(prog="python -m jax_amem", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo_parser = sub.add_parser("demo", help="run the main job")
-    demo_parser.add_argument("--quick", action="store_true", help="smallest sizes")
+    demo_parser = sub.add_parser("demo", help="run the main job: the RL loop (docs/demo.md)")
+    from .demo import add_arguments as add_demo_arguments
+
+    add_demo_arguments(demo_parser)
     sub.add_parser("report", help="what this machine offers")
     sub.add_parser("bench", help="run the benchmarks")
     run_parser = sub.add_parser("run", help="run a program with the NCCL interposer preloaded")

@@ -1,36 +1,84 @@
-"""The main job. Until the end-to-end RL loop lands, it shows what exists:
-the platform, and the batched segment copy resharding rows of a parameter
-inside `jax.jit`, checked against numpy.
+"""`python -m jax_amem demo`: the end-to-end RL loop on the embedded default.
+
+A JAX (Flax) trainer, FSDP-sharded over every device (the GPU when there is one,
+else 8 XLA CPU devices), and a PyTorch (transformers) rollout take turns: the
+trainer's memory is paused while PyTorch samples, the new weights are swapped
+into the rollout model in place. Prints a progress bar and a summary table.
+See docs/demo.md.
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
+import sys
 
-import numpy as np
+MISSING_HINT = ("the demo needs flax, optax, torch and transformers (the `test` extra): "
+                "pip install 'jax-amem[test]', or run `make demo`")
+
+
+def add_arguments(parser) -> None:
+    """The demo's flags, on the `demo` subcommand's parser."""
+    parser.add_argument("--quick", action="store_true", help="the smallest run (CI): ~60 iterations")
+    parser.add_argument("--iterations", type=int, default=None, help="RL iterations (default: preset's)")
+    parser.add_argument("--seed", type=int, default=None, help="seed for weights, prompts and sampling")
+    parser.add_argument("--check-every", type=int, default=None, help="logits check period")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _configs(args):
+    from .rl import DEFAULT, QUICK
+
+    policy, loop = QUICK if getattr(args, "quick", False) else DEFAULT
+    changes = {name: value for name, value in (
+        ("iterations", getattr(args, "iterations", None)), ("seed", getattr(args, "seed", None)),
+        ("check_every", getattr(args, "check_every", None))) if value is not None}
+    for name, value in changes.items():
+        if value < (0 if name == "seed" else 1):
+            raise SystemExit(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'seed' else '>= 1'}, got {value}")
+    return policy, dataclasses.replace(loop, **changes)
+
+
+class _Progress:
+    """A tqdm bar over the iterations (made once set-up is done), showing the recent reward."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.bar = total, enabled, None
+
+    def on_start(self, result) -> None:
+        print(f"set-up (compile, build both models, first swap): {result.setup_seconds:.1f} s", flush=True)
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, desc="RL iterations", unit="it", file=sys.stderr,
+                            dynamic_ncols=True)
+
+    def on_iteration(self, _iteration, result) -> None:
+        if self.bar is not None:
+            recent = result.rewards[-10:]
+            self.bar.set_postfix(reward=f"{sum(recent) / len(recent):.3f}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def main(args) -> int:
+    try:
+        from . import rl
+    except ImportError as error:
+        print(f"jax-amem demo: {error}: {MISSING_HINT}", file=sys.stderr)
+        return 2
     import jax
-    import jax.numpy as jnp
 
-    import jax_amem
-
+    policy, loop = _configs(args)
     device = jax.devices()[0]
-    print(f"jax-amem demo on {device.platform} ({device.device_kind}), {len(jax.devices())} devices")
-    rows, cols = (4096, 1024) if not getattr(args, "quick", False) else (256, 64)
-    weight = jax.device_put(jnp.arange(rows * cols, dtype=jnp.float32).reshape(rows, cols), device)
-    # Gather every other row into the top half of a buffer: one segment per row, one launch.
-    row_bytes = cols * 4
-    segments = np.array([(2 * r * row_bytes, r * row_bytes, row_bytes) for r in range(rows // 2)])
-    gather = jax.jit(lambda w, d: jax_amem.segment_copy(w, d, segments), donate_argnums=1)
-    out = gather(weight, jnp.zeros_like(weight)).block_until_ready()
-    start = time.perf_counter()
-    out = gather(weight, out).block_until_ready()
-    seconds = time.perf_counter() - start
-    expected = np.asarray(weight)[::2]
-    ok = np.array_equal(np.asarray(out)[: rows // 2], expected)
-    moved = rows // 2 * row_bytes
-    print(f"segment copy: {rows // 2} segments, {moved / 2**20:.1f} MiB in {seconds * 1e3:.2f} ms "
-          f"({moved / seconds / 1e9:.1f} GB/s), matches numpy: {ok}")
-    return 0 if ok else 1
+    print(f"jax-amem demo on {device.platform} ({device.device_kind}), {len(jax.devices())} device(s): "
+          f"{loop.iterations} iterations", flush=True)
+    progress = _Progress(loop.iterations, not getattr(args, "no_progress", False))
+    try:
+        result = rl.run(policy, loop, on_start=progress.on_start, on_iteration=progress.on_iteration)
+    finally:
+        progress.close()
+    print(rl.summary_table(result), flush=True)
+    return 0 if result.checks_ok else 1

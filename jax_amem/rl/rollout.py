@@ -1,0 +1,68 @@
+"""The rollout: the same architecture as a transformers.LlamaForCausalLM, sampling with PyTorch.
+
+The model is built from a config (no download) and its initial weights are
+overwritten to NaN: every weight it ever uses comes from the trainer through
+the swap, and a tensor the swap missed would show as NaN logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import PolicyConfig
+
+
+def torch_device():
+    """cuda:0 when PyTorch sees a GPU, else the CPU."""
+    import torch
+
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def build_rollout_model(config: PolicyConfig, device=None):
+    """A float32 LlamaForCausalLM of `config`'s architecture, in eval mode, weights set to NaN."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    device = device if device is not None else torch_device()
+    with torch.device(device):
+        model = LlamaForCausalLM(config.to_llama_config())
+    model = model.to(torch.float32).eval()
+    with torch.no_grad():
+        for tensor in model.parameters():
+            tensor.fill_(float("nan"))
+    model.generation_config.pad_token_id = 0  # silences generate(); no padding is used
+    return model
+
+
+def rollout_tensors(model) -> dict:
+    """The swap's destination: name -> the model's own parameter tensors (written in place)."""
+    return dict(model.named_parameters())
+
+
+def generate(model, prompts: np.ndarray, new_tokens: int, seed: int) -> np.ndarray:
+    """Samples exactly `new_tokens` tokens after each prompt (temperature 1, no top-k/top-p).
+
+    prompts: (B, P) int; returns (B, P + new_tokens) int32. Seeded: the same
+    weights, prompts and seed give the same samples.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    torch.manual_seed(seed)
+    inputs = torch.as_tensor(prompts, dtype=torch.long, device=device)
+    with torch.no_grad():
+        out = model.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=True,
+                             temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, eos_token_id=None, use_cache=True)
+    return out.cpu().numpy().astype(np.int32)
+
+
+def logits(model, tokens: np.ndarray) -> np.ndarray:
+    """The rollout model's logits (B, T, V) as float32 numpy."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model(torch.as_tensor(tokens, dtype=torch.long, device=device)).logits
+    return out.float().cpu().numpy()

@@ -1,0 +1,79 @@
+"""Trainer -> rollout weights: `jax_amem.swap` into the rollout model's own tensors, and the two
+naive ways it is compared with (the weight_swap notebook).
+
+The mapping is `jax_amem.reshard.rules.hf_llama(stacked=True)`: the Flax tree's
+stacked, (in, out) kernels become Hugging Face's per-layer (out, in) weights.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+import jax_amem
+
+from .. import reshard
+from .config import PolicyConfig
+
+
+def swap_rules(config: PolicyConfig):
+    return reshard.rules.hf_llama(config.num_layers, stacked=True)
+
+
+def swap_weights(params, tensors, rules, **options):
+    """Writes `params` (jax.Arrays, any sharding) into `tensors` (name -> torch.Tensor) in place;
+    returns the `jax_amem.SwapReport` (bytes, seconds, gb_per_s, transports)."""
+    return jax_amem.swap(params, tensors, rules=rules, **options)
+
+
+def _source_view(array, part) -> np.ndarray:
+    """A rule part's source as a host array: indexed, transposed, cast."""
+    value = np.asarray(array)[tuple(part.index)] if part.index else np.asarray(array)
+    if part.transpose is not None:
+        value = np.transpose(value, part.transpose)
+    return value.astype(part.cast) if part.cast else value
+
+
+def _single_part(rule):
+    if len(rule.parts) != 1:
+        raise ValueError(f"the per-tensor baselines copy one source per destination; {rule.dst!r} "
+                         f"concatenates {len(rule.parts)} (fused tensors are the planner's job)")
+    return rule.parts[0]
+
+
+def per_tensor_copy(params, tensors, rules) -> None:
+    """Baseline: every destination gathered to the host whole (np.asarray of the sharded
+    array), transposed there, and copied into its tensor with `Tensor.copy_`."""
+    import torch
+
+    names = reshard.tree_names(params)
+    with torch.no_grad():
+        for rule in rules:
+            part = _single_part(rule)
+            tensors[rule.dst].copy_(torch.from_numpy(np.ascontiguousarray(_source_view(names[part.src], part))))
+
+
+def device_put_copy(params, tensors, rules) -> None:
+    """Baseline: XLA reshards each source to the rollout's device (`jax.device_put`), the
+    rule's slice/transpose runs there, and the result is copied in through DLPack."""
+    import torch
+
+    names = reshard.tree_names(params)
+    with torch.no_grad():
+        for rule in rules:
+            part = _single_part(rule)
+            tensor = tensors[rule.dst]
+            device = _jax_device_of(tensor)
+            value = jax.device_put(names[part.src], device)
+            if part.index:
+                value = value[tuple(part.index)]
+            if part.transpose is not None:
+                value = value.transpose(part.transpose)
+            tensor.copy_(torch.from_dlpack(value.astype(part.cast) if part.cast else value))
+
+
+def _jax_device_of(tensor):
+    """The JAX device holding the same memory as a PyTorch tensor: GPU i for cuda:i, else CPU 0."""
+    if tensor.device.type == "cuda":
+        return jax.devices("gpu")[tensor.device.index]
+    return jax.devices("cpu")[0]
