@@ -18,7 +18,7 @@ from .destinations import check_names, describe
 from .errors import SwapError
 from .program import compile_program
 from .report import SwapReport
-from .sources import Sources
+from .sources import Sources, shard_positions
 from .verify import first_mismatch, raise_on_mismatch
 
 CACHE_SIZE = 32
@@ -85,19 +85,15 @@ def resolve_program(plan, sources: Sources, destination):
     _check_sources(plan, sources)
     process = jax.process_index()
     buffers = destination.buffers(plan, process)
-    devices = {}
+    def locate_source(name, owner):
+        positions = shard_positions(sources.arrays[name])
+        if owner not in positions:
+            raise SwapError(f"the plan reads source {name!r} from owner {tuple(owner)}, which holds no "
+                            "addressable shard of it here (nothing was written)")
+        index, device = positions[owner]
+        return (None if len(positions) == 1 else index), device
 
-    def source_device(name, owner):
-        if (name, owner) not in devices:
-            from .sources import shard_positions
-            positions = shard_positions(sources.arrays[name])
-            if owner not in positions:
-                raise SwapError(f"the plan reads source {name!r} from owner {tuple(owner)}, which holds no "
-                                "addressable shard of it here (nothing was written)")
-            devices[(name, owner)] = positions[owner][1]
-        return devices[(name, owner)]
-
-    return _remember(_programs, key, compile_program(plan, buffers, source_device, process))
+    return _remember(_programs, key, compile_program(plan, buffers, locate_source, process))
 
 
 def _version(version) -> int:
@@ -167,6 +163,6 @@ def verify(src_params, dst, *, rules=None, plan=None) -> int:
 def forget() -> None:
     """Releases the JAX arrays kept alive to alias PyTorch tensors between swaps (they hold
     the tensors' storage), and the cached plans and programs."""
-    executor.kept.replace({})
+    executor.kept.clear()
     _plans.clear()
     _programs.clear()

@@ -111,19 +111,6 @@ class TorchDestination:
             out[(name, owner)] = torch_bridge.jax_device(tensor)
         return out
 
-    def inputs(self, buffers, kept) -> list:
-        """The JAX arrays to donate: the buffer kept from the last swap when the tensor is still
-        at the same address, else a fresh DLPack import."""
-        out = []
-        for name, owner in buffers:
-            tensor = self.tensors[name]
-            array = kept.get((tensor.device, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype))
-            if array is None or array.is_deleted():
-                torch_bridge.check_importable(name, tensor)  # it may have changed since it was planned
-                array = torch_bridge.import_tensor(name, tensor)
-            out.append(array)
-        return out
-
     def after(self, new_tree):
         return self
 
@@ -177,7 +164,7 @@ class JaxDestination:
                 out[(name, owner)] = device
         return out
 
-    def inputs(self, buffers, kept=None) -> list:
+    def inputs(self, buffers) -> list:
         return [shard_data(self.arrays[name], shard_positions(self.arrays[name])[owner][0])
                 for name, owner in buffers]
 
@@ -187,6 +174,9 @@ class JaxDestination:
         new = {}
         for name, array in self.arrays.items():
             positions = shard_positions(array)
+            if len(positions) == 1 and (name, next(iter(positions))) in written:
+                new[name] = written[(name, next(iter(positions)))]  # a single-device array: the result itself
+                continue
             shards = [None] * len(positions)
             for owner, (i, _) in positions.items():
                 shards[i] = written.get((name, owner))

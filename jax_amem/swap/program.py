@@ -42,16 +42,16 @@ class Group:
     buffers: list = field(default_factory=list)        # [(dst name, owner)]
     steps: list = field(default_factory=list)          # per buffer, [Step]
     sources: list = field(default_factory=list)        # [(src name, owner)] read by this call
-    source_devices: list = field(default_factory=list)
+    source_refs: list = field(default_factory=list)    # [(src name, shard index or None, device)]
     nbytes: int = 0
     fn: object = None
     slots: dict = field(default_factory=dict)
 
-    def source_slot(self, key, device) -> int:
+    def source_slot(self, key, index, device) -> int:
         if key not in self.slots:
             self.slots[key] = len(self.sources)
             self.sources.append(key)
-            self.source_devices.append(device)
+            self.source_refs.append((key[0], index, device))
         return self.slots[key]
 
 
@@ -68,13 +68,18 @@ class Program:
 
     @property
     def buffers(self) -> int:
-        return sum(len(g.buffers) for g in self.groups)
+        return len(self.order)
+
+    @property
+    def order(self) -> list:
+        """Every buffer, in the order the groups write them."""
+        return [b for g in self.groups for b in g.buffers]
 
 
-def compile_program(plan: Plan, buffers: dict, source_device, process: int) -> Program:
-    """`buffers`: {(dst name, owner): JAX device} this process writes. `source_device(name,
-    owner)`: the JAX device of a source shard. SwapError for a transfer that would cross
-    processes (those transports are not built: docs/swap.md)."""
+def compile_program(plan: Plan, buffers: dict, locate_source, process: int) -> Program:
+    """`buffers`: {(dst name, owner): JAX device} this process writes. `locate_source(name,
+    owner)`: (shard index, or None for a single-device array; its JAX device). SwapError for
+    a transfer that would cross processes (those transports are not built: docs/swap.md)."""
     names = plan.dst_names
     per_buffer = defaultdict(list)
     transports: dict[str, int] = defaultdict(int)
@@ -106,9 +111,9 @@ def compile_program(plan: Plan, buffers: dict, source_device, process: int) -> P
         steps = []
         for view, src_owner, table, nbytes_row in rows:
             src_name = plan.views[view][0]
-            src_device = source_device(src_name, src_owner)
+            index, src_device = locate_source(src_name, src_owner)
             known = (src_name, src_owner) in group.slots
-            slot = group.source_slot((src_name, src_owner), src_device)
+            slot = group.source_slot((src_name, src_owner), index, src_device)
             if src_device != device:
                 transports[R.CROSS_DEVICE] += nbytes_row
                 if not known:

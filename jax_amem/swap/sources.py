@@ -38,9 +38,23 @@ def shard_data(array, i: int):
     return arrays[i] if arrays is not None else array.addressable_shards[i].data
 
 
+_names_of_treedef: dict = {}
+
+
+def named_leaves(tree) -> dict:
+    """`tree_names(tree)`, with the names cached per tree structure (a swap runs every step)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    names = _names_of_treedef.get(treedef)
+    if names is None:
+        if len(_names_of_treedef) > 256:
+            _names_of_treedef.clear()
+        names = _names_of_treedef[treedef] = list(tree_names(tree))
+    return dict(zip(names, leaves))
+
+
 def named_arrays(tree, side: str) -> dict[str, jax.Array]:
     """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
-    arrays = tree_names(tree)
+    arrays = named_leaves(tree)
     for name, leaf in arrays.items():
         if not isinstance(leaf, jax.Array):
             raise SwapError(f"{side} {name!r} is a {type(leaf).__name__}, not a jax.Array")
@@ -63,3 +77,8 @@ class Sources:
     def shard(self, name: str, owner: Owner):
         array = self.arrays[name]
         return shard_data(array, shard_positions(array)[owner][0])
+
+    def shard_at(self, name: str, index):
+        """The program's fast path: index None is a single-device array, itself."""
+        array = self.arrays[name]
+        return array if index is None else shard_data(array, index)

@@ -81,6 +81,7 @@ def import_tensor(name: str, tensor):
 
     The DLPack import hands JAX's stream to PyTorch, which makes it wait for the work
     already queued on PyTorch's current stream (the protocol's ordering)."""
+    check_importable(name, tensor)  # again: it may have been freed since it was planned
     tensor = tensor.detach()  # parameters require grad; detach shares the storage
     with _on_device(tensor):
         array = jax.dlpack.from_dlpack(tensor, copy=False)
