@@ -38,7 +38,49 @@ def _remember(cache: OrderedDict, key, value):
 
 
 def _rules_key(rules):
-    return None if rules is None else tuple(rules)
+    return None if rules is None else _RulesKey.of(rules)
+
+
+class _RulesKey:
+    """Rules as a cache key whose hash is computed once: the same rule objects, swap after
+    swap, compare by identity, element by element, and need no rehashing."""
+
+    _last = None
+
+    def __init__(self, rules: tuple):
+        self.rules, self._hash = rules, hash(rules)
+
+    @classmethod
+    def of(cls, rules) -> "_RulesKey":
+        rules = tuple(rules)
+        if cls._last is None or cls._last.rules != rules:
+            cls._last = cls(rules)
+        return cls._last
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, _RulesKey) and self.rules == other.rules
+
+
+_ready: dict = {}  # (sources, destination, rules or plan) -> Program: one lookup per swap
+
+
+def program_for(sources: Sources, destination, rules, plan):
+    """The compiled program for these inputs: cached; on a miss, planned, checked and compiled."""
+    if plan is not None and rules is not None:
+        raise SwapError("give rules or plan, not both: a plan already holds its rules")
+    how = _rules_key(rules) if plan is None else (plan.key, plan.owner, plan.planner, id(plan))
+    key = (sources.signature, destination.signature, how)
+    found = _ready.get(key)
+    if found is not None and (plan is None or found.plan is plan):
+        return found
+    program = resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination)
+    if len(_ready) >= CACHE_SIZE:
+        _ready.pop(next(iter(_ready)))
+    _ready[key] = program
+    return program
 
 
 def _check_rule_names(sources: Sources, destination, rules) -> None:
@@ -93,7 +135,9 @@ def resolve_program(plan, sources: Sources, destination):
         index, device = positions[owner]
         return (None if len(positions) == 1 else index), device
 
-    return _remember(_programs, key, compile_program(plan, buffers, locate_source, process))
+    program = compile_program(plan, buffers, locate_source, process)
+    program.dst_indices = [destination.shard_index(name, owner) for name, owner in program.order]
+    return _remember(_programs, key, program)
 
 
 def _version(version) -> int:
@@ -121,8 +165,7 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
     start = time.perf_counter()
     sources = Sources(src_params)
     destination = describe(dst)
-    resolved = resolve_plan(sources, destination, rules, plan)
-    program = resolve_program(resolved, sources, destination)
+    program = program_for(sources, destination, rules, plan)
     number = _version(version)
     show = progress if progress is not None else (
         (program.last_seconds or 0) > AUTO_PROGRESS_SECONDS
@@ -130,13 +173,13 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
     written, extra = executor.run(program, sources, destination, bool(show))
     seconds = time.perf_counter() - start
     program.last_seconds = seconds
-    new_tree = destination.assemble(written) if destination.kind == "jax" else None
+    new_tree = destination.assemble(program, written) if destination.kind == "jax" else None
     transports = dict(program.transports)
     for name, nbytes in extra.items():
         transports[name] = transports.get(name, 0) + nbytes
     report = SwapReport(version=number, bytes=program.nbytes, seconds=seconds, segments=program.segments,
                         launches=program.launches, calls=len(program.groups), buffers=program.buffers,
-                        transports=transports, staging_bytes=program.staging_bytes, plan_key=resolved.key,
+                        transports=transports, staging_bytes=program.staging_bytes, plan_key=program.plan.key,
                         dst=new_tree)
     if verify:
         _verify(program, sources, destination.after(new_tree))
@@ -156,8 +199,7 @@ def verify(src_params, dst, *, rules=None, plan=None) -> int:
     on the host); returns the bytes checked, or raises SwapError naming the first mismatch."""
     sources = Sources(src_params)
     destination = describe(dst)
-    resolved = resolve_plan(sources, destination, rules, plan)
-    return _verify(resolve_program(resolved, sources, destination), sources, destination)
+    return _verify(program_for(sources, destination, rules, plan), sources, destination)
 
 
 def forget() -> None:
@@ -166,3 +208,4 @@ def forget() -> None:
     executor.kept.clear()
     _plans.clear()
     _programs.clear()
+    _ready.clear()

@@ -114,6 +114,9 @@ class TorchDestination:
     def after(self, new_tree):
         return self
 
+    def shard_index(self, name: str, owner: Owner):
+        return None
+
     def host_bytes(self, name: str, owner: Owner) -> np.ndarray:
         tensor = self.tensors[name].detach()
         if tensor.numel() == 0:
@@ -164,27 +167,31 @@ class JaxDestination:
                 out[(name, owner)] = device
         return out
 
-    def inputs(self, buffers) -> list:
-        return [shard_data(self.arrays[name], shard_positions(self.arrays[name])[owner][0])
-                for name, owner in buffers]
+    def shard_index(self, name: str, owner: Owner):
+        positions = shard_positions(self.arrays[name])
+        return None if len(positions) == 1 else positions[owner][0]
 
-    def assemble(self, written: dict[Buffer, jax.Array]):
-        """The new pytree: every array rebuilt from its shards (written ones are the donated
-        buffers' successors, untouched ones the old shards); the old arrays are deleted."""
+    def inputs(self, order, indices) -> list:
+        arrays = self.arrays
+        return [arrays[name] if i is None else shard_data(arrays[name], i) for (name, _), i in zip(order, indices)]
+
+    def assemble(self, program, outputs: list):
+        """The new pytree: each array rebuilt from its written shards (the donated buffers'
+        successors) and, where a shard received nothing, its old shard; the old arrays are
+        deleted when every shard was donated."""
+        by_name: dict = {}
+        for (name, _), index, output in zip(program.order, program.dst_indices, outputs):
+            by_name.setdefault(name, {})[index] = output
         new = {}
         for name, array in self.arrays.items():
-            positions = shard_positions(array)
-            if len(positions) == 1 and (name, next(iter(positions))) in written:
-                new[name] = written[(name, next(iter(positions)))]  # a single-device array: the result itself
+            written = by_name.get(name, {})
+            if None in written:  # a single-device array: the result itself
+                new[name] = written[None]
                 continue
-            shards = [None] * len(positions)
-            for owner, (i, _) in positions.items():
-                shards[i] = written.get((name, owner))
-                if shards[i] is None:
-                    shards[i] = shard_data(array, i)
+            count = len(shard_positions(array))
+            shards = [written[i] if i in written else shard_data(array, i) for i in range(count)]
             new[name] = jax.make_array_from_single_device_arrays(array.shape, array.sharding, shards)
-        for name, array in self.arrays.items():
-            if all((name, o) in written for o in shard_positions(array)):
+            if len(written) == count:
                 array.delete()  # every buffer now belongs to the new array; mark the old one gone
         leaves = [new[name] for name in self.arrays]
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(self.tree), leaves)

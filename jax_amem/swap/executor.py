@@ -45,7 +45,7 @@ kept = Kept()
 
 
 def run(program: Program, sources, destination, show_progress: bool):
-    """Returns ({buffer: written array}, extra transports) after all work has finished."""
+    """Returns (the written arrays in `program.order`, extra transports) once all work is done."""
     order = program.order
     if destination.kind == "torch":
         tensors = [destination.tensors[name] for name, _ in order]
@@ -57,7 +57,7 @@ def run(program: Program, sources, destination, show_progress: bool):
             torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
                                          if g.device.platform == "gpu"})
     else:
-        donated = destination.inputs(order)
+        donated = destination.inputs(order, program.dst_indices)
         pointers = [a.unsafe_buffer_pointer() for a in donated]
     outputs = []
     bar = _progress(program, show_progress)
@@ -76,12 +76,11 @@ def run(program: Program, sources, destination, show_progress: bool):
     jax.block_until_ready(outputs)
     if bar is not None:
         bar.close()
-    written = dict(zip(order, outputs))
     landed = [o.unsafe_buffer_pointer() for o in outputs]
     if destination.kind == "torch":
-        return written, _land_in_tensors(program, tensors, pointers, outputs, landed, order)
+        return outputs, _land_in_tensors(program, tensors, pointers, outputs, landed, order)
     moved = sum(o.nbytes for o, was, now in zip(outputs, pointers, landed) if was != now)
-    return written, ({R.NOT_IN_PLACE: moved} if moved else {})
+    return outputs, ({R.NOT_IN_PLACE: moved} if moved else {})
 
 
 def _land_in_tensors(program, tensors, pointers, outputs, landed, order) -> dict:

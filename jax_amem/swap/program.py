@@ -65,6 +65,7 @@ class Program:
     transports: dict[str, int]
     staging_bytes: int
     last_seconds: float | None = None
+    dst_indices: list | None = None   # per buffer in `order`: the destination's shard index (None: whole)
 
     @property
     def buffers(self) -> int:
