@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-BENCHMARKS = ["segment_copy", "nccl_pause", "pause_resume", "plan_scale"]
+BENCHMARKS = ["segment_copy", "nccl_pause", "pause_resume", "plan_scale", "swap"]
 
 
 def _find(name: str) -> Path | None:
