@@ -83,8 +83,12 @@ def import_tensor(name: str, tensor):
     already queued on PyTorch's current stream (the protocol's ordering)."""
     check_importable(name, tensor)  # again: it may have been freed since it was planned
     tensor = tensor.detach()  # parameters require grad; detach shares the storage
-    with _on_device(tensor):
-        array = jax.dlpack.from_dlpack(tensor, copy=False)
+    try:
+        with _on_device(tensor):
+            array = jax.dlpack.from_dlpack(tensor, copy=False)
+    except (ValueError, TypeError, BufferError, RuntimeError) as error:  # e.g. an unaligned address
+        raise SwapError(f"destination {name!r} cannot be imported into JAX without a copy ({error}); "
+                        "nothing was written") from error
     if tensor.numel() and array.unsafe_buffer_pointer() != tensor.data_ptr():
         raise SwapError(f"destination {name!r}: JAX imported a copy of the tensor, not its memory")
     return array
