@@ -1,7 +1,7 @@
 """Command line: `python -m jax_amem demo | report | bench`.
 
 demo   the main job on the embedded default (the GPU when present, else 8 XLA CPU devices)
-report what this machine and process offer (GPU, driver, build)
+report what this machine offers and what a pause would free (communicators, arrays, pool)
 bench  the benchmarks, one table each
 """
 
@@ -17,9 +17,11 @@ def _default_devices() -> None:
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 
-def cmd_report(_args) -> int:
+def cmd_report(args) -> int:
     import jax_amem
     import jax
+
+    from .rl import memory_view
 
     status = jax_amem.gpu_status()
     print(f"jax-amem {jax_amem.__version__}, jax {jax.__version__}")
@@ -28,6 +30,14 @@ def cmd_report(_args) -> int:
     print(f"GPUs visible to the driver: {status.device_count}")
     print(f"NCCL interposer: {'active' if jax_amem.nccl.is_installed() else jax_amem.nccl.status()}")
     print(f"JAX devices: {jax.devices()}")
+    print("\nthis process: what jax_amem.pause() would free (nothing tagged yet)")
+    print(memory_view.would_free())
+    if not args.no_example:
+        print()
+        try:
+            print(memory_view.example_cycle())
+        except ImportError as error:
+            print(f"no example ({error}): it needs flax and optax (the `test` extra)")
     return 0
 
 
@@ -57,7 +67,9 @@ def main(argv=None) -> int:
     from .demo import add_arguments as add_demo_arguments
 
     add_demo_arguments(demo_parser)
-    sub.add_parser("report", help="what this machine offers")
+    report_parser = sub.add_parser("report", help="what this machine offers, what a pause would free")
+    report_parser.add_argument("--no-example", action="store_true",
+                               help="skip pausing an example trainer state (the demo's)")
     sub.add_parser("bench", help="run the benchmarks")
     run_parser = sub.add_parser("run", help="run a program with the NCCL interposer preloaded")
     run_parser.add_argument("argv", nargs=argparse.REMAINDER, help="script.py [args...]")

@@ -17,13 +17,28 @@ def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
-def array_bytes_by_device(tree=None) -> dict:
-    """{device: bytes} of the arrays in `tree` (all live jax.Arrays when None), every platform."""
-    leaves = jax.live_arrays() if tree is None else jax.tree_util.tree_leaves(tree)
+LIVE = object()  # array_bytes_by_device(LIVE): every live jax.Array
+
+
+def array_bytes_by_device(tree) -> dict:
+    """{device: bytes} of the arrays in `tree` (every live jax.Array for LIVE), any platform.
+
+    Each device buffer counts once: reading `addressable_shards[i].data` makes (and caches)
+    a single-device array per shard, and `jax.live_arrays()` lists those as well.
+    """
+    leaves = jax.live_arrays() if tree is LIVE else jax.tree_util.tree_leaves(tree)
     out: dict = {}
+    seen = set()
     for x in leaves:
-        if isinstance(x, jax.Array) and not x.is_deleted():
-            for shard in x.addressable_shards:
+        if not isinstance(x, jax.Array) or x.is_deleted():
+            continue
+        for shard in x.addressable_shards:
+            try:
+                buffer = (shard.device, shard.data.unsafe_buffer_pointer())
+            except Exception:  # no pointer to compare (e.g. an empty array): count it
+                buffer = (shard.device, id(shard.data))
+            if buffer not in seen:
+                seen.add(buffer)
                 out[shard.device] = out.get(shard.device, 0) + shard.data.nbytes
     return out
 
@@ -43,8 +58,9 @@ def communicator_lines() -> list[str]:
     return lines
 
 
-def would_free(keep=None, drop=None) -> str:
-    """What `jax_amem.pause(keep=keep, drop=drop)` would free now, per device, in words."""
+def would_free(keep=None, drop=None, *, explain: bool = True) -> str:
+    """What `jax_amem.pause(keep=keep, drop=drop)` would free now, per device, in words.
+    explain=False leaves out the sentence on what a pause does without a GPU."""
     report = jax_amem.memory_report(keep=keep, drop=drop, measure_context=False)
     lines = []
     if report.devices:
@@ -59,15 +75,18 @@ def would_free(keep=None, drop=None) -> str:
         lines.append(f"allocator: {report.allocator} (the pool goes back to the driver only under cuda_async)")
     else:
         kept, dropped = array_bytes_by_device(keep), array_bytes_by_device(drop)
-        everything = array_bytes_by_device()
-        lines.append(f"no GPU ({report.note}): host-side figures. A pause copies the kept arrays to "
-                     "host staging and deletes kept and dropped arrays; there is no device memory "
-                     "to return to a driver.")
-        for device in sorted(everything, key=lambda d: d.id):
-            lines.append(f"  {device}: kept {mib(kept.get(device, 0))}, dropped "
-                         f"{mib(dropped.get(device, 0))}, all live arrays {mib(everything[device])}")
+        everything = array_bytes_by_device(LIVE)
+        if explain:
+            lines.append(f"no GPU ({report.note}): host-side figures. A pause copies the kept arrays "
+                         "to host staging and deletes kept and dropped arrays; there is no device "
+                         "memory to return to a driver.")
+        devices = sorted({d.platform for d in everything}) or ["no"]
+        lines.append(f"arrays on {len(everything)} {'/'.join(devices)} device(s): kept "
+                     f"{mib(sum(kept.values()))}, dropped {mib(sum(dropped.values()))}, all live "
+                     f"{mib(sum(everything.values()))} (largest on one device: "
+                     f"{mib(max(everything.values(), default=0))})")
     lines += communicator_lines()
-    lines.append(f"host staging pool: {report.pool}")
+    lines.append(str(report.pool))
     return "\n".join(lines)
 
 
@@ -88,3 +107,25 @@ def pause_effect(infos) -> str:
     return (f"{freed}; {last.arrays_kept} arrays kept ({mib(last.bytes_kept)}), "
             f"{mib(last.bytes_offloaded)} copied to host at {last.offload_gb_per_s:.2f} GB/s; {pool}; "
             f"NCCL paused: {last.nccl_paused}")
+
+
+def example_cycle(seed: int = 0) -> str:
+    """Builds the demo's trainer state (FSDP parameters + Adam state), says what pausing it would
+    free, pauses, and says what the pause did; resumes before returning."""
+    from .config import QUICK
+    from .loop import Trainer
+    from .task import SortTask
+
+    policy, loop = QUICK
+    trainer = Trainer(policy, loop, SortTask())
+    state = (trainer.params, trainer.opt_state)
+    lines = ["the demo's trainer state (parameters + Adam state, FSDP over "
+             f"{len(jax.devices())} device(s)): what pausing it would free",
+             would_free(keep=state, explain=False)]
+    with jax_amem.paused(keep=state) as paused:
+        del state
+        trainer.params = trainer.opt_state = None
+        lines += ["while paused:", would_free(explain=False)]
+    lines.append(f"the pause: {pause_effect([paused.info])}; took {paused.info.seconds * 1e3:.1f} ms, "
+                 f"resume {paused.restored.seconds * 1e3:.1f} ms")
+    return "\n".join(lines)

@@ -19,7 +19,11 @@ from .policy import logits_fn
 
 def group_advantages(rewards: np.ndarray, group_size: int, eps: float = 1e-6) -> np.ndarray:
     """(B,) rewards laid out group after group -> (B,) normalised advantages (0 for a flat group)."""
-    grouped = np.asarray(rewards, np.float32).reshape(-1, group_size)
+    rewards = np.asarray(rewards, np.float32)
+    if rewards.ndim != 1 or group_size < 1 or rewards.size % group_size:
+        raise ValueError(f"rewards (shape {rewards.shape}) must be one row of whole groups of "
+                         f"group_size={group_size} samples each, laid out group after group")
+    grouped = rewards.reshape(-1, group_size)
     centred = grouped - grouped.mean(axis=1, keepdims=True)
     return (centred / (grouped.std(axis=1, keepdims=True) + eps)).reshape(-1)
 
@@ -57,7 +61,8 @@ def make_train_step(config: PolicyConfig, prompt_length: int, optimizer, param_s
         (value, logp), grads = jax.value_and_grad(loss, has_aux=True)(params, tokens, advantages)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        return params, opt_state, {"loss": value, "logp": logp, "grad_norm": optax.global_norm(grads)}
+        grad_norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
+        return params, opt_state, {"loss": value, "logp": logp, "grad_norm": grad_norm}
 
     return jax.jit(step, donate_argnums=(0, 1),
                    in_shardings=(param_shardings, opt_shardings, batch_sharding, batch_sharding),

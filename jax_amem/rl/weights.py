@@ -27,8 +27,9 @@ def swap_weights(params, tensors, rules, **options):
 
 
 def _source_view(array, part) -> np.ndarray:
-    """A rule part's source as a host array: indexed, transposed, cast."""
-    value = np.asarray(array)[tuple(part.index)] if part.index else np.asarray(array)
+    """A rule part's source as a host array (a writable copy): indexed, transposed, cast."""
+    value = np.array(array)  # gathers every shard; a copy, as a gather to the host is anyway on a GPU
+    value = value[tuple(part.index)] if part.index else value
     if part.transpose is not None:
         value = np.transpose(value, part.transpose)
     return value.astype(part.cast) if part.cast else value
@@ -50,7 +51,7 @@ def per_tensor_copy(params, tensors, rules) -> None:
     with torch.no_grad():
         for rule in rules:
             part = _single_part(rule)
-            tensors[rule.dst].copy_(torch.from_numpy(np.ascontiguousarray(_source_view(names[part.src], part))))
+            tensors[rule.dst].copy_(torch.from_numpy(_source_view(names[part.src], part)))
 
 
 def device_put_copy(params, tensors, rules) -> None:
