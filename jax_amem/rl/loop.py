@@ -27,7 +27,7 @@ import jax_amem
 
 from . import rollout, sharding
 from .config import LoopConfig, PolicyConfig
-from .policy import init_params, logits_fn
+from .policy import exact_logits_fn, init_params
 from .task import SortTask
 from .train import group_advantages, make_optimizer, make_train_step
 from .weights import swap_rules, swap_weights
@@ -100,7 +100,7 @@ class Trainer:
         self.batch_sharding = sharding.batch_sharding(mesh)
         self.step_fn = make_train_step(config, task.prompt_length, optimizer, shardings_of(self.params),
                                        shardings_of(self.opt_state), self.batch_sharding)
-        self.forward = jax.jit(logits_fn(config))
+        self.forward = exact_logits_fn(config)
 
     def step(self, tokens: np.ndarray, advantages: np.ndarray) -> float:
         tokens = jax.device_put(tokens, self.batch_sharding)

@@ -128,3 +128,16 @@ def logits_fn(config: PolicyConfig):
     """params, tokens -> logits, for jit."""
     model = Policy(config)
     return lambda params, tokens: model.apply({"params": params}, tokens)
+
+
+def exact_logits_fn(config: PolicyConfig):
+    """A jitted params, tokens -> logits with float32 matmuls at full precision: JAX's default
+    on a GPU lets XLA use TF32 (about 1e-3 relative), PyTorch's does not, and the logits check
+    compares the two at 1e-4."""
+    forward = logits_fn(config)
+
+    def exact(params, tokens):
+        with jax.default_matmul_precision("highest"):
+            return forward(params, tokens)
+
+    return jax.jit(exact)
