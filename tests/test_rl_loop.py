@@ -81,7 +81,7 @@ def test_the_summary_reports_what_happened(quick_run):
     for phase in rl.PHASES:
         assert f"\n{phase:<10}" in text
     assert "logits check: OK" in text and "swap (jax_amem.swap): 60 swaps" in text
-    assert "memory during rollout" in text
+    assert "memory during rollout" in text and f"LlamaForCausalLM on {result.rollout_device}" in text
 
 
 def test_a_batch_that_does_not_split_over_the_devices_is_refused():

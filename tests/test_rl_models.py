@@ -86,7 +86,7 @@ def test_the_swap_writes_in_place():
     pointers = {n: t.data_ptr() for n, t in tensors.items()}
     weights.swap_weights(params, tensors, weights.swap_rules(config))
     assert {n: t.data_ptr() for n, t in model.named_parameters()} == pointers
-    np.testing.assert_array_equal(tensors["model.layers.1.self_attn.q_proj.weight"].detach().numpy(),
+    np.testing.assert_array_equal(tensors["model.layers.1.self_attn.q_proj.weight"].detach().cpu().numpy(),
                                   np.asarray(params["layers"]["attn"]["q"]["kernel"])[1].T)
 
 

@@ -54,6 +54,7 @@ class LoopResult:
     task: SortTask
     platform: str                    # "gpu" / "cpu" and the device kind
     devices: int
+    rollout_device: str              # where PyTorch holds the rollout model ("cuda:0", "cpu")
     rewards: list = dataclasses.field(default_factory=list)        # mean reward per iteration
     losses: list = dataclasses.field(default_factory=list)
     phase_seconds: dict = dataclasses.field(default_factory=lambda: {p: [] for p in PHASES})
@@ -162,6 +163,7 @@ def run(config: PolicyConfig, loop: LoopConfig, task: SortTask | None = None, *,
     trainer = Trainer(config, loop, task)
     roll = Rollout(config)
     result = LoopResult(config, loop, task, _platform(), len(jax.devices()),
+                        str(next(roll.model.parameters()).device),
                         param_bytes=_nbytes(trainer.params), opt_state_bytes=_nbytes(trainer.opt_state))
     result.initial_swap = roll.load(trainer.params)
     rng = np.random.default_rng(loop.seed)
