@@ -96,7 +96,8 @@ class Trainer:
         self.params = init_params(config, loop.seed, fsdp)
         optimizer = make_optimizer(loop.learning_rate)
         # Adam's moments are split like the parameters, its step count replicated over the mesh.
-        self.opt_state = jax.jit(optimizer.init, out_shardings=fsdp(jax.eval_shape(optimizer.init, self.params)))(self.params)
+        opt_shardings = fsdp(jax.eval_shape(optimizer.init, self.params))
+        self.opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(self.params)
         shardings_of = lambda tree: jax.tree_util.tree_map(lambda x: x.sharding, tree)  # noqa: E731
         self.batch_sharding = sharding.batch_sharding(mesh)
         self.step_fn = make_train_step(config, task.prompt_length, optimizer, shardings_of(self.params),
