@@ -59,7 +59,7 @@ def test_recreate_pause_resume_keeps_handles_and_data(fake):
         lib = interposer()
         comms = init_ranks(lib, make_id("job-b"), 2)
         before = all_reduce(lib, comms[0], [1, 2, 3])
-        report = nccl.pause("recreate")
+        report = nccl.pause("recreate", teardown="destroy")  # in turn: a fixed call order
         paused_states = [c.state for c in nccl.communicators()]
         nccl.resume()
         after = all_reduce(lib, comms[0], [1, 2, 3])
