@@ -1,7 +1,8 @@
 """jax-amem: pause/resume of a JAX process's GPU memory and resharded in-place weight swaps.
 
-Import it before JAX starts its GPU backend: it registers its XLA FFI targets
-here (and, as the NCCL part lands, installs the NCCL interposer).
+Import it before JAX starts its GPU backend (and before PyTorch): it puts the
+NCCL interposer in front of libnccl, chooses XLA's cuda_async allocator (so a
+pause can return the pool), and registers its XLA FFI targets.
 """
 
 from ._native import core as _core
