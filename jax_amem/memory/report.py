@@ -78,16 +78,27 @@ def _gpu_devices():
         return []
 
 
-def _array_bytes_by_device(leaves) -> dict:
-    """{CUDA ordinal: bytes} of the arrays' addressable shards on GPUs."""
+def _array_bytes_by_device(leaves, seen: set) -> dict:
+    """{CUDA ordinal: bytes} of the arrays' addressable shards on GPUs, each buffer once.
+
+    `seen` holds (ordinal, address) of buffers already counted by an earlier
+    category: a shard read through `addressable_shards` becomes a live array of
+    its own (`jax.live_arrays()` lists it too), and replicas of one buffer must
+    not count twice.
+    """
     out: dict = {}
     for x in leaves:
         if not isinstance(x, jax.Array) or x.is_deleted():
             continue
         for shard in x.addressable_shards:
-            if shard.device.platform == "gpu":
-                ordinal = shard.device.local_hardware_id
-                out[ordinal] = out.get(ordinal, 0) + buffer_bytes(shard.data)
+            if shard.device.platform != "gpu":
+                continue
+            ordinal = shard.device.local_hardware_id
+            key = (ordinal, shard.data.unsafe_buffer_pointer())
+            if key in seen:
+                continue
+            seen.add(key)
+            out[ordinal] = out.get(ordinal, 0) + buffer_bytes(shard.data)
     return out
 
 
@@ -146,9 +157,10 @@ def memory_report(keep=None, drop=None, *, measure_context: bool = True) -> Memo
     kept_leaves = jax.tree_util.tree_leaves(keep)
     dropped_leaves = jax.tree_util.tree_leaves(drop)
     tagged = {id(x) for x in kept_leaves + dropped_leaves}
-    kept = _array_bytes_by_device(kept_leaves)
-    dropped = _array_bytes_by_device(dropped_leaves)
-    untagged = _array_bytes_by_device([x for x in jax.live_arrays() if id(x) not in tagged])
+    counted: set = set()
+    kept = _array_bytes_by_device(kept_leaves, counted)
+    dropped = _array_bytes_by_device(dropped_leaves, counted)
+    untagged = _array_bytes_by_device([x for x in jax.live_arrays() if id(x) not in tagged], counted)
     nccl = _nccl_bytes_by_device()
     rows = []
     for device in devices:
