@@ -11,6 +11,7 @@ import jax
 from ._native import core
 
 SEGMENT_COPY = "jax_amem_segment_copy"
+SEGMENT_COPY_MANY = "jax_amem_segment_copy_many"
 
 _registered = False
 

@@ -15,6 +15,7 @@ from . import _ffi
 from ._native import core
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
+MAX_BUFFERS_PER_SIDE = core.copy.MAX_BUFFERS_PER_SIDE
 
 
 def _nbytes(x) -> int:
@@ -65,3 +66,37 @@ def _table_beside(dst, table: np.ndarray):
             "devices. Call it per shard inside jax.shard_map."
         )
     return jax.device_put(table, next(iter(devices)))
+
+
+def prepare_buffer_segments(segments, src_bytes, dst_bytes,
+                            max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
+    """As prepare_segments, for rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0])
+    between several buffers whose sizes are `src_bytes` and `dst_bytes` (lists)."""
+    table = np.asarray(segments, dtype=np.int64)
+    if table.ndim == 2 and table.shape[1] == 5:
+        table = np.concatenate([table, np.zeros((len(table), 1), np.int64)], axis=1)
+    table = np.ascontiguousarray(table.reshape(-1, 6))
+    return core.copy.prepare_buffer_segments(table, [int(b) for b in src_bytes],
+                                             [int(b) for b in dst_bytes], int(max_piece))
+
+
+def segment_copy_many(srcs, dsts, segments) -> list:
+    """Copies rows (src_index, dst_index, src_offset, dst_offset, bytes) between many arrays
+    in one XLA custom call (one kernel launch on CUDA); returns the new destinations.
+
+    Every destination is aliased to its result, so donating them writes in place.
+    At most MAX_BUFFERS_PER_SIDE sources and destinations per call. `segments` must
+    be concrete; it is validated against every buffer's size on the host.
+    """
+    _ffi.register_targets()
+    srcs, dsts = list(srcs), list(dsts)
+    table = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], [_nbytes(d) for d in dsts])
+    call = jax.ffi.ffi_call(
+        _ffi.SEGMENT_COPY_MANY,
+        [jax.ShapeDtypeStruct(d.shape, d.dtype) for d in dsts],
+        input_output_aliases={1 + len(srcs) + i: i for i in range(len(dsts))},
+    )
+    anchor = dsts[0] if dsts else (srcs[0] if srcs else None)
+    encoded = table.view(np.uint32)
+    operand = _table_beside(anchor, encoded) if anchor is not None else jnp.asarray(encoded)
+    return list(call(operand, *srcs, *dsts, sources=np.int64(len(srcs))))

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <nanobind/stl/vector.h>
+
 #include "bindings/bindings.h"
 #include "copy/copy_cuda.h"
 #include "copy/segments.h"
@@ -14,10 +16,12 @@ namespace {
 using SegmentArray = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using OwnedSegmentArray = nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>;
 
-OwnedSegmentArray ToNumpy(std::vector<copy::Segment> pieces) {
-  auto* owned = new std::vector<copy::Segment>(std::move(pieces));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<copy::Segment>*>(p); });
-  return OwnedSegmentArray(owned->data(), {owned->size(), 3}, owner);
+// Rows (of Segment or BufferSegment) as an owned (n, columns) int64 numpy array.
+template <typename Row>
+OwnedSegmentArray ToNumpy(std::vector<Row> rows) {
+  auto* owned = new std::vector<Row>(std::move(rows));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<Row>*>(p); });
+  return OwnedSegmentArray(owned->data(), {owned->size(), sizeof(Row) / sizeof(int64_t)}, owner);
 }
 
 }  // namespace
@@ -47,6 +51,29 @@ void BindCopy(nb::module_& root) {
       "Validates a segment table against both buffer sizes (in bounds, positive, no two "
       "segments writing the same destination byte) and splits long segments into pieces "
       "that balance one kernel launch. Raises ValueError naming the first bad row.");
+  m.attr("MAX_BUFFERS_PER_SIDE") = copy::kMaxBuffersPerSide;
+  m.def(
+      "prepare_buffer_segments",
+      [](SegmentArray segments, std::vector<int64_t> src_bytes, std::vector<int64_t> dst_bytes,
+         int64_t max_piece) {
+        if (segments.shape(1) != 6) {
+          throw nb::value_error(
+              "segments must have shape (n, 6): (src_index, dst_index, src_offset, dst_offset, "
+              "bytes, 0)");
+        }
+        if (max_piece <= 0 || max_piece % 16 != 0) {
+          throw nb::value_error("max_piece must be a positive multiple of 16");
+        }
+        const auto* rows = reinterpret_cast<const copy::BufferSegment*>(segments.data());
+        const int64_t count = static_cast<int64_t>(segments.shape(0));
+        Status valid = copy::ValidateBufferSegments(rows, count, src_bytes, dst_bytes);
+        if (!valid.ok()) throw nb::value_error(valid.message().c_str());
+        return ToNumpy(copy::SplitBufferSegments(rows, count, max_piece));
+      },
+      nb::arg("segments"), nb::arg("src_bytes"), nb::arg("dst_bytes"),
+      nb::arg("max_piece") = copy::kMaxPieceBytes,
+      "As prepare_segments for a copy between several buffers: rows (src_index, dst_index, "
+      "src_offset, dst_offset, bytes, 0), checked against each buffer's size.");
 }
 
 }  // namespace amem::bindings

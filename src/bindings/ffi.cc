@@ -2,6 +2,7 @@
 
 #include "bindings/bindings.h"
 #include "ffi/segment_copy.h"
+#include "ffi/segment_copy_many.h"
 
 namespace nb = nanobind;
 
@@ -26,6 +27,10 @@ void BindFfi(nb::module_& root) {
         segment_copy["cpu"] = Capsule(AmemSegmentCopyCpu);
         segment_copy["CUDA"] = Capsule(AmemSegmentCopyCuda);
         targets["jax_amem_segment_copy"] = segment_copy;
+        nb::dict segment_copy_many;
+        segment_copy_many["cpu"] = Capsule(AmemSegmentCopyManyCpu);
+        segment_copy_many["CUDA"] = Capsule(AmemSegmentCopyManyCuda);
+        targets["jax_amem_segment_copy_many"] = segment_copy_many;
         return targets;
       },
       "The FFI targets this build provides: {name: {platform: capsule}}.");

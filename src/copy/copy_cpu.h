@@ -10,4 +10,8 @@ namespace amem::copy {
 // must already be validated against both buffers.
 void CopySegmentsOnHost(const char* src, char* dst, const Segment* segments, int64_t count);
 
+// The same for rows between several buffers (pointers indexed by the rows).
+void CopyBufferSegmentsOnHost(const char* const* sources, char* const* destinations,
+                              const BufferSegment* segments, int64_t count);
+
 }  // namespace amem::copy

@@ -32,6 +32,20 @@ __device__ void CopyRun(const char* __restrict__ src, char* __restrict__ dst, in
   for (int64_t b = words * sizeof(Word) + threadIdx.x; b < bytes; b += kThreads) dst[b] = src[b];
 }
 
+// The widest word both ends are aligned to.
+__device__ void CopyAligned(const char* from, char* to, int64_t bytes) {
+  const uintptr_t alignment = reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to);
+  if ((alignment & 15) == 0) {
+    CopyRun<uint4>(from, to, bytes);
+  } else if ((alignment & 7) == 0) {
+    CopyRun<uint2>(from, to, bytes);
+  } else if ((alignment & 3) == 0) {
+    CopyRun<uint32_t>(from, to, bytes);
+  } else {
+    CopyRun<uint8_t>(from, to, bytes);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
     SegmentCopyKernel(const char* __restrict__ src, int64_t src_bytes, char* __restrict__ dst,
                       int64_t dst_bytes, const Segment* __restrict__ segments, int64_t count) {
@@ -41,18 +55,22 @@ __global__ void __launch_bounds__(kThreads)
         s.src_offset > src_bytes - s.bytes || s.dst_offset > dst_bytes - s.bytes) {
       continue;  // never fault the GPU on a bad table
     }
-    const char* from = src + s.src_offset;
-    char* to = dst + s.dst_offset;
-    const uintptr_t alignment = reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to);
-    if ((alignment & 15) == 0) {
-      CopyRun<uint4>(from, to, s.bytes);
-    } else if ((alignment & 7) == 0) {
-      CopyRun<uint2>(from, to, s.bytes);
-    } else if ((alignment & 3) == 0) {
-      CopyRun<uint32_t>(from, to, s.bytes);
-    } else {
-      CopyRun<uint8_t>(from, to, s.bytes);
+    CopyAligned(src + s.src_offset, dst + s.dst_offset, s.bytes);
+  }
+}
+
+// Rows between many buffers; the pointers come by value with the launch.
+__global__ void __launch_bounds__(kThreads)
+    BufferSegmentCopyKernel(const BufferPointers pointers, const BufferSegment* __restrict__ segments,
+                            int64_t count) {
+  for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
+    const BufferSegment s = segments[k];
+    if (s.bytes <= 0 || s.src_index < 0 || s.dst_index < 0 || s.src_index >= kMaxBuffersPerSide ||
+        s.dst_index >= kMaxBuffersPerSide) {
+      continue;  // validated on the host; never fault on a bad row
     }
+    CopyAligned(pointers.sources[s.src_index] + s.src_offset,
+                pointers.destinations[s.dst_index] + s.dst_offset, s.bytes);
   }
 }
 
@@ -73,6 +91,19 @@ int MultiprocessorCount() {
   return count;
 }
 
+int Blocks(int64_t count) {
+  const int64_t blocks_wanted = static_cast<int64_t>(MultiprocessorCount()) * 8;
+  return static_cast<int>(count < blocks_wanted ? count : blocks_wanted);
+}
+
+Status LaunchStatus(const char* what) {
+  cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return Status::Error(std::string(what) + " kernel launch failed: " + cudaGetErrorString(error));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool HaveCudaKernels() { return true; }
@@ -80,16 +111,17 @@ bool HaveCudaKernels() { return true; }
 Status LaunchSegmentCopy(CUstream stream, const char* src, int64_t src_bytes, char* dst,
                          int64_t dst_bytes, const Segment* device_segments, int64_t count) {
   if (count == 0) return Status::Ok();
-  const int64_t blocks_wanted = static_cast<int64_t>(MultiprocessorCount()) * 8;
-  const int blocks = static_cast<int>(count < blocks_wanted ? count : blocks_wanted);
-  SegmentCopyKernel<<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+  SegmentCopyKernel<<<Blocks(count), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
       src, src_bytes, dst, dst_bytes, device_segments, count);
-  cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    return Status::Error(std::string("segment copy kernel launch failed: ") +
-                         cudaGetErrorString(error));
-  }
-  return Status::Ok();
+  return LaunchStatus("segment copy");
+}
+
+Status LaunchBufferSegmentCopy(CUstream stream, const BufferPointers& pointers,
+                               const BufferSegment* device_segments, int64_t count) {
+  if (count == 0) return Status::Ok();
+  BufferSegmentCopyKernel<<<Blocks(count), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      pointers, device_segments, count);
+  return LaunchStatus("batched segment copy");
 }
 
 }  // namespace amem::copy

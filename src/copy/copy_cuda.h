@@ -18,4 +18,15 @@ bool HaveCudaKernels();
 Status LaunchSegmentCopy(CUstream stream, const char* src, int64_t src_bytes, char* dst,
                          int64_t dst_bytes, const Segment* device_segments, int64_t count);
 
+// Pointers of a batched copy's buffers, passed to the kernel by value.
+struct BufferPointers {
+  const char* sources[kMaxBuffersPerSide];
+  char* destinations[kMaxBuffersPerSide];
+};
+
+// One launch for every row of a many-buffer table (validated on the host;
+// `device_segments` in device memory).
+Status LaunchBufferSegmentCopy(CUstream stream, const BufferPointers& pointers,
+                               const BufferSegment* device_segments, int64_t count);
+
 }  // namespace amem::copy

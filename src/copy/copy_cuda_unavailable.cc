@@ -5,10 +5,20 @@ namespace amem::copy {
 
 bool HaveCudaKernels() { return false; }
 
-Status LaunchSegmentCopy(CUstream, const char*, int64_t, char*, int64_t, const Segment*, int64_t) {
+namespace {
+Status NoKernels() {
   return Status::Error(
       "jax-amem was built without CUDA kernels (nvcc was not found at build time); "
       "reinstall it on a machine with the CUDA toolkit to copy on the GPU");
+}
+}  // namespace
+
+Status LaunchSegmentCopy(CUstream, const char*, int64_t, char*, int64_t, const Segment*, int64_t) {
+  return NoKernels();
+}
+
+Status LaunchBufferSegmentCopy(CUstream, const BufferPointers&, const BufferSegment*, int64_t) {
+  return NoKernels();
 }
 
 }  // namespace amem::copy

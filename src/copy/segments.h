@@ -34,4 +34,30 @@ Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_byte
 std::vector<Segment> SplitIntoPieces(const Segment* segments, int64_t count,
                                      int64_t max_piece = kMaxPieceBytes);
 
+// A segment between one of several source buffers and one of several
+// destination buffers: the rows of a batched copy over many tensors (one XLA
+// custom call, one kernel launch, for a whole group of a model's weights).
+struct BufferSegment {
+  int64_t src_index;
+  int64_t dst_index;
+  int64_t src_offset;
+  int64_t dst_offset;
+  int64_t bytes;
+  int64_t reserved;  // keeps rows 16-byte aligned; must be 0
+};
+static_assert(sizeof(BufferSegment) == 6 * sizeof(int64_t), "BufferSegment must be six packed int64");
+
+// Most buffers of each side one batched call may take: the CUDA kernel
+// receives the pointers as a launch parameter (8 KiB), not through memory.
+constexpr int64_t kMaxBuffersPerSide = 512;
+
+// As ValidateSegments, per buffer: indices in range, every row inside its two
+// buffers, no two rows writing the same byte of one destination buffer.
+Status ValidateBufferSegments(const BufferSegment* segments, int64_t count,
+                              const std::vector<int64_t>& src_bytes,
+                              const std::vector<int64_t>& dst_bytes);
+
+std::vector<BufferSegment> SplitBufferSegments(const BufferSegment* segments, int64_t count,
+                                               int64_t max_piece = kMaxPieceBytes);
+
 }  // namespace amem::copy
