@@ -1,6 +1,7 @@
 #include <nanobind/ndarray.h>
 
 #include <cstring>
+#include <string>
 
 #include <nanobind/stl/vector.h>
 
@@ -24,6 +25,24 @@ OwnedSegmentArray ToNumpy(std::vector<Row> rows) {
   return OwnedSegmentArray(owned->data(), {owned->size(), sizeof(Row) / sizeof(int64_t)}, owner);
 }
 
+// The checks both table preparers share; `Row` is Segment or BufferSegment.
+template <typename Row>
+const Row* CheckedRows(const SegmentArray& segments, const char* columns, int64_t max_piece) {
+  if (segments.shape(1) != sizeof(Row) / sizeof(int64_t)) {
+    throw nb::value_error((std::string("segments must have shape (n, ") +
+                           std::to_string(sizeof(Row) / sizeof(int64_t)) + "): " + columns)
+                              .c_str());
+  }
+  if (max_piece <= 0 || max_piece % 16 != 0) {
+    throw nb::value_error("max_piece must be a positive multiple of 16");
+  }
+  return reinterpret_cast<const Row*>(segments.data());
+}
+
+void RaiseIfInvalid(const Status& status) {
+  if (!status.ok()) throw nb::value_error(status.message().c_str());
+}
+
 }  // namespace
 
 void BindCopy(nb::module_& root) {
@@ -34,16 +53,10 @@ void BindCopy(nb::module_& root) {
   m.def(
       "prepare_segments",
       [](SegmentArray segments, int64_t src_bytes, int64_t dst_bytes, int64_t max_piece) {
-        if (segments.shape(1) != 3) {
-          throw nb::value_error("segments must have shape (n, 3): (src_offset, dst_offset, bytes)");
-        }
-        if (max_piece <= 0 || max_piece % 16 != 0) {
-          throw nb::value_error("max_piece must be a positive multiple of 16");
-        }
-        const auto* rows = reinterpret_cast<const copy::Segment*>(segments.data());
+        const auto* rows = CheckedRows<copy::Segment>(segments, "(src_offset, dst_offset, bytes)",
+                                                      max_piece);
         const int64_t count = static_cast<int64_t>(segments.shape(0));
-        Status valid = copy::ValidateSegments(rows, count, src_bytes, dst_bytes);
-        if (!valid.ok()) throw nb::value_error(valid.message().c_str());
+        RaiseIfInvalid(copy::ValidateSegments(rows, count, src_bytes, dst_bytes));
         return ToNumpy(copy::SplitIntoPieces(rows, count, max_piece));
       },
       nb::arg("segments"), nb::arg("src_bytes"), nb::arg("dst_bytes"),
@@ -56,18 +69,10 @@ void BindCopy(nb::module_& root) {
       "prepare_buffer_segments",
       [](SegmentArray segments, std::vector<int64_t> src_bytes, std::vector<int64_t> dst_bytes,
          int64_t max_piece) {
-        if (segments.shape(1) != 6) {
-          throw nb::value_error(
-              "segments must have shape (n, 6): (src_index, dst_index, src_offset, dst_offset, "
-              "bytes, 0)");
-        }
-        if (max_piece <= 0 || max_piece % 16 != 0) {
-          throw nb::value_error("max_piece must be a positive multiple of 16");
-        }
-        const auto* rows = reinterpret_cast<const copy::BufferSegment*>(segments.data());
+        const auto* rows = CheckedRows<copy::BufferSegment>(
+            segments, "(src_index, dst_index, src_offset, dst_offset, bytes, 0)", max_piece);
         const int64_t count = static_cast<int64_t>(segments.shape(0));
-        Status valid = copy::ValidateBufferSegments(rows, count, src_bytes, dst_bytes);
-        if (!valid.ok()) throw nb::value_error(valid.message().c_str());
+        RaiseIfInvalid(copy::ValidateBufferSegments(rows, count, src_bytes, dst_bytes));
         return ToNumpy(copy::SplitBufferSegments(rows, count, max_piece));
       },
       nb::arg("segments"), nb::arg("src_bytes"), nb::arg("dst_bytes"),

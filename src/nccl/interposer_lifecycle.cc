@@ -96,44 +96,54 @@ AMEM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
   return result;
 }
 
-AMEM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
-                                       ncclConfig_t* config) {
-  if (Real().ncclCommSplit == nullptr) return Unsupported("ncclCommSplit");
+namespace amem::nccl {
+namespace {
+
+// A communicator derived from a parent (split, shrink): the parent must be
+// active; the child's key extends the parent's, so every rank derives the same.
+// `name_child(n)` names the parent's n-th derived communicator.
+template <typename NameChild, typename Derive>
+ncclResult_t DeriveChild(const char* function, ncclComm_t comm, NameChild name_child,
+                         const void* caller, ncclConfig_t* config, ncclComm_t* newcomm,
+                         Derive derive) {
   ncclComm_t real_parent = nullptr;
   ncclResult_t refused = ncclSuccess;
-  ProxyComm* parent = ActiveParent("ncclCommSplit", comm, &real_parent, &refused);
+  ProxyComm* parent = ActiveParent(function, comm, &real_parent, &refused);
   if (refused != ncclSuccess) return refused;
   std::string child_key;
   if (parent != nullptr) {
-    child_key = parent->key + "/split" + std::to_string(parent->splits_made++) + ".c" +
-                std::to_string(color);
+    child_key = parent->key + "/" + name_child(parent->splits_made++);
   }
   ncclComm_t real_child = nullptr;
-  ncclResult_t result = Real().ncclCommSplit(real_parent, color, key, &real_child, config);
-  *newcomm = parent == nullptr ? real_child
-                               : Wrap(result, real_child, -1, -1, child_key, RETURN_ADDRESS,
-                                      "ncclCommSplit", config);
+  ncclResult_t result = derive(real_parent, &real_child);
+  *newcomm = parent == nullptr
+                 ? real_child
+                 : Wrap(result, real_child, -1, -1, child_key, caller, function, config);
   return result;
+}
+
+}  // namespace
+}  // namespace amem::nccl
+
+AMEM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                       ncclConfig_t* config) {
+  if (Real().ncclCommSplit == nullptr) return Unsupported("ncclCommSplit");
+  auto name = [&](int n) { return "split" + std::to_string(n) + ".c" + std::to_string(color); };
+  return DeriveChild("ncclCommSplit", comm, name, RETURN_ADDRESS, config, newcomm,
+                     [&](ncclComm_t parent, ncclComm_t* child) {
+                       return Real().ncclCommSplit(parent, color, key, child, config);
+                     });
 }
 
 AMEM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclude_count,
                                         ncclComm_t* newcomm, ncclConfig_t* config, int flags) {
   if (Real().ncclCommShrink == nullptr) return Unsupported("ncclCommShrink");
-  ncclComm_t real_parent = nullptr;
-  ncclResult_t refused = ncclSuccess;
-  ProxyComm* parent = ActiveParent("ncclCommShrink", comm, &real_parent, &refused);
-  if (refused != ncclSuccess) return refused;
-  std::string child_key;
-  if (parent != nullptr) {
-    child_key = parent->key + "/shrink" + std::to_string(parent->splits_made++);
-  }
-  ncclComm_t real_child = nullptr;
-  ncclResult_t result =
-      Real().ncclCommShrink(real_parent, exclude, exclude_count, &real_child, config, flags);
-  *newcomm = parent == nullptr ? real_child
-                               : Wrap(result, real_child, -1, -1, child_key, RETURN_ADDRESS,
-                                      "ncclCommShrink", config);
-  return result;
+  auto name = [](int n) { return "shrink" + std::to_string(n); };
+  return DeriveChild("ncclCommShrink", comm, name, RETURN_ADDRESS, config, newcomm,
+                     [&](ncclComm_t parent, ncclComm_t* child) {
+                       return Real().ncclCommShrink(parent, exclude, exclude_count, child, config,
+                                                    flags);
+                     });
 }
 
 AMEM_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nranks, const ncclUniqueId* id, int rank,
