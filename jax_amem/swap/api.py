@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from .. import reshard
+from . import batched as batching
 from . import executor
 from .destinations import check_names, describe
 from .errors import SwapError
@@ -68,15 +69,17 @@ _ready: dict = {}  # (sources, destination, rules or plan) -> Program: one looku
 
 
 def program_for(sources: Sources, destination, rules, plan):
-    """The compiled program for these inputs: cached; on a miss, planned, checked and compiled."""
+    """The compiled program for these inputs: cached; on a miss, planned, checked and compiled.
+    The batched switch (batched.enabled(), read here on every swap) is part of the key."""
     if plan is not None and rules is not None:
         raise SwapError("give rules or plan, not both: a plan already holds its rules")
+    batched = batching.enabled()
     how = _rules_key(rules) if plan is None else (plan.key, plan.owner, plan.planner, id(plan))
-    key = (sources.signature, destination.signature, how)
+    key = (sources.signature, destination.signature, how, batched)
     found = _ready.get(key)
     if found is not None and (plan is None or found.plan is plan):
         return found
-    program = resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination)
+    program = resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination, batched)
     if len(_ready) >= CACHE_SIZE:
         _ready.pop(next(iter(_ready)))
     _ready[key] = program
@@ -118,8 +121,8 @@ def _check_sources(plan, sources: Sources) -> None:
                             f"laid out as the plan says ({layout}): re-plan for these arrays (nothing was written)")
 
 
-def resolve_program(plan, sources: Sources, destination):
-    key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature)
+def resolve_program(plan, sources: Sources, destination, batched: bool = False):
+    key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature, batched)
     if key in _programs:
         _programs.move_to_end(key)
         return _programs[key]
@@ -135,7 +138,7 @@ def resolve_program(plan, sources: Sources, destination):
         index, device = positions[owner]
         return (None if len(positions) == 1 else index), device
 
-    program = compile_program(plan, buffers, locate_source, process)
+    program = compile_program(plan, buffers, locate_source, process, batched)
     program.dst_indices = [destination.shard_index(name, owner) for name, owner in program.order]
     return _remember(_programs, key, program)
 
@@ -180,7 +183,7 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
     report = SwapReport(version=number, bytes=program.nbytes, seconds=seconds, segments=program.segments,
                         launches=program.launches, calls=len(program.groups), buffers=program.buffers,
                         transports=transports, staging_bytes=program.staging_bytes, plan_key=program.plan.key,
-                        dst=new_tree)
+                        dst=new_tree, batched=program.batched)
     if verify:
         _verify(program, sources, destination.after(new_tree))
         report.verified = True

@@ -1,6 +1,7 @@
 """A plan compiled for this process: per destination device, groups of buffers, each group
 one jitted call that prepares the source views it needs (transpose + cast, as the plan's
-`views` say) and runs one `segment_copy` per transfer into donated destination buffers.
+`views` say) and runs one `segment_copy` per transfer into donated destination buffers
+(or, on the opt-in batched path, a few `segment_copy_many` calls per group: batched.py).
 
 Several transfers into one buffer (a fused QKV, a destination assembled from many source
 shards) chain inside the call; many small buffers share a call, so a model of many tensors
@@ -19,6 +20,7 @@ import numpy as np
 from ..copy import segment_copy
 from ..reshard import Owner
 from ..reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from . import batched as batching
 from . import report as R
 from .errors import SwapError
 
@@ -66,6 +68,7 @@ class Program:
     staging_bytes: int
     last_seconds: float | None = None
     dst_indices: list | None = None   # per buffer in `order`: the destination's shard index (None: whole)
+    batched: bool = False             # segment_copy_many chunks (batched.py) instead of one call per transfer
 
     @property
     def buffers(self) -> int:
@@ -77,10 +80,11 @@ class Program:
         return [b for g in self.groups for b in g.buffers]
 
 
-def compile_program(plan: Plan, buffers: dict, locate_source, process: int) -> Program:
+def compile_program(plan: Plan, buffers: dict, locate_source, process: int, batched: bool = False) -> Program:
     """`buffers`: {(dst name, owner): JAX device} this process writes. `locate_source(name,
     owner)`: (shard index, or None for a single-device array; its JAX device). SwapError for
-    a transfer that would cross processes (those transports are not built: docs/swap.md)."""
+    a transfer that would cross processes (those transports are not built: docs/swap.md).
+    `batched`: each group runs segment_copy_many chunks (batched.py), `launches` counts them."""
     names = plan.dst_names
     per_buffer = defaultdict(list)
     transports: dict[str, int] = defaultdict(int)
@@ -128,9 +132,17 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int) -> P
         group.steps.append(steps)
         group.nbytes += nbytes
     flat = [g for chain in groups.values() for g in chain]
-    for group in flat:
-        group.fn = _jitted(group.steps, plan.views)
-    return Program(plan, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging)
+    if batched:
+        launches = 0
+        for group in flat:
+            chunks = batching.chunk_steps(group.steps)
+            group.fn = batching.jitted(chunks, plan.views, prepare_view)
+            launches += len(chunks)
+    else:
+        for group in flat:
+            group.fn = _jitted(group.steps, plan.views)
+    return Program(plan, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging,
+                   batched=batched)
 
 
 def _shard_bytes(plan: Plan, name: str, owner: Owner) -> int:

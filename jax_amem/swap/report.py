@@ -18,7 +18,8 @@ class SwapReport:
     bytes: int                      # destination bytes written (each once)
     seconds: float
     segments: int                   # (src_offset, dst_offset, bytes) rows copied
-    launches: int                   # segment_copy custom calls (one kernel launch each on CUDA)
+    launches: int                   # copy custom calls (one kernel launch each on CUDA): one segment_copy
+                                    # per transfer, or, batched, one segment_copy_many per chunk
     calls: int                      # jitted calls dispatched (groups of destination buffers)
     buffers: int                    # destination buffers written
     transports: dict[str, int] = field(default_factory=dict)  # bytes per transport
@@ -26,6 +27,7 @@ class SwapReport:
     verified: bool = False
     plan_key: str = ""
     dst: Any = None                 # JAX destinations: the new pytree (the old arrays were donated)
+    batched: bool = False           # ran the segment_copy_many path (jax_amem.swap.batched)
 
     @property
     def gb_per_s(self) -> float:
@@ -36,5 +38,5 @@ class SwapReport:
         checked = ", verified" if self.verified else ""
         return (f"swap v{self.version}: {self.bytes / 2**20:.2f} MiB into {self.buffers} buffers in "
                 f"{self.seconds * 1e3:.2f} ms ({self.gb_per_s:.2f} GB/s); {self.segments} segments, "
-                f"{self.launches} copy launches in {self.calls} calls; {per}; staging "
+                f"{self.launches} {'batched ' if self.batched else ''}copy launches in {self.calls} calls; {per}; staging "
                 f"{self.staging_bytes / 2**20:.2f} MiB{checked}")
