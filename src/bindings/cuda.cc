@@ -2,23 +2,13 @@
 #include <nanobind/stl/string.h>
 
 #include "bindings/bindings.h"
+#include "bindings/driver_helpers.h"
 #include "cuda/driver_api.h"
 
 namespace nb = nanobind;
 
 namespace amem::bindings {
 namespace {
-
-const cuda::DriverApi& RequireDriver() {
-  std::string why;
-  const cuda::DriverApi* api = cuda::Driver(&why);
-  if (api == nullptr) throw std::runtime_error(why);
-  return *api;
-}
-
-void Raise(const Status& status) {
-  if (!status.ok()) throw std::runtime_error(status.message());
-}
 
 }  // namespace
 
@@ -65,10 +55,7 @@ void BindCuda(nb::module_& root) {
         const cuda::DriverApi& api = RequireDriver();
         cuda::ScopedDeviceContext context(ordinal);
         Raise(context.status());
-        CUdevice device = 0;
-        Raise(cuda::Check(api.cuDeviceGet(&device, ordinal), "cuDeviceGet"));
-        CUmemoryPool pool = nullptr;
-        Raise(cuda::Check(api.cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool"));
+        CUmemoryPool pool = DeviceMemPool(api, ordinal);
         Raise(cuda::Check(api.cuCtxSynchronize(), "cuCtxSynchronize"));
         Raise(cuda::Check(api.cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo"));
       },

@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings/bindings.h"
+#include "bindings/driver_helpers.h"
 #include "cuda/driver_api.h"
 #include "memory/staging_pool.h"
 #include "memory/transfer.h"
@@ -16,10 +17,6 @@ namespace {
 
 // Rows of (device ordinal or -1 for host, device address, host address, bytes).
 using TransferTable = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-
-void Raise(const Status& status) {
-  if (!status.ok()) throw std::runtime_error(status.message());
-}
 
 std::vector<memory::Transfer> Decode(const TransferTable& table) {
   if (table.shape(1) != 4) {
@@ -107,15 +104,10 @@ void BindMemory(nb::module_& root) {
   m.def(
       "device_pool_usage",
       [](int ordinal) {
-        std::string why;
-        const cuda::DriverApi* api = cuda::Driver(&why);
-        if (api == nullptr) throw std::runtime_error(why);
+        const cuda::DriverApi* api = &RequireDriver();
         cuda::ScopedDeviceContext context(ordinal);
         Raise(context.status());
-        CUdevice device = 0;
-        Raise(cuda::Check(api->cuDeviceGet(&device, ordinal), "cuDeviceGet"));
-        CUmemoryPool pool = nullptr;
-        Raise(cuda::Check(api->cuDeviceGetMemPool(&pool, device), "cuDeviceGetMemPool"));
+        CUmemoryPool pool = DeviceMemPool(*api, ordinal);
         uint64_t reserved = 0, used = 0;
         Raise(cuda::Check(api->cuMemPoolGetAttribute(pool, cuda::kMemPoolAttrReservedMemCurrent,
                                                      &reserved),
@@ -131,9 +123,7 @@ void BindMemory(nb::module_& root) {
   m.def(
       "pci_bus_id",
       [](int ordinal) {
-        std::string why;
-        const cuda::DriverApi* api = cuda::Driver(&why);
-        if (api == nullptr) throw std::runtime_error(why);
+        const cuda::DriverApi* api = &RequireDriver();
         CUdevice device = 0;
         Raise(cuda::Check(api->cuDeviceGet(&device, ordinal), "cuDeviceGet"));
         char bus_id[64] = {};
