@@ -100,3 +100,49 @@ def segment_copy_many(srcs, dsts, segments) -> list:
     encoded = table.view(np.uint32)
     operand = _table_beside(anchor, encoded) if anchor is not None else jnp.asarray(encoded)
     return list(call(operand, *srcs, *dsts, sources=np.int64(len(srcs))))
+
+
+# Rows at least this long run as one driver copy each (cuMemcpyAsync) on CUDA: the driver's
+# device copy is the ceiling the swap is measured against; shorter rows share one launch.
+BULK_BYTES = 4 << 20
+_WHOLE = 1 << 62  # a piece size no row reaches: validate without splitting
+
+
+def split_bulk(rows: np.ndarray, bulk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bulk rows, other rows) of a validated (n, 6) table: the split the CUDA handler runs."""
+    long = rows[:, 4] >= bulk_bytes
+    return np.ascontiguousarray(rows[long]), np.ascontiguousarray(rows[~long])
+
+
+def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
+                              bulk_bytes: int = BULK_BYTES) -> jax.Array:
+    """Copies rows (src_index, dst_index, src_offset, dst_offset, bytes) from the arrays `srcs`
+    into memory XLA does not own: destination d is `destination_bytes[d]` bytes at address
+    `addresses[d]` on the sources' device (a PyTorch tensor's `data_ptr()`, a buffer opened
+    through CUDA IPC). One custom call; on CUDA one kernel launch for the short rows and one
+    driver copy per row of at least `bulk_bytes`. Returns a token (a uint8 scalar whose value
+    means nothing): the copy is done when the token is ready.
+
+    The caller keeps the destination memory alive and unused by others until then; nothing
+    here can check an address, only the sizes it is given. At most MAX_BUFFERS_PER_SIDE
+    sources and destinations per call; `segments` must be concrete.
+    """
+    _ffi.register_targets()
+    srcs = list(srcs)
+    if not srcs:
+        raise ValueError("segment_copy_to_addresses needs at least one source array")
+    addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
+    sizes = np.asarray(destination_bytes, dtype=np.int64).reshape(-1)
+    if len(addresses) != len(sizes):
+        raise ValueError(f"{len(addresses)} addresses but {len(sizes)} destination sizes: give one of each")
+    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(addresses) > MAX_BUFFERS_PER_SIDE:
+        raise ValueError(f"{len(srcs)} sources and {len(addresses)} destinations: at most "
+                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
+    src_bytes = [_nbytes(s) for s in srcs]
+    rows = prepare_buffer_segments(segments, src_bytes, sizes.tolist(), max_piece=_WHOLE)
+    bulk, short = split_bulk(rows, int(bulk_bytes))
+    table = prepare_buffer_segments(short, src_bytes, sizes.tolist())
+    call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY_TO_ADDRESSES, jax.ShapeDtypeStruct((), np.uint8),
+                            has_side_effect=True)
+    operand = _table_beside(srcs[0], table.view(np.uint32))
+    return call(operand, *srcs, addresses=addresses, destination_bytes=sizes, bulk=bulk.reshape(-1))

@@ -3,6 +3,7 @@
 #include "bindings/bindings.h"
 #include "ffi/segment_copy.h"
 #include "ffi/segment_copy_many.h"
+#include "ffi/segment_copy_to_addresses.h"
 
 namespace nb = nanobind;
 
@@ -31,6 +32,10 @@ void BindFfi(nb::module_& root) {
         segment_copy_many["cpu"] = Capsule(AmemSegmentCopyManyCpu);
         segment_copy_many["CUDA"] = Capsule(AmemSegmentCopyManyCuda);
         targets["jax_amem_segment_copy_many"] = segment_copy_many;
+        nb::dict to_addresses;
+        to_addresses["cpu"] = Capsule(AmemSegmentCopyToAddressesCpu);
+        to_addresses["CUDA"] = Capsule(AmemSegmentCopyToAddressesCuda);
+        targets["jax_amem_segment_copy_to_addresses"] = to_addresses;
         return targets;
       },
       "The FFI targets this build provides: {name: {platform: capsule}}.");

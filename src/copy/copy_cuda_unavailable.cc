@@ -17,8 +17,9 @@ Status LaunchSegmentCopy(CUstream, const char*, int64_t, char*, int64_t, const S
   return NoKernels();
 }
 
-Status LaunchBufferSegmentCopy(CUstream, const BufferPointers&, const BufferSegment*, int64_t) {
-  return NoKernels();
+Status LaunchBufferSegmentCopy(CUstream, const BufferPointers&, const BufferSegment*,
+                               int64_t count) {
+  return count == 0 ? Status::Ok() : NoKernels();
 }
 
 }  // namespace amem::copy
