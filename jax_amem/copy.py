@@ -115,12 +115,12 @@ def split_bulk(rows: np.ndarray, bulk_bytes: int) -> tuple[np.ndarray, np.ndarra
 
 
 def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
-                              bulk_bytes: int = BULK_BYTES) -> jax.Array:
+                              bulk_bytes: int | None = None) -> jax.Array:
     """Copies rows (src_index, dst_index, src_offset, dst_offset, bytes) from the arrays `srcs`
     into memory XLA does not own: destination d is `destination_bytes[d]` bytes at address
     `addresses[d]` on the sources' device (a PyTorch tensor's `data_ptr()`, a buffer opened
     through CUDA IPC). One custom call; on CUDA one kernel launch for the short rows and one
-    driver copy per row of at least `bulk_bytes`. Returns a token (a uint8 scalar whose value
+    driver copy per row of at least `bulk_bytes` (None: BULK_BYTES, read at each call). Returns a token (a uint8 scalar whose value
     means nothing): the copy is done when the token is ready.
 
     The caller keeps the destination memory alive and unused by others until then; nothing
@@ -140,7 +140,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
                          f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
     src_bytes = [_nbytes(s) for s in srcs]
     rows = prepare_buffer_segments(segments, src_bytes, sizes.tolist(), max_piece=_WHOLE)
-    bulk, short = split_bulk(rows, int(bulk_bytes))
+    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
     table = prepare_buffer_segments(short, src_bytes, sizes.tolist())
     call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY_TO_ADDRESSES, jax.ShapeDtypeStruct((), np.uint8),
                             has_side_effect=True)

@@ -68,18 +68,26 @@ class _RulesKey:
 _ready: dict = {}  # (sources, destination, rules or plan) -> Program: one lookup per swap
 
 
+def route_for(destination) -> tuple:
+    """How the bytes move, part of every cache key: PyTorch tensors by address (the tensors'
+    addresses included, so moved tensors get a program of their own); JAX arrays by donation,
+    batched when batched.enabled() (read on every swap)."""
+    if destination.kind == "torch":
+        return ("addresses", destination.addresses())
+    return ("batched" if batching.enabled() else "per-transfer",)
+
+
 def program_for(sources: Sources, destination, rules, plan):
-    """The compiled program for these inputs: cached; on a miss, planned, checked and compiled.
-    The batched switch (batched.enabled(), read here on every swap) is part of the key."""
+    """The compiled program for these inputs: cached; on a miss, planned, checked and compiled."""
     if plan is not None and rules is not None:
         raise SwapError("give rules or plan, not both: a plan already holds its rules")
-    batched = batching.enabled()
+    route = route_for(destination)
     how = _rules_key(rules) if plan is None else (plan.key, plan.owner, plan.planner, id(plan))
-    key = (sources.signature, destination.signature, how, batched)
+    key = (sources.signature, destination.signature, how, route)
     found = _ready.get(key)
     if found is not None and (plan is None or found.plan is plan):
         return found
-    program = resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination, batched)
+    program = resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination, route)
     if len(_ready) >= CACHE_SIZE:
         _ready.pop(next(iter(_ready)))
     _ready[key] = program
@@ -121,8 +129,8 @@ def _check_sources(plan, sources: Sources) -> None:
                             f"laid out as the plan says ({layout}): re-plan for these arrays (nothing was written)")
 
 
-def resolve_program(plan, sources: Sources, destination, batched: bool = False):
-    key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature, batched)
+def resolve_program(plan, sources: Sources, destination, route: tuple = ("per-transfer",)):
+    key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature, route)
     if key in _programs:
         _programs.move_to_end(key)
         return _programs[key]
@@ -138,7 +146,8 @@ def resolve_program(plan, sources: Sources, destination, batched: bool = False):
         index, device = positions[owner]
         return (None if len(positions) == 1 else index), device
 
-    program = compile_program(plan, buffers, locate_source, process, batched)
+    targets = destination.targets(buffers) if route[0] == "addresses" else None
+    program = compile_program(plan, buffers, locate_source, process, route[0], targets)
     program.dst_indices = [destination.shard_index(name, owner) for name, owner in program.order]
     return _remember(_programs, key, program)
 
@@ -183,7 +192,7 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
     report = SwapReport(version=number, bytes=program.nbytes, seconds=seconds, segments=program.segments,
                         launches=program.launches, calls=len(program.groups), buffers=program.buffers,
                         transports=transports, staging_bytes=program.staging_bytes, plan_key=program.plan.key,
-                        dst=new_tree, batched=program.batched)
+                        dst=new_tree, route=program.route)
     if verify:
         _verify(program, sources, destination.after(new_tree))
         report.verified = True
@@ -206,9 +215,8 @@ def verify(src_params, dst, *, rules=None, plan=None) -> int:
 
 
 def forget() -> None:
-    """Releases the JAX arrays kept alive to alias PyTorch tensors between swaps (they hold
-    the tensors' storage), and the cached plans and programs."""
-    executor.kept.clear()
+    """Drops the cached plans and programs (each program of the address route holds its
+    tensors' addresses, never the tensors)."""
     _plans.clear()
     _programs.clear()
     _ready.clear()

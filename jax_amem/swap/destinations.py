@@ -1,7 +1,8 @@
 """The rollout's side of a swap: PyTorch tensors by name, or a pytree of jax.Arrays.
 
 Each kind checks itself against a plan (names, shapes, dtypes, devices) before any byte
-moves, hands the executor JAX arrays to donate, and takes the results back.
+moves. PyTorch tensors give their addresses (written by address, swap/addressed.py); JAX
+arrays are donated and the results reassembled into a new pytree.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class TorchDestination:
     def validate(self) -> None:
         seen = {}
         for name, tensor in self.tensors.items():
-            torch_bridge.check_importable(name, tensor)
+            torch_bridge.check_writable(name, tensor)
             key = (tensor.device, tensor.data_ptr())
             if tensor.numel() and key in seen:
                 raise SwapError(f"destinations {seen[key]!r} and {name!r} share memory (tied weights?): give "
@@ -109,6 +110,18 @@ class TorchDestination:
                 raise SwapError(f"the plan also puts shards of {name!r} on owner(s) {[tuple(o) for o in local]} of "
                                 "this process; a PyTorch destination is one tensor on one device")
             out[(name, owner)] = torch_bridge.jax_device(tensor)
+        return out
+
+    def addresses(self) -> tuple:
+        """Every tensor's address, in order: read on every swap (a cache key), so it is cheap."""
+        return tuple(t.data_ptr() for t in self.tensors.values())
+
+    def targets(self, buffers) -> dict:
+        """{(name, owner): (address, bytes)} of the buffers a program writes by address."""
+        out = {}
+        for name, owner in buffers:
+            tensor = self.tensors[name]
+            out[(name, owner)] = (tensor.data_ptr(), tensor.numel() * tensor.element_size())
         return out
 
     def after(self, new_tree):

@@ -1,7 +1,10 @@
 """A plan compiled for this process: per destination device, groups of buffers, each group
 one jitted call that prepares the source views it needs (transpose + cast, as the plan's
-`views` say) and runs one `segment_copy` per transfer into donated destination buffers
-(or, on the opt-in batched path, a few `segment_copy_many` calls per group: batched.py).
+`views` say) and copies by one of three routes:
+- "addresses" (PyTorch destinations): a few `segment_copy_to_addresses` calls per group write
+  into the tensors' memory by address (addressed.py);
+- "per-transfer" (JAX destinations): one `segment_copy` per transfer into donated buffers;
+- "batched" (JAX destinations, opt-in): a few `segment_copy_many` calls per group (batched.py).
 
 Several transfers into one buffer (a fused QKV, a destination assembled from many source
 shards) chain inside the call; many small buffers share a call, so a model of many tensors
@@ -20,6 +23,7 @@ import numpy as np
 from ..copy import segment_copy
 from ..reshard import Owner
 from ..reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from . import addressed
 from . import batched as batching
 from . import report as R
 from .errors import SwapError
@@ -68,7 +72,11 @@ class Program:
     staging_bytes: int
     last_seconds: float | None = None
     dst_indices: list | None = None   # per buffer in `order`: the destination's shard index (None: whole)
-    batched: bool = False             # segment_copy_many chunks (batched.py) instead of one call per transfer
+    route: str = "per-transfer"       # "addresses", "per-transfer" or "batched" (module docstring)
+
+    @property
+    def batched(self) -> bool:
+        return self.route == "batched"
 
     @property
     def buffers(self) -> int:
@@ -80,11 +88,18 @@ class Program:
         return [b for g in self.groups for b in g.buffers]
 
 
-def compile_program(plan: Plan, buffers: dict, locate_source, process: int, batched: bool = False) -> Program:
+ROUTES = ("addresses", "per-transfer", "batched")
+
+
+def compile_program(plan: Plan, buffers: dict, locate_source, process: int, route: str = "per-transfer",
+                    targets: dict | None = None) -> Program:
     """`buffers`: {(dst name, owner): JAX device} this process writes. `locate_source(name,
     owner)`: (shard index, or None for a single-device array; its JAX device). SwapError for
     a transfer that would cross processes (those transports are not built: docs/swap.md).
-    `batched`: each group runs segment_copy_many chunks (batched.py), `launches` counts them."""
+    `route`: see the module docstring; `launches` counts the copy custom calls. `targets`:
+    {(dst name, owner): (address, bytes)} for the "addresses" route."""
+    if route not in ROUTES:
+        raise ValueError(f"route {route!r} is not one of {ROUTES}")
     names = plan.dst_names
     per_buffer = defaultdict(list)
     transports: dict[str, int] = defaultdict(int)
@@ -132,7 +147,13 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, batc
         group.steps.append(steps)
         group.nbytes += nbytes
     flat = [g for chain in groups.values() for g in chain]
-    if batched:
+    if route == "addresses":
+        launches = 0
+        for group in flat:
+            group.fn, calls = addressed.jitted(group.steps, plan.views, prepare_view,
+                                               [targets[b] for b in group.buffers])
+            launches += calls
+    elif route == "batched":
         launches = 0
         for group in flat:
             chunks = batching.chunk_steps(group.steps)
@@ -142,7 +163,7 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, batc
         for group in flat:
             group.fn = _jitted(group.steps, plan.views)
     return Program(plan, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging,
-                   batched=batched)
+                   route=route)
 
 
 def _shard_bytes(plan: Plan, name: str, owner: Owner) -> int:

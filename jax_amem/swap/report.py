@@ -8,7 +8,6 @@ from typing import Any
 # Transports, as the report names them.
 DEVICE_LOCAL = "device-local"      # source shard and destination on one device: one batched copy
 CROSS_DEVICE = "cross-device"      # source shard moved to the destination's device first (NVLink, PCIe)
-HOST_COPY_BACK = "host-copy-back"  # XLA:CPU does not alias a DLPack import: result copied into the tensor
 NOT_IN_PLACE = "not-in-place"      # JAX destinations XLA could not write in place (new memory, same values)
 
 
@@ -18,8 +17,8 @@ class SwapReport:
     bytes: int                      # destination bytes written (each once)
     seconds: float
     segments: int                   # (src_offset, dst_offset, bytes) rows copied
-    launches: int                   # copy custom calls (one kernel launch each on CUDA): one segment_copy
-                                    # per transfer, or, batched, one segment_copy_many per chunk
+    launches: int                   # copy custom calls: one segment_copy per transfer ("per-transfer"),
+                                    # one segment_copy_many / segment_copy_to_addresses per chunk otherwise
     calls: int                      # jitted calls dispatched (groups of destination buffers)
     buffers: int                    # destination buffers written
     transports: dict[str, int] = field(default_factory=dict)  # bytes per transport
@@ -27,7 +26,11 @@ class SwapReport:
     verified: bool = False
     plan_key: str = ""
     dst: Any = None                 # JAX destinations: the new pytree (the old arrays were donated)
-    batched: bool = False           # ran the segment_copy_many path (jax_amem.swap.batched)
+    route: str = "per-transfer"     # "addresses" (PyTorch), "per-transfer" or "batched" (JAX): swap/program.py
+
+    @property
+    def batched(self) -> bool:
+        return self.route == "batched"
 
     @property
     def gb_per_s(self) -> float:
@@ -38,5 +41,5 @@ class SwapReport:
         checked = ", verified" if self.verified else ""
         return (f"swap v{self.version}: {self.bytes / 2**20:.2f} MiB into {self.buffers} buffers in "
                 f"{self.seconds * 1e3:.2f} ms ({self.gb_per_s:.2f} GB/s); {self.segments} segments, "
-                f"{self.launches} {'batched ' if self.batched else ''}copy launches in {self.calls} calls; {per}; staging "
+                f"{self.launches} copy launches ({self.route}) in {self.calls} calls; {per}; staging "
                 f"{self.staging_bytes / 2**20:.2f} MiB{checked}")

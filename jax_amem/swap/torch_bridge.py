@@ -1,5 +1,5 @@
-"""PyTorch <-> JAX, zero-copy through DLPack: which JAX device a tensor lives on, importing a
-tensor as a donatable JAX array, and read-only views of JAX arrays (`to_torch`).
+"""PyTorch <-> JAX: which JAX device a tensor lives on, what a tensor must be for the swap to
+write it by address, and zero-copy read-only views of JAX arrays through DLPack (`to_torch`).
 
 PyTorch is optional: nothing here imports it unless a tensor is handed in.
 """
@@ -58,8 +58,8 @@ def owner_of(tensor) -> Owner | None:
     return None if device is None else Owner(device.process_index, device.id)
 
 
-def check_importable(name: str, tensor) -> None:
-    """What DLPack import plus donation needs; raises SwapError naming the tensor."""
+def check_writable(name: str, tensor) -> None:
+    """What a write by address needs; raises SwapError naming the tensor."""
     if jax_device(tensor) is None:
         raise SwapError(f"destination {name!r} is on {tensor.device}, which JAX in this process does not "
                         "have: move the model to a GPU JAX sees (same CUDA_VISIBLE_DEVICES) or to the CPU")
@@ -72,53 +72,17 @@ def check_importable(name: str, tensor) -> None:
                         "needs (freed, e.g. resized to 0 by FSDP or an offload): restore it before the swap")
     dtype = numpy_dtype(tensor)
     if jax.dtypes.canonicalize_dtype(dtype) != dtype:
-        raise SwapError(f"destination {name!r} is {tensor.dtype}, which JAX would import as "
-                        f"{jax.dtypes.canonicalize_dtype(dtype)} (a copy): enable jax_enable_x64")
-
-
-def import_tensor(name: str, tensor):
-    """`tensor`'s memory as a JAX array, zero-copy; donating it writes into the tensor.
-
-    The DLPack import hands JAX's stream to PyTorch, which makes it wait for the work
-    already queued on PyTorch's current stream (the protocol's ordering)."""
-    check_importable(name, tensor)  # again: it may have been freed since it was planned
-    tensor = tensor.detach()  # parameters require grad; detach shares the storage
-    try:
-        with _on_device(tensor):
-            array = jax.dlpack.from_dlpack(tensor, copy=False)
-    except (ValueError, TypeError, BufferError, RuntimeError) as error:  # e.g. an unaligned address
-        raise SwapError(f"destination {name!r} cannot be imported into JAX without a copy ({error}); "
-                        "nothing was written") from error
-    if tensor.numel() and array.unsafe_buffer_pointer() != tensor.data_ptr():
-        raise SwapError(f"destination {name!r}: JAX imported a copy of the tensor, not its memory")
-    return array
-
-
-def _on_device(tensor):
-    """PyTorch exports a CUDA tensor with a stream only while its device is current."""
-    import contextlib
-
-    if tensor.device.type == "cuda":
-        import torch
-        return torch.cuda.device(tensor.device)
-    return contextlib.nullcontext()
+        raise SwapError(f"destination {name!r} is {tensor.dtype}, which JAX holds as "
+                        f"{jax.dtypes.canonicalize_dtype(dtype)} unless 64-bit types are on: enable jax_enable_x64")
 
 
 def wait_for_torch(devices) -> None:
-    """Host wait for PyTorch's current stream on each CUDA device (for destination buffers kept
-    from an earlier swap, which skip the DLPack import and its stream handshake)."""
+    """Host wait for PyTorch's current stream on each CUDA device: work queued there (a
+    rollout still reading the old weights) finishes before the swap writes."""
     import torch
 
     for index in sorted(devices):
         torch.cuda.current_stream(index).synchronize()
-
-
-def copy_into(tensor, array) -> None:
-    """Writes a JAX result into `tensor` through PyTorch (reading, never writing, the JAX export)."""
-    import torch
-
-    with torch.no_grad():
-        tensor.detach().copy_(torch.from_dlpack(array).reshape(tensor.shape))
 
 
 class TorchShard(NamedTuple):
