@@ -1,0 +1,146 @@
+"""Control messages between a trainer and a rollout, over a key-value store that already
+exists: `torch.distributed`'s TCPStore (the rollout's store) or the `jax.distributed`
+key-value store (when the trainer runs under `jax.distributed`). No server of our own.
+
+Both are wrapped in the same three calls, values are bytes:
+
+    store.set(key, value)             # overwrites
+    store.get(key, timeout=30.0)      # blocks until the key exists; StoreTimeout after `timeout` s
+    store.delete(key)                 # no error when absent
+
+Keys are namespaced with `key(...)`: `jax_amem/swap/<part>/<part>/...`.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from .errors import SwapError
+
+PREFIX = "jax_amem/swap"
+DEFAULT_TIMEOUT = 60.0  # seconds
+
+
+class StoreTimeout(SwapError, TimeoutError):
+    """A key did not appear in the store in time; the message names the key and the store."""
+
+
+def key(*parts) -> str:
+    """`jax_amem/swap/a/b/...`; parts must not contain '/' of their own (keeps keys unambiguous)."""
+    for part in parts:
+        if "/" in str(part) or str(part) == "":
+            raise SwapError(f"store key part {part!r} is empty or contains '/': give names without slashes")
+    return "/".join([PREFIX, *map(str, parts)])
+
+
+def _check_timeout(timeout) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise SwapError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+class TorchStore:
+    """A torch.distributed Store (TCPStore, FileStore, PrefixStore...), e.g. the rollout's
+    `TCPStore(host, port, is_master=...)` whose address is given to the trainer."""
+
+    def __init__(self, store):
+        self.store = store
+
+    @classmethod
+    def connect(cls, host: str, port: int, *, is_master: bool = False, timeout: float = DEFAULT_TIMEOUT):
+        """A TCPStore client (or the server, `is_master=True`) at host:port."""
+        from torch.distributed import TCPStore
+
+        return cls(TCPStore(host, int(port), is_master=is_master, wait_for_workers=False,
+                            timeout=datetime.timedelta(seconds=_check_timeout(timeout))))
+
+    def set(self, key: str, value: bytes) -> None:
+        self.store.set(key, bytes(value))
+
+    def get(self, key: str, timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        seconds = _check_timeout(timeout)
+        try:
+            self.store.wait([key], datetime.timedelta(seconds=seconds))
+        except RuntimeError as error:  # torch's DistStoreError on timeout is a RuntimeError
+            if "timeout" not in str(error).lower() and "timed out" not in str(error).lower():
+                raise
+            raise StoreTimeout(f"key {key!r} did not appear in the torch store {self!r} within {seconds:g} s: "
+                               "is the other side running, and does it use the same store?") from None
+        return bytes(self.store.get(key))
+
+    def delete(self, key: str) -> None:
+        self.store.delete_key(key)
+
+    def __repr__(self):
+        host = getattr(self.store, "host", None)
+        return f"TorchStore({type(self.store).__name__}" + (f" {host}:{self.store.port})" if host else ")")
+
+
+class JaxStore:
+    """The `jax.distributed` key-value store (the coordinator's), for processes that called
+    `jax.distributed.initialize`."""
+
+    def __init__(self, client=None):
+        if client is None:
+            from jax._src.distributed import global_state
+
+            client = global_state.client
+            if client is None:
+                raise SwapError("JaxStore: jax.distributed is not initialized in this process: call "
+                                "jax.distributed.initialize(...) first, or use TorchStore over a TCPStore")
+        self.client = client
+
+    def set(self, key: str, value: bytes) -> None:
+        self.client.key_value_set_bytes(key, bytes(value), allow_overwrite=True)
+
+    def get(self, key: str, timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        seconds = _check_timeout(timeout)
+        try:
+            return bytes(self.client.blocking_key_value_get_bytes(key, int(seconds * 1000)))
+        except Exception as error:  # XlaRuntimeError / JaxRuntimeError: DEADLINE_EXCEEDED
+            if "DEADLINE_EXCEEDED" not in str(error) and "timed out" not in str(error).lower():
+                raise
+            raise StoreTimeout(f"key {key!r} did not appear in the jax.distributed key-value store within "
+                               f"{seconds:g} s: is the other side running under the same coordinator?") from None
+
+    def delete(self, key: str) -> None:
+        self.client.key_value_delete(key)
+
+    def __repr__(self):
+        return "JaxStore(jax.distributed)"
+
+
+def default_store():
+    """The jax.distributed store when this process runs under jax.distributed; else SwapError
+    asking for a TorchStore."""
+    from jax._src.distributed import global_state
+
+    if global_state.client is not None:
+        return JaxStore(global_state.client)
+    raise SwapError("no store given and jax.distributed is not initialized: pass "
+                    "store=TorchStore.connect(host, port) (the rollout's TCPStore)")
+
+
+def as_store(store):
+    """A store as given (anything with set/get/delete), a torch Store wrapped, None -> default."""
+    if store is None:
+        return default_store()
+    if isinstance(store, (TorchStore, JaxStore)):
+        return store
+    torch_dist = _torch_distributed()
+    if torch_dist is not None and isinstance(store, torch_dist.Store):
+        return TorchStore(store)
+    if all(callable(getattr(store, m, None)) for m in ("set", "get", "delete")):
+        return store
+    raise SwapError(f"store must be a TorchStore, a JaxStore or a torch.distributed.Store, got "
+                    f"{type(store).__name__}")
+
+
+def _torch_distributed():
+    import sys
+
+    if "torch" not in sys.modules:
+        return None
+    import torch.distributed as dist
+
+    return dist if dist.is_available() else None
