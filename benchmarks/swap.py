@@ -1,7 +1,7 @@
 """Swap bandwidth (JAX arrays -> a rollout's PyTorch tensors, in place) against a device copy
 of the same bytes and two baselines, all measured in the same run.
 
-    python -P benchmarks/swap.py [--large-mib 512 --large-count 4] [--small-count 2000 --small-kib 16] [--batched]
+    python -P benchmarks/swap.py [--large-mib 512 --large-count 4] [--small-count 2000 --small-kib 16]
 
 Cases: a few large tensors, and a model of many small tensors. Columns, each for the same
 bytes: the swap (`jax_amem.swap`, warm: plan and program cached), the ceiling (one
@@ -10,17 +10,14 @@ destination's sharding (a forced copy, `may_alias=False`), and a per-tensor
 `dst.copy_(torch.from_dlpack(src))` loop. Payload bandwidth counts each byte once. Times are
 medians of --repeats runs; every run ends when the device is idle.
 
-The swap column is always the default path (one segment_copy per transfer). With --batched,
-or JAX_AMEM_SWAP_BATCHED=1 in the environment, the same swap on the batched path (a few
-segment_copy_many calls per group: jax_amem/swap/batched.py) gets columns of its own, in the
-same run, against the same ceiling and baselines.
+The swap writes PyTorch tensors by address (the "addresses" route: a few
+segment_copy_to_addresses calls per group; rows of at least jax_amem.copy.BULK_BYTES as one
+driver copy each, the rest one kernel launch per call).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
 import time
 
@@ -29,7 +26,6 @@ import numpy as np
 import jax_amem  # noqa: F401  (before JAX starts)
 import jax
 import jax.numpy as jnp
-from jax_amem.swap import batched as batching
 
 
 def median_seconds(step, repeats: int, sync) -> float:
@@ -44,38 +40,19 @@ def median_seconds(step, repeats: int, sync) -> float:
     return statistics.median(times)
 
 
-@contextlib.contextmanager
-def swap_path(batched: bool):
-    """The swaps inside take the batched path or the default one, whatever the environment."""
-    before = os.environ.get(batching.ENV)
-    os.environ[batching.ENV] = "1" if batched else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(batching.ENV)
-        else:
-            os.environ[batching.ENV] = before
-
-
-def time_swap(src, dst, host, batched: bool, repeats: int, sync):
-    """(first call seconds, warm median seconds, report) of the swap on one path."""
+def time_swap(src, dst, host, repeats: int, sync):
+    """(first call seconds, warm median seconds, report) of the swap; checks every byte once."""
     import torch
 
-    with swap_path(batched):
-        first = time.perf_counter()
-        report = jax_amem.swap(src, dst, progress=False)
-        first = time.perf_counter() - first
-        assert report.batched == batched
-        assert all(torch.equal(dst[k].cpu(), torch.from_numpy(h)) for k, h in zip(src, host))
-        warm = median_seconds(lambda: jax_amem.swap(src, dst, progress=False), repeats, sync)
-        for t in dst.values():
-            t.fill_(float("nan"))  # the next path must write every byte again to pass its check
-        sync()
+    first = time.perf_counter()
+    report = jax_amem.swap(src, dst, progress=False)
+    first = time.perf_counter() - first
+    assert all(torch.equal(dst[k].cpu(), torch.from_numpy(h)) for k, h in zip(src, host))
+    warm = median_seconds(lambda: jax_amem.swap(src, dst, progress=False), repeats, sync)
     return first, warm, report
 
 
-def run_case(name: str, count: int, elements: int, device, torch_device, repeats: int, batched: bool) -> dict:
+def run_case(name: str, count: int, elements: int, device, torch_device, repeats: int) -> dict:
     import torch
 
     sync = (lambda: torch.cuda.synchronize(torch_device)) if torch_device.type == "cuda" else (lambda: None)
@@ -86,8 +63,7 @@ def run_case(name: str, count: int, elements: int, device, torch_device, repeats
     dst = {k: torch.empty(elements, dtype=torch.float32, device=torch_device) for k in src}
     nbytes = count * elements * 4
 
-    first, swap_s, report = time_swap(src, dst, host, False, repeats, sync)
-    fast = time_swap(src, dst, host, True, repeats, sync) if batched else None
+    first, swap_s, report = time_swap(src, dst, host, repeats, sync)
 
     flat_src = torch.empty(nbytes // 4, dtype=torch.float32, device=torch_device).normal_()
     flat_dst = torch.empty_like(flat_src)
@@ -106,9 +82,6 @@ def run_case(name: str, count: int, elements: int, device, torch_device, repeats
     row = {"case": name, "tensors": count, "bytes": nbytes, "first_s": first, "swap_s": swap_s,
            "ceiling_s": ceiling_s, "device_put_s": put_s, "per_tensor_s": copy_s,
            "calls": report.calls, "launches": report.launches, "transports": report.transports}
-    if fast is not None:
-        row.update(batched_first_s=fast[0], batched_s=fast[1], batched_launches=fast[2].launches,
-                   batched_transports=fast[2].transports)
     return row
 
 
@@ -124,16 +97,6 @@ def print_table(rows: list[dict], where: str) -> None:
               f"{r['per_tensor_s'] / r['swap_s']:>8.2f}x {r['first_s']:>8.2f} {r['calls']:>6}")
     for r in rows:
         print(f"  {r['case']}: transports {r['transports']}; {r['launches']} copy launches")
-    if any("batched_s" in r for r in rows):
-        print("the same swaps on the batched path (segment_copy_many; JAX_AMEM_SWAP_BATCHED=1)")
-        print(f"{'case':>8} {'batched GB/s':>13} {'of ceil':>8} {'vs swap':>8} {'vs copy_':>9} {'first s':>8} "
-              f"{'launches':>9}")
-        for r in rows:
-            print(f"{r['case']:>8} {gbs(r, 'batched_s'):>13.2f} {r['ceiling_s'] / r['batched_s']:>8.0%} "
-                  f"{r['swap_s'] / r['batched_s']:>7.2f}x {r['per_tensor_s'] / r['batched_s']:>8.2f}x "
-                  f"{r['batched_first_s']:>8.2f} {r['batched_launches']:>9}")
-        for r in rows:
-            print(f"  {r['case']}: transports {r['batched_transports']}")
 
 
 def main(argv=None) -> list[dict]:
@@ -145,18 +108,15 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--small-count", type=int, default=None, help="small tensors (GPU 2000, CPU 200)")
     parser.add_argument("--small-kib", type=float, default=16)
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per figure (GPU 20, CPU 3)")
-    parser.add_argument("--batched", action="store_true",
-                        help="also time the batched path (default: when JAX_AMEM_SWAP_BATCHED=1)")
     args = parser.parse_args(argv)
-    batched = args.batched or os.environ.get(batching.ENV, "").strip() == "1"
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
     torch_device = torch.device("cuda", device.local_hardware_id) if gpu else torch.device("cpu")
     large = args.large_mib if args.large_mib is not None else (512 if gpu else 8)
     small = args.small_count if args.small_count is not None else (2000 if gpu else 200)
     repeats = args.repeats if args.repeats is not None else (20 if gpu else 3)
-    rows = [run_case("large", args.large_count, int(large * 2**18), device, torch_device, repeats, batched),
-            run_case("small", small, int(args.small_kib * 2**8), device, torch_device, repeats, batched)]
+    rows = [run_case("large", args.large_count, int(large * 2**18), device, torch_device, repeats),
+            run_case("small", small, int(args.small_kib * 2**8), device, torch_device, repeats)]
     print_table(rows, f"{device.platform} ({device.device_kind}), torch {torch_device}")
     return rows
 

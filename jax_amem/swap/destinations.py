@@ -7,6 +7,8 @@ arrays are donated and the results reassembled into a new pytree.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Mapping
 
 import jax
@@ -16,14 +18,16 @@ from ..reshard import Layout, Owner
 from ..reshard.plan import Plan
 from . import torch_bridge
 from .errors import SwapError
-from .sources import layout_of, named_arrays, shard_data, shard_positions
+from .sources import array_facts, check_live_arrays, flat_named, layout_of, shard_data, shard_positions
 
 Buffer = tuple[str, Owner]  # (destination name, owner): one buffer the executor writes
 
 
 def describe(dst):
     """TorchDestination for a mapping of tensors, JaxDestination for a pytree of jax.Arrays."""
-    if isinstance(dst, Mapping) and dst and all(torch_bridge.is_tensor(v) for v in dst.values()):
+    tensor_type = torch_bridge.tensor_type()
+    if (tensor_type is not None and isinstance(dst, Mapping) and dst
+            and all(map(isinstance, dst.values(), itertools.repeat(tensor_type)))):
         return TorchDestination(dst)
     if isinstance(dst, Mapping) and any(torch_bridge.is_tensor(v) for v in dst.values()):
         bad = next(k for k, v in dst.items() if not torch_bridge.is_tensor(v))
@@ -64,15 +68,21 @@ def _check_shard(name: str, layout: Layout, owner: Owner, shape, dtype, where: s
                         f"{layout.dtype.name} (cast on the sender with the rule's cast=; nothing was written)")
 
 
+_tensor_facts = operator.attrgetter("device", "shape", "dtype")
+
+
 class TorchDestination:
     kind = "torch"
 
     def __init__(self, tensors: Mapping):
+        import torch
+
         self.tensors = dict(tensors)
+        values = self.tensors.values()
         # Everything later checks depend on, so a cached plan and program are reused only
-        # for tensors that would pass the same checks.
-        self.signature = ("torch",) + tuple((name, t.device, tuple(t.shape), t.dtype, t.stride())
-                                            for name, t in self.tensors.items())
+        # for tensors that would pass the same checks; read in C for thousands of tensors.
+        self.signature = ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
+                          tuple(map(torch.Tensor.stride, values)))
         self._owners = None
 
     def signature_names(self):
@@ -114,7 +124,9 @@ class TorchDestination:
 
     def addresses(self) -> tuple:
         """Every tensor's address, in order: read on every swap (a cache key), so it is cheap."""
-        return tuple(t.data_ptr() for t in self.tensors.values())
+        import torch
+
+        return tuple(map(torch.Tensor.data_ptr, self.tensors.values()))
 
     def targets(self, buffers) -> dict:
         """{(name, owner): (address, bytes)} of the buffers a program writes by address."""
@@ -143,8 +155,10 @@ class JaxDestination:
 
     def __init__(self, tree):
         self.tree = tree
-        self.arrays = named_arrays(tree, "destination")
-        self.signature = ("jax",) + tuple((name, a.sharding, a.shape, a.dtype) for name, a in self.arrays.items())
+        names, leaves, treedef = flat_named(tree)
+        check_live_arrays(names, leaves, "destination")
+        self.arrays = dict(zip(names, leaves))
+        self.signature = ("jax", treedef, tuple(map(array_facts, leaves)))
 
     def signature_names(self):
         return list(self.arrays)

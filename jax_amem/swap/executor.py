@@ -18,6 +18,7 @@ import jax
 from . import report as R
 from . import torch_bridge
 from .program import Program
+from .sources import shard_data
 
 
 def run(program: Program, sources, destination, show_progress: bool):
@@ -46,11 +47,14 @@ def _dispatch(program: Program, sources, call, show_progress: bool) -> list:
     outputs = []
     bar = _progress(program, show_progress)
     start = 0
+    arrays = sources.arrays
     for group in program.groups:
-        shards = []
-        for name, index, device in group.source_refs:
-            shard = sources.shard_at(name, index)
-            shards.append(shard if device == group.device else jax.device_put(shard, group.device))
+        # Most sources are single-device arrays already on the group's device: taken as they are.
+        shards = [arrays[name] if index is None else shard_data(arrays[name], index)
+                  for name, index, _ in group.source_refs]
+        for k, (_, _, device) in enumerate(group.source_refs):
+            if device != group.device:
+                shards[k] = jax.device_put(shards[k], group.device)
         results = call(group, tuple(shards), start)
         start += len(group.buffers)
         outputs.extend(results)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 
 import jax
 
@@ -41,35 +42,53 @@ def shard_data(array, i: int):
 _names_of_treedef: dict = {}
 
 
-def named_leaves(tree) -> dict:
-    """`tree_names(tree)`, with the names cached per tree structure (a swap runs every step)."""
+def flat_named(tree) -> tuple[list, list, object]:
+    """(names, leaves, treedef): `tree_names(tree)` split, the names cached per tree structure
+    (a swap runs every step; the structure, and so the names, rarely change)."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     names = _names_of_treedef.get(treedef)
     if names is None:
         if len(_names_of_treedef) > 256:
             _names_of_treedef.clear()
         names = _names_of_treedef[treedef] = list(tree_names(tree))
+    return names, leaves, treedef
+
+
+def named_leaves(tree) -> dict:
+    names, leaves, _ = flat_named(tree)
     return dict(zip(names, leaves))
 
 
-def named_arrays(tree, side: str) -> dict[str, jax.Array]:
-    """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
-    arrays = named_leaves(tree)
-    for name, leaf in arrays.items():
+def check_live_arrays(names, leaves, side: str) -> None:
+    """SwapError naming the first leaf that is not a live jax.Array."""
+    for name, leaf in zip(names, leaves):
         if not isinstance(leaf, jax.Array):
             raise SwapError(f"{side} {name!r} is a {type(leaf).__name__}, not a jax.Array")
         if leaf.is_deleted():
             raise SwapError(f"{side} {name!r} was deleted (donated to a jitted function or freed): "
                             "pass the live array")
-    return arrays
+
+
+def named_arrays(tree, side: str) -> dict[str, jax.Array]:
+    """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
+    names, leaves, _ = flat_named(tree)
+    check_live_arrays(names, leaves, side)
+    return dict(zip(names, leaves))
+
+
+# What a cached program depends on, per array; read in C for thousands of arrays per swap.
+array_facts = operator.attrgetter("sharding", "shape", "dtype")
 
 
 class Sources:
     """The source arrays by name, their layouts, and single-device shards by owner."""
 
     def __init__(self, tree):
-        self.arrays = named_arrays(tree, "source")
-        self.signature = tuple((name, a.sharding, a.shape, a.dtype) for name, a in self.arrays.items())
+        names, leaves, treedef = flat_named(tree)
+        check_live_arrays(names, leaves, "source")
+        self.arrays = dict(zip(names, leaves))
+        # The tree structure fixes the names; the facts fix every layout.
+        self.signature = (treedef, tuple(map(array_facts, leaves)))
 
     def layouts(self) -> dict[str, Layout]:
         return {name: layout_of(a.sharding, a.shape, a.dtype) for name, a in self.arrays.items()}
@@ -77,8 +96,3 @@ class Sources:
     def shard(self, name: str, owner: Owner):
         array = self.arrays[name]
         return shard_data(array, shard_positions(array)[owner][0])
-
-    def shard_at(self, name: str, index):
-        """The program's fast path: index None is a single-device array, itself."""
-        array = self.arrays[name]
-        return array if index is None else shard_data(array, index)

@@ -17,9 +17,15 @@ from ..reshard import Owner, tree_names
 from .errors import SwapError
 
 
-def is_tensor(value) -> bool:
+def tensor_type():
+    """torch.Tensor when PyTorch is loaded, else None (nothing here imports it)."""
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+    return None if torch is None else torch.Tensor
+
+
+def is_tensor(value) -> bool:
+    tensor = tensor_type()
+    return tensor is not None and isinstance(value, tensor)
 
 
 def numpy_dtype(tensor) -> np.dtype:
