@@ -15,7 +15,7 @@ from jax_amem.swap import SwapError, program
 
 torch = pytest.importorskip("torch")
 
-MESH = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("fsdp", "tp"))
+MESH = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("fsdp", "tp"))  # cpu: collected on GPU machines too
 CPU0 = Owner(jax.process_index(), jax.devices("cpu")[0].id)  # where JAX sees torch's CPU tensors
 
 

@@ -15,7 +15,7 @@ from jax_amem.swap import SwapError, verify
 
 torch = pytest.importorskip("torch")
 
-DEVICES = jax.devices()[:8]
+DEVICES = jax.devices("cpu")[:8]  # cpu: collected on GPU machines too
 TRAINER = Mesh(np.array(DEVICES).reshape(2, 4), ("fsdp", "tp"))
 ROLLOUT = Mesh(np.array(DEVICES[::-1]).reshape(4, 2), ("dp", "tp"))  # other order, other split
 

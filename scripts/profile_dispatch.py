@@ -1,0 +1,68 @@
+"""Fixed cost of one swap call on a GPU, piece by piece (a development aid): host time to
+dispatch a jitted trivial function, a jitted segment_copy_to_addresses of one bulk row and
+of one kernel row, the swap's group call, and the whole swap, each for a few large tensors.
+
+    python -P scripts/profile_dispatch.py [--mib 512] [--count 4] [--repeats 50]
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import jax_amem
+import jax
+import jax.numpy as jnp
+import torch
+from jax_amem.copy import segment_copy_to_addresses
+from jax_amem.swap import api
+
+
+def host_us(fn, repeats, sync):
+    fn()
+    sync()
+    dispatch, total = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        dispatch.append(time.perf_counter() - start)
+        jax.block_until_ready(out)
+        sync()
+        total.append(time.perf_counter() - start)
+    return statistics.median(dispatch) * 1e6, statistics.median(total) * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--mib", type=float, default=512)
+    p.add_argument("--count", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=50)
+    a = p.parse_args()
+    gpu = jax.devices()[0]
+    n = int(a.mib * 2**18)
+    src = {f"t{i}": jax.device_put(jnp.full(n, i, jnp.float32), gpu) for i in range(a.count)}
+    dst = {k: torch.empty(n, device="cuda") for k in src}
+    sync = torch.cuda.synchronize
+    rows = [(i, i, 0, 0, n * 4) for i in range(a.count)]
+    ptrs, sizes = [t.data_ptr() for t in dst.values()], [t.nbytes for t in dst.values()]
+    srcs = list(src.values())
+    trivial = jax.jit(lambda xs: xs[0][:1])
+    bulk = jax.jit(lambda xs: segment_copy_to_addresses(xs, ptrs, sizes, rows))
+    kernel = jax.jit(lambda xs: segment_copy_to_addresses(xs, ptrs, sizes, rows, bulk_bytes=1 << 62))
+    flat_s = torch.empty(n * a.count, device="cuda")
+    flat_d = torch.empty_like(flat_s)
+    print(f"{a.count} x {a.mib} MiB; medians of {a.repeats}; microseconds: host dispatch / until idle")
+    for name, fn in [("jit trivial", lambda: trivial(srcs)), ("bulk copies", lambda: bulk(srcs)),
+                     ("kernel copy", lambda: kernel(srcs)), ("torch copy_ ceiling", lambda: flat_d.copy_(flat_s)),
+                     ("swap", lambda: jax_amem.swap(src, dst, progress=False))]:
+        d, t = host_us(fn, a.repeats, sync)
+        print(f"{name:>22}: {d:9.1f} / {t:9.1f}")
+    program = next(iter(api._ready.values()))
+    print(f"swap program: {len(program.groups)} groups, {program.launches} launches")
+    for g in program.groups:
+        shards = tuple(src[name] for name, _, _ in g.source_refs)
+        d, t = host_us(lambda: g.fn(shards), a.repeats, sync)
+        print(f"{'group call':>22}: {d:9.1f} / {t:9.1f}  ({len(g.buffers)} buffers)")
+
+
+main()
