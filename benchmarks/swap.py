@@ -1,7 +1,7 @@
 """Swap bandwidth (JAX arrays -> a rollout's PyTorch tensors, in place) against a device copy
 of the same bytes and two baselines, all measured in the same run.
 
-    python -P benchmarks/swap.py [--large-mib 512 --large-count 4] [--small-count 2000 --small-kib 16]
+    python -P benchmarks/swap.py [--large-mib 512 2048 --large-count 4] [--small-count 2000 --small-kib 16]
 
 Cases: a few large tensors, and a model of many small tensors. Columns, each for the same
 bytes: the swap (`jax_amem.swap`, warm: plan and program cached), the ceiling (one
@@ -103,7 +103,8 @@ def main(argv=None) -> list[dict]:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--large-mib", type=float, default=None, help="MiB per large tensor (GPU 512, CPU 8)")
+    parser.add_argument("--large-mib", type=float, nargs="+", default=None,
+                        help="MiB per large tensor, one case per value (GPU 512 2048, CPU 8)")
     parser.add_argument("--large-count", type=int, default=4)
     parser.add_argument("--small-count", type=int, default=None, help="small tensors (GPU 2000, CPU 200)")
     parser.add_argument("--small-kib", type=float, default=16)
@@ -112,11 +113,12 @@ def main(argv=None) -> list[dict]:
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
     torch_device = torch.device("cuda", device.local_hardware_id) if gpu else torch.device("cpu")
-    large = args.large_mib if args.large_mib is not None else (512 if gpu else 8)
+    large = args.large_mib if args.large_mib is not None else ([512, 2048] if gpu else [8])
     small = args.small_count if args.small_count is not None else (2000 if gpu else 200)
     repeats = args.repeats if args.repeats is not None else (20 if gpu else 3)
-    rows = [run_case("large", args.large_count, int(large * 2**18), device, torch_device, repeats),
-            run_case("small", small, int(args.small_kib * 2**8), device, torch_device, repeats)]
+    rows = [run_case(f"large{k or ''}", args.large_count, int(mib * 2**18), device, torch_device, repeats)
+            for k, mib in enumerate(large)]
+    rows.append(run_case("small", small, int(args.small_kib * 2**8), device, torch_device, repeats))
     print_table(rows, f"{device.platform} ({device.device_kind}), torch {torch_device}")
     return rows
 
