@@ -14,7 +14,7 @@ import jax_amem
 import jax
 import jax.numpy as jnp
 import torch
-from jax_amem.copy import segment_copy_to_addresses
+from jax_amem.copy import segment_copy, segment_copy_to_addresses
 from jax_amem.swap import api
 
 
@@ -49,6 +49,26 @@ def main():
     trivial = jax.jit(lambda xs: xs[0][:1])
     bulk = jax.jit(lambda xs: segment_copy_to_addresses(xs, ptrs, sizes, rows))
     kernel = jax.jit(lambda xs: segment_copy_to_addresses(xs, ptrs, sizes, rows, bulk_bytes=1 << 62))
+    tiny_src = [jax.device_put(jnp.arange(16, dtype=jnp.float32), gpu)]
+    tiny_dst = torch.zeros(16, device="cuda")
+    no_rows = jax.jit(lambda xs: segment_copy_to_addresses(xs, [tiny_dst.data_ptr()], [64], []))
+    one_row = jax.jit(lambda xs: segment_copy_to_addresses(xs, [tiny_dst.data_ptr()], [64], [(0, 0, 0, 0, 64)]))
+    one_bulk = jax.jit(lambda xs: segment_copy_to_addresses(xs, [tiny_dst.data_ptr()], [64], [(0, 0, 0, 0, 64)],
+                                                            bulk_bytes=1))
+    donated = jax.jit(lambda x, y: segment_copy(x, y, [(0, 0, 64)]), donate_argnums=1)
+    tiny_out = [jax.device_put(jnp.zeros(16, jnp.float32), gpu)]
+
+    def donated_step():
+        tiny_out[0] = donated(tiny_src[0], tiny_out[0])
+        return tiny_out[0]
+    add = jax.jit(lambda xs: xs[0] + 1)
+    print("tiny (64 bytes); microseconds: host dispatch / until idle")
+    for name, fn in [("jit x + 1", lambda: add(tiny_src)), ("to_addresses, no rows", lambda: no_rows(tiny_src)),
+                     ("to_addresses, 1 row", lambda: one_row(tiny_src)),
+                     ("to_addresses, 1 bulk", lambda: one_bulk(tiny_src)),
+                     ("segment_copy donated", donated_step)]:
+        d, t = host_us(fn, a.repeats, sync)
+        print(f"{name:>22}: {d:9.1f} / {t:9.1f}")
     flat_s = torch.empty(n * a.count, device="cuda")
     flat_d = torch.empty_like(flat_s)
     print(f"{a.count} x {a.mib} MiB; medians of {a.repeats}; microseconds: host dispatch / until idle")
