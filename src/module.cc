@@ -10,4 +10,5 @@ NB_MODULE(_core, m) {
   amem::bindings::BindFfi(m);
   amem::bindings::BindReshard(m);
   amem::bindings::BindMemory(m);
+  amem::bindings::BindIpc(m);
 }

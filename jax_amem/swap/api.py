@@ -72,7 +72,7 @@ def route_for(destination) -> tuple:
     """How the bytes move, part of every cache key: PyTorch tensors by address (the tensors'
     addresses included, so moved tensors get a program of their own); JAX arrays by donation,
     batched when batched.enabled() (read on every swap)."""
-    if destination.kind == "torch":
+    if destination.kind in ("torch", "remote"):  # remote: another process's tensors (ipc.py)
         return ("addresses", destination.addresses())
     return ("batched" if batching.enabled() else "per-transfer",)
 

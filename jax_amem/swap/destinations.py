@@ -24,7 +24,10 @@ Buffer = tuple[str, Owner]  # (destination name, owner): one buffer the executor
 
 
 def describe(dst):
-    """TorchDestination for a mapping of tensors, JaxDestination for a pytree of jax.Arrays."""
+    """TorchDestination for a mapping of tensors, JaxDestination for a pytree of jax.Arrays;
+    another process's tensors (ipc.RemoteTensors) as they are."""
+    if getattr(dst, "kind", None) == "remote":
+        return dst
     tensor_type = torch_bridge.tensor_type()
     if (tensor_type is not None and isinstance(dst, Mapping) and dst
             and all(map(isinstance, dst.values(), itertools.repeat(tensor_type)))):

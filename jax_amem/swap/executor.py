@@ -24,9 +24,10 @@ from .sources import shard_data
 def run(program: Program, sources, destination, show_progress: bool):
     """Returns (the written JAX arrays in `program.order`, or [] for PyTorch destinations;
     extra transports) once all work is done."""
-    if destination.kind == "torch":
-        torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
-                                     if g.device.platform == "gpu"})
+    if destination.kind in ("torch", "remote"):  # remote: the rollout said it is idle (swap/remote.py)
+        if destination.kind == "torch":
+            torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
+                                         if g.device.platform == "gpu"})
         _dispatch(program, sources, lambda group, shards, start: group.fn(shards), show_progress)
         return [], {}
     donated = destination.inputs(program.order, program.dst_indices)

@@ -50,27 +50,27 @@ def export_tensors(named_tensors) -> dict:
     for name, tensor in dict(named_tensors).items():
         if not hasattr(tensor, "data_ptr") or not hasattr(tensor, "is_contiguous"):
             raise SwapError(f"export_tensors: {name!r} is a {type(tensor).__name__}, not a torch.Tensor")
-        if tensor.device.type != "cuda":
-            raise SwapError(f"export_tensors: {name!r} is on {tensor.device}; CUDA IPC shares GPU memory only: "
-                            "move the model to a GPU (model.cuda())")
         if not tensor.is_contiguous():
             raise SwapError(f"export_tensors: {name!r} is not contiguous (strides {tuple(tensor.stride())}): the "
                             "swap writes row-major bytes; make the model's tensor contiguous")
+        if tensor.device.type != "cuda":
+            raise SwapError(f"export_tensors: {name!r} is on {tensor.device}; CUDA IPC shares GPU memory only: "
+                            "move the model to a GPU (model.cuda())")
         ordinal = tensor.device.index if tensor.device.index is not None else 0
         nbytes = tensor.numel() * tensor.element_size()
         entry = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
                  "nbytes": nbytes, "device": ordinal}
-        if ordinal not in bus_ids:
-            bus_ids[ordinal] = core.memory.pci_bus_id(ordinal)
-        entry["pci_bus_id"] = bus_ids[ordinal]
-        if nbytes == 0:
-            entry.update(handle=None, offset=0)  # nothing to write, nothing to map
-        else:
-            try:
+        try:
+            if ordinal not in bus_ids:
+                bus_ids[ordinal] = core.memory.pci_bus_id(ordinal)
+            entry["pci_bus_id"] = bus_ids[ordinal]
+            if nbytes == 0:
+                entry.update(handle=None, offset=0)  # nothing to write, nothing to map
+            else:
                 handle, offset, allocation = core.ipc.export_pointer(tensor.data_ptr(), ordinal)
-            except RuntimeError as error:
-                raise SwapError(f"export_tensors: {name!r}: {error}") from None
-            entry.update(handle=handle.hex(), offset=int(offset), allocation_bytes=int(allocation))
+                entry.update(handle=handle.hex(), offset=int(offset), allocation_bytes=int(allocation))
+        except RuntimeError as error:
+            raise SwapError(f"export_tensors: {name!r}: {error}") from None
         tensors[name] = entry
     return {"format": FORMAT, "host": socket.gethostname(), "pid": os.getpid(), "tensors": tensors}
 

@@ -64,6 +64,11 @@ Loaded LoadDriver() {
   ok &= Bind(library, "cuStreamQuery", a.cuStreamQuery, w);
   ok &= Bind(library, "cuMemcpyHtoD_v2", a.cuMemcpyHtoD, w);
   ok &= Bind(library, "cuMemcpyDtoH_v2", a.cuMemcpyDtoH, w);
+  ok &= Bind(library, "cuIpcGetMemHandle", a.cuIpcGetMemHandle, w);
+  ok &= Bind(library, "cuIpcOpenMemHandle_v2", a.cuIpcOpenMemHandle, w);  // cuda.h maps the name to _v2
+  ok &= Bind(library, "cuIpcCloseMemHandle", a.cuIpcCloseMemHandle, w);
+  ok &= Bind(library, "cuMemGetAddressRange_v2", a.cuMemGetAddressRange, w);
+  ok &= Bind(library, "cuPointerGetAttribute", a.cuPointerGetAttribute, w);
   if (!ok) return loaded;
   CUresult init = a.cuInit(0);
   if (init != kSuccess) {

@@ -12,6 +12,16 @@
 
 namespace amem::cuda {
 
+// cuda.h's CUipcMemHandle: 64 opaque bytes, passed by value.
+constexpr int kIpcHandleBytes = 64;  // CU_IPC_HANDLE_SIZE
+struct IpcMemHandle {
+  char reserved[kIpcHandleBytes];
+};
+constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;     // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+constexpr int kPointerAttributeDeviceOrdinal = 9;         // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kPointerAttributeIsLegacyIpcCapable = 10;   // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+constexpr CUresult kErrorInvalidContext = 201;            // CUDA_ERROR_INVALID_CONTEXT
+
 // One pointer per driver entry point jax-amem calls. Filled once by Driver().
 struct DriverApi {
   CUresult (*cuInit)(unsigned flags);
@@ -43,6 +53,12 @@ struct DriverApi {
   CUresult (*cuStreamQuery)(CUstream stream);  // 0 when done, 600 (not ready) while running
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
+  // CUDA IPC (swap/ipc.py): export an allocation, map another process's into this one.
+  CUresult (*cuIpcGetMemHandle)(IpcMemHandle* handle, CUdeviceptr pointer);
+  CUresult (*cuIpcOpenMemHandle)(CUdeviceptr* pointer, IpcMemHandle handle, unsigned flags);
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr pointer);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr* base, size_t* bytes, CUdeviceptr pointer);
+  CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr pointer);
 };
 
 // The loaded table, or nullptr when the driver is missing; `why` then says
