@@ -10,5 +10,6 @@ NB_MODULE(_core, m) {
   amem::bindings::BindFfi(m);
   amem::bindings::BindReshard(m);
   amem::bindings::BindMemory(m);
+  amem::bindings::BindTransport(m);
   amem::bindings::BindIpc(m);
 }

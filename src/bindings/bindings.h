@@ -11,6 +11,7 @@ void BindCopy(nanobind::module_& m);
 void BindFfi(nanobind::module_& m);
 void BindReshard(nanobind::module_& m);
 void BindMemory(nanobind::module_& m);
+void BindTransport(nanobind::module_& m);
 void BindIpc(nanobind::module_& m);
 
 }  // namespace amem::bindings

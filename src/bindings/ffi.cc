@@ -4,6 +4,7 @@
 #include "ffi/segment_copy.h"
 #include "ffi/segment_copy_many.h"
 #include "ffi/segment_copy_to_addresses.h"
+#include "ffi/nccl_send_bucket.h"
 
 namespace nb = nanobind;
 
@@ -36,6 +37,9 @@ void BindFfi(nb::module_& root) {
         to_addresses["cpu"] = Capsule(AmemSegmentCopyToAddressesCpu);
         to_addresses["CUDA"] = Capsule(AmemSegmentCopyToAddressesCuda);
         targets["jax_amem_segment_copy_to_addresses"] = to_addresses;
+        nb::dict nccl_send_bucket;  // CUDA only: NCCL has no CPU path
+        nccl_send_bucket["CUDA"] = Capsule(AmemNcclSendBucketCuda);
+        targets["jax_amem_nccl_send_bucket"] = nccl_send_bucket;
         return targets;
       },
       "The FFI targets this build provides: {name: {platform: capsule}}.");

@@ -1,0 +1,176 @@
+"""The NCCL transport's link: one communicator over every trainer rank and every rollout
+rank (trainer rank i is communicator rank i, rollout rank j is `trainers + j`), created
+through jax_amem's NCCL interposer, so `jax_amem.nccl.pause(ids=[link.interposer_id])` (a
+collective: both sides call it; or `pause()` for every communicator of the process) frees it
+between swaps and `resume()` brings it back behind the same handle. Rank 0 makes the unique id and publishes it through the store; every rank
+publishes the plan owner `(process, device)` it stands for, so both sides map plan owners
+to communicator ranks identically.
+
+Control keys (values bytes, `store.key` namespacing): `nccl/<name>/<generation>/id`,
+`.../member/<comm rank>`, and per swap and sender->receiver pair `.../<s>-<r>/<n>/header`,
+`.../ack`, `.../done` (nccl_transport.py). `generation` counts this process's connects under
+`name`, so reconnecting after `close()` uses fresh keys on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .. import nccl as amem_nccl
+from ..reshard import Owner
+from . import store as S
+from .errors import SwapError
+from .nccl_packing import DEFAULT_BUCKET_BYTES, check_bucket_bytes
+
+ROLES = ("trainer", "rollout")
+_generations: dict[str, int] = defaultdict(int)
+
+
+def _core():
+    from .._native import core
+
+    return core.transport
+
+
+@dataclass
+class Link:
+    name: str
+    generation: int
+    role: str
+    rank: int                   # within its role
+    trainers: int
+    rollouts: int
+    comm_rank: int
+    owners: tuple[Owner, ...]   # plan owner of each communicator rank
+    device: int                 # local CUDA ordinal of this rank
+    comm: int                   # communicator handle (the interposer's proxy)
+    store: object
+    bucket_bytes: int
+    timeout: float
+    pausable: bool              # created through the interposer
+    interposer_id: int | None = None  # its id in jax_amem.nccl.communicators(), for pause(ids=[...])
+    pipes: dict = field(default_factory=dict)      # peer comm rank -> staging pipe id
+    sequence: dict = field(default_factory=dict)   # peer comm rank -> swaps done with it
+    closed: bool = False
+
+    @property
+    def owner(self) -> Owner:
+        return self.owners[self.comm_rank]
+
+    @property
+    def nranks(self) -> int:
+        return self.trainers + self.rollouts
+
+    def comm_rank_of(self, owner, what: str) -> int:
+        owner = Owner(*owner)
+        if owner not in self.owners:
+            raise SwapError(f"{what}: the plan names owner {tuple(owner)}, which is no rank of link "
+                            f"{self.name!r} (its ranks stand for {[tuple(o) for o in self.owners]}); give "
+                            "each rank the owner its layouts use in connect(owner=...)")
+        return self.owners.index(owner)
+
+    def key(self, *parts) -> str:
+        return S.key("nccl", self.name, self.generation, *parts)
+
+    def pipe(self, peer: int) -> int:
+        """The staging pipe to/from communicator rank `peer` (two buckets), made on first use."""
+        self._require_open()
+        if peer not in self.pipes:
+            self.pipes[peer] = _core().create_pipe(self.device, self.bucket_bytes)
+        return self.pipes[peer]
+
+    @property
+    def staging_bytes(self) -> int:
+        return sum(_core().pipe_staging_bytes(p) for p in self.pipes.values())
+
+    def next_sequence(self, peer: int) -> int:
+        n = self.sequence.get(peer, 0)
+        self.sequence[peer] = n + 1
+        return n
+
+    def close(self) -> None:
+        """Frees the staging pipes and destroys the communicator (collective with the peers)."""
+        if self.closed:
+            return
+        for pipe in self.pipes.values():
+            _core().destroy_pipe(pipe)
+        self.pipes.clear()
+        _core().destroy_communicator(self.comm)
+        self.closed = True
+
+    def not_ready(self) -> str | None:
+        """Why this rank cannot move bytes now (its communicator paused or broken), or None."""
+        if self.interposer_id is None:
+            return None
+        state = next((c.state for c in amem_nccl.communicators() if c.id == self.interposer_id), "gone")
+        if state == "active":
+            return None
+        return (f"link {self.name!r} rank {self.comm_rank}: its NCCL communicator is {state} "
+                "(jax_amem.nccl.pause): call jax_amem.nccl.resume() on both sides before swapping")
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise SwapError(f"link {self.name!r} is closed: connect() again")
+
+    def __repr__(self):
+        return (f"Link({self.name!r}, {self.role} {self.rank}, comm rank {self.comm_rank}/{self.nranks}, "
+                f"owner {tuple(self.owner)}, cuda:{self.device}, buckets {self.bucket_bytes >> 20} MiB, "
+                f"{'pausable' if self.pausable else 'not pausable (no interposer)'})")
+
+
+def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner, device: int,
+            name: str = "default", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+            timeout: float = S.DEFAULT_TIMEOUT) -> Link:
+    """Joins the link `name` as `role` ("trainer" / "rollout") rank `rank`. Collective: every
+    trainer and rollout rank calls it. `owner`: the plan owner (process, device) this rank
+    stands for; `device`: its local CUDA ordinal. `store`: see jax_amem.swap.store."""
+    if role not in ROLES:
+        raise SwapError(f"role must be one of {ROLES}, got {role!r}")
+    for what, count in (("trainers", trainers), ("rollouts", rollouts)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise SwapError(f"{what} must be a positive int, got {count!r}")
+    size = trainers if role == "trainer" else rollouts
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
+        raise SwapError(f"{role} rank {rank!r} is out of range: the link has {size} {role} rank(s)")
+    bucket_bytes = check_bucket_bytes(bucket_bytes)
+    store = S.as_store(store)
+    owner = Owner(*owner)
+    comm_rank = rank if role == "trainer" else trainers + rank
+    nranks = trainers + rollouts
+    generation = _generations[name]
+    prefix = ("nccl", name, generation)
+    if comm_rank == 0:
+        unique_id = _core().unique_id()
+        store.set(S.key(*prefix, "id"), unique_id)
+    else:
+        unique_id = _get(store, S.key(*prefix, "id"), timeout, "the NCCL unique id from trainer rank 0")
+    member = {"role": role, "rank": rank, "owner": list(owner), "bucket_bytes": bucket_bytes}
+    store.set(S.key(*prefix, "member", comm_rank), json.dumps(member).encode())
+    members = [json.loads(_get(store, S.key(*prefix, "member", r), timeout, f"communicator rank {r}"))
+               for r in range(nranks)]
+    owners = tuple(Owner(*m["owner"]) for m in members)
+    if len(set(owners)) != len(owners):
+        raise SwapError(f"link {name!r}: two ranks stand for the same plan owner ({[tuple(o) for o in owners]}); "
+                        "give each rank its own (process, device)")
+    sizes = {m["bucket_bytes"] for m in members}
+    if len(sizes) != 1:
+        raise SwapError(f"link {name!r}: ranks asked for different bucket sizes {sorted(sizes)}: give every "
+                        "rank the same bucket_bytes")
+    before = {c.id for c in amem_nccl.communicators()}
+    comm = _core().init_communicator(unique_id, nranks, comm_rank, int(device))
+    # The interposer tags owners by the calling library's path, which can read "torch" when
+    # the package sits under a folder named so: find ours as the one this init added.
+    new = [c.id for c in amem_nccl.communicators() if c.id not in before]
+    _generations[name] += 1
+    return Link(name, generation, role, rank, trainers, rollouts, comm_rank, owners, int(device), comm,
+                store, bucket_bytes, float(timeout), bool(_core().front_is_interposer()),
+                new[0] if len(new) == 1 else None)
+
+
+def _get(store, key: str, timeout: float, what: str) -> bytes:
+    try:
+        return store.get(key, timeout=timeout)
+    except S.StoreTimeout as error:
+        raise S.StoreTimeout(f"waiting for {what}: {error}") from None

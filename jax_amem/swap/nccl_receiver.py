@@ -1,0 +1,96 @@
+"""The rollout's side of the NCCL transport, for PyTorch tensors (no JAX GPU backend needed).
+Per peer and bucket, one native call (`core.transport.recv_bucket`): ncclRecv into a staging
+slot on the pipe's stream, then one LaunchBufferSegmentCopy on PyTorch's current stream that
+unpacks the bucket's rows into the tensors' memory by address. The unpack tables live on the
+device (uploaded once per (plan, peer, bucket size, device), in PyTorch memory).
+
+A JAX receiver (donated jax.Arrays) is not built yet: see docs/swap.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..copy import prepare_buffer_segments
+from ..reshard.plan import DST_OWNER, DST_TENSOR
+from . import torch_bridge
+from .errors import SwapError
+from .nccl_packing import PairPacking
+
+
+@dataclass
+class BucketTables:
+    rows: list      # per bucket: a CUDA int64 tensor (n, 6) of validated, split rows
+    counts: list[int]
+
+
+def check_tensors(tensors: dict, plan, owner_id: int, device: int) -> dict:
+    """{destination tensor id: tensor} for every destination this owner receives; SwapError
+    naming the first tensor that is missing, extra, or of the wrong shape/dtype/device."""
+    import torch
+
+    t = plan.transfers
+    wanted = sorted(set(t[t[:, DST_OWNER] == owner_id, DST_TENSOR].tolist()))
+    names = plan.dst_names
+    owner = plan.owner_of(owner_id)
+    missing = [names[i] for i in wanted if names[i] not in tensors]
+    extra = sorted(set(tensors) - {names[i] for i in wanted})
+    if missing or extra:
+        raise SwapError(f"receive(): destination names do not match the plan for owner {tuple(owner)}: "
+                        f"missing {missing}, extra {extra}. Nothing was received.")
+    out = {}
+    for i in wanted:
+        name, tensor = names[i], tensors[names[i]]
+        layout = plan.dst_layouts[name]
+        _, size = layout.shard_box(owner)
+        if not isinstance(tensor, torch.Tensor):
+            raise SwapError(f"destination {name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        if tensor.device.type != "cuda" or tensor.device.index != device:
+            raise SwapError(f"destination {name!r} is on {tensor.device}, the link receives on cuda:{device}")
+        if tuple(tensor.shape) != tuple(size):
+            raise SwapError(f"destination {name!r} has shape {tuple(tensor.shape)}, the plan's shard for owner "
+                            f"{tuple(owner)} is {tuple(size)}")
+        if torch_bridge.numpy_dtype(tensor) != layout.dtype:
+            raise SwapError(f"destination {name!r} is {tensor.dtype}, the plan writes {layout.dtype.name}")
+        if not tensor.is_contiguous() or tensor.untyped_storage().nbytes() == 0:
+            raise SwapError(f"destination {name!r} is not contiguous (or its storage was freed): "
+                            "give the tensor itself, contiguous")
+        out[i] = tensor
+    return out
+
+
+def upload_tables(packing: PairPacking, plan, owner, device: int) -> BucketTables:
+    """Validates every bucket's unpack rows against the bucket and the destination shards
+    (sizes from the plan), splits long rows, and puts them on the device."""
+    import torch
+
+    rows, counts = [], []
+    for bucket in packing.buckets:
+        sizes = [_shard_bytes(plan, t, owner) for t in bucket.dst_tensors]
+        table = prepare_buffer_segments(bucket.recv_rows, [packing.bucket_bytes], sizes)
+        rows.append(torch.from_numpy(np.ascontiguousarray(table)).to(f"cuda:{device}"))
+        counts.append(len(table))
+    return BucketTables(rows, counts)
+
+
+def _shard_bytes(plan, tensor: int, owner) -> int:
+    layout = plan.dst_layouts[plan.dst_names[tensor]]
+    _, size = layout.shard_box(owner)
+    return int(np.prod(size, dtype=np.int64)) * layout.dtype.itemsize
+
+
+def receive_pair(link, peer: int, packing: PairPacking, tables: BucketTables, by_id: dict) -> None:
+    """Enqueues every bucket from communicator rank `peer` on PyTorch's current stream."""
+    import torch
+
+    from .._native import core
+
+    stream = torch.cuda.current_stream(link.device).cuda_stream
+    pipe = link.pipe(peer)
+    for k, bucket in enumerate(packing.buckets):
+        destinations = [by_id[t].data_ptr() for t in bucket.dst_tensors]
+        core.transport.recv_bucket(pipe, stream, k % 2, bucket.nbytes, peer, link.comm, destinations,
+                                   tables.rows[k].data_ptr(), tables.counts[k])
+    core.transport.drain(pipe, stream)

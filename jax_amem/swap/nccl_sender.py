@@ -1,0 +1,97 @@
+"""The trainer's side of the NCCL transport: one jitted program per (plan, link, owner) that
+prepares the source views the plan names (transpose + cast, program.prepare_view) and, per
+peer and bucket, runs the `jax_amem_nccl_send_bucket` custom call: gather the bucket's rows
+into a staging slot on XLA's stream, ncclSend it on the pipe's stream (two slots per peer, so
+gathering bucket k+1 overlaps sending bucket k). Calls are chained by tokens, so they run in
+bucket order; a peer's last bucket drains its pipe, so the program's completion means every
+byte left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _ffi
+from ..copy import prepare_buffer_segments
+from .errors import SwapError
+from .nccl_packing import PairPacking
+from .program import prepare_view
+
+
+@dataclass(frozen=True)
+class BucketCall:
+    peer: int          # communicator rank
+    pipe: int
+    slot: int
+    nbytes: int
+    drain: bool
+    views: tuple[int, ...]   # plan view ids, by slot
+    table: np.ndarray        # validated, split BufferSegment rows (n, 6)
+
+
+def bucket_calls(plan, owner, packings: dict[int, PairPacking], link) -> list[BucketCall]:
+    """Every bucket call of one send, in order: peers by communicator rank, buckets in order."""
+    calls = []
+    for peer, packing in sorted(packings.items()):
+        pipe = link.pipe(peer)
+        last = len(packing.buckets) - 1
+        for k, bucket in enumerate(packing.buckets):
+            sizes = [_view_bytes(plan, v, owner) for v in bucket.views]
+            table = prepare_buffer_segments(bucket.send_rows, sizes, [packing.bucket_bytes])
+            calls.append(BucketCall(peer, pipe, k % 2, bucket.nbytes, k == last, bucket.views, table))
+    return calls
+
+
+def _view_bytes(plan, view: int, owner) -> int:
+    shape = plan.view_shard_shape(view, owner)
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(plan.views[view][2]).itemsize
+
+
+def jitted(plan, calls: list[BucketCall], comm: int, sources: list[str]):
+    """fn(shards) -> tokens: `shards[i]` is this owner's shard of source `sources[i]`."""
+    slot_of = {name: i for i, name in enumerate(sources)}
+    send = jax.ffi.ffi_call(_ffi.NCCL_SEND_BUCKET, jax.ShapeDtypeStruct((), np.uint8),
+                            has_side_effect=True)
+
+    def run(shards):
+        prepared = {}
+        token = jnp.zeros((), jnp.uint8)
+        done = []
+        for call in calls:
+            for v in call.views:
+                if v not in prepared:
+                    name, perm, dtype = plan.views[v]
+                    prepared[v] = prepare_view(shards[slot_of[name]], perm, dtype)
+            token = send(token, jnp.asarray(call.table.view(np.uint32)), *[prepared[v] for v in call.views],
+                         pipe=np.int64(call.pipe), comm=np.int64(comm), peer=np.int64(call.peer),
+                         slot=np.int64(call.slot), bytes=np.int64(call.nbytes), drain=np.int64(call.drain))
+            if call.drain:
+                done.append(token)
+        return tuple(done)
+
+    return jax.jit(run)
+
+
+def source_shards(params_by_name: dict, names: list[str], owner, device: int) -> list:
+    """This owner's single-device shard of each source in `names`, checked to be on CUDA `device`."""
+    from .sources import shard_data, shard_positions
+
+    shards = []
+    for name in names:
+        array = params_by_name.get(name)
+        if array is None:
+            raise SwapError(f"source {name!r} is in the plan but not in the params given to send()")
+        positions = shard_positions(array)
+        if owner not in positions:
+            raise SwapError(f"source {name!r}: the plan sends owner {tuple(owner)}'s shard, which this "
+                            f"process does not hold (its shards: {sorted(tuple(o) for o in positions)})")
+        i, dev = positions[owner]
+        if getattr(dev, "platform", "") != "gpu" or dev.local_hardware_id != device:
+            raise SwapError(f"source {name!r}: the shard of owner {tuple(owner)} is on {dev}, not on the "
+                            f"link's cuda:{device}; connect with device=<that shard's local GPU>")
+        shards.append(shard_data(array, i))
+    return shards

@@ -1,0 +1,206 @@
+"""The swap's cross-host transport: a JAX trainer sends its parameters, resharded as a plan
+says, over NCCL send/recv into a rollout process's PyTorch tensors, in place.
+
+    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swap.store import TorchStore
+
+    # both sides: the same global plan (plans are deterministic: identical rows and order)
+    plan = reshard.plan(trainer_layouts, rollout_layouts, rules=...)
+    # trainer process (rollout rank 0 hosts the TCPStore)
+    link = nt.connect(TorchStore.connect(host, port), "trainer", 0, trainers=1, rollouts=1,
+                      owner=(0, 0), device=0)
+    nt.send(params, plan, link, version=3)
+    # rollout process
+    link = nt.connect(TorchStore.connect(host, port, is_master=True), "rollout", 0, trainers=1,
+                      rollouts=1, owner=(1, 0), device=0)
+    nt.receive(dict(model.named_parameters()), plan, link, version=3)
+
+Between swaps both sides may call `jax_amem.nccl.pause(ids=[link.interposer_id])` (a collective) to
+free the link's communicator and `jax_amem.nccl.resume()` before the next swap.
+
+Each side derives, from the global plan and its own owner, the pairs it takes part in and
+packs each pair's transfers into bounded buckets (nccl_packing.py); before any NCCL call a
+handshake compares version, plan key and packing digest (nccl_control.py). Buckets move
+through two staging slots per peer (src/transport/bucket_pipe.h). See docs/swap.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..reshard import Owner
+from . import nccl_control as control
+from .errors import SwapError
+from .nccl_link import Link, connect
+from .nccl_packing import PairPacking, pack_pair, peers_of
+from .store import StoreTimeout
+
+_packings: dict[tuple, PairPacking] = {}
+_senders: dict[tuple, tuple] = {}
+_tables: dict[tuple, object] = {}
+_CACHE_ENTRIES = 64
+
+
+@dataclass
+class NcclSwapReport:
+    role: str
+    version: int
+    bytes: int          # payload: destination bytes written (each once)
+    wire_bytes: int     # bytes over the network, alignment padding included
+    buckets: int
+    peers: list[int]    # communicator ranks
+    staging_bytes: int  # device memory of this side's staging slots
+    seconds: float
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else float("inf")
+
+    def __str__(self):
+        return (f"nccl swap v{self.version} ({self.role}): {self.bytes / 2**20:.1f} MiB in {self.buckets} "
+                f"bucket(s) with peers {self.peers} in {self.seconds * 1e3:.1f} ms ({self.gb_per_s:.2f} GB/s); "
+                f"{self.wire_bytes / 2**20:.1f} MiB on the wire; staging {self.staging_bytes / 2**20:.1f} MiB")
+
+
+def owner_id(plan, link: Link) -> int:
+    try:
+        return plan.owner_id(link.owner)
+    except KeyError as error:
+        raise SwapError(f"link rank {link.comm_rank} stands for owner {tuple(link.owner)}, which the plan does not "
+                        f"know ({error.args[0]})") from None
+
+
+def packing(plan, src: int, dst: int, bucket_bytes: int) -> PairPacking:
+    key = (plan.key, plan.owner, src, dst, bucket_bytes)
+    if key not in _packings:
+        if len(_packings) > _CACHE_ENTRIES:
+            _packings.clear()
+        _packings[key] = pack_pair(plan, src, dst, bucket_bytes)
+    return _packings[key]
+
+
+def _check_version(version) -> int:
+    if isinstance(version, bool) or not isinstance(version, (int, np.integer)):
+        raise SwapError(f"version must be an int (both sides pass the same), got {version!r}")
+    return int(version)
+
+
+def _peer_packings(plan, link: Link, me: int, role: str) -> dict[int, PairPacking]:
+    """{peer communicator rank: packing} of every pair this owner takes part in."""
+    out = {}
+    for other in peers_of(plan, me, role):
+        rank = link.comm_rank_of(plan.owner_of(other), f"{role} {tuple(link.owner)}")
+        peer_role = "rollout" if role == "sender" else "trainer"
+        if (rank >= link.trainers) != (peer_role == "rollout"):
+            raise SwapError(f"the plan has owner {tuple(plan.owner_of(other))} {'receive' if role == 'sender' else 'send'}, "
+                            f"but on link {link.name!r} it is a {'trainer' if rank < link.trainers else 'rollout'} rank")
+        pair = (me, other) if role == "sender" else (other, me)
+        out[rank] = packing(plan, *pair, link.bucket_bytes)
+    return out
+
+
+def send(params, plan, link: Link, version: int) -> NcclSwapReport:
+    """Trainer: sends this rank's part of `plan` to every rollout rank it names. Returns after
+    the last byte left (the program drained its pipes)."""
+    from . import nccl_sender as sender
+    from .sources import layout_of, named_arrays
+
+    start = time.perf_counter()
+    version = _check_version(version)
+    if link.role != "trainer":
+        raise SwapError(f"send() on a {link.role} link: the trainer sends, the rollout calls receive()")
+    link._require_open()
+    arrays = named_arrays(params, "source")
+    for name, layout in plan.src_layouts.items():
+        array = arrays.get(name)
+        if array is None or layout_of(array.sharding, array.shape, array.dtype) != layout:
+            raise SwapError(f"source {name!r}: the plan was made for other source layouts (or the name is "
+                            "missing from params); plan again from these params")
+    me = owner_id(plan, link)
+    packings = _peer_packings(plan, link, me, "sender")
+    key = (plan.key, link.name, link.generation, link.comm, me, link.bucket_bytes)
+    if key not in _senders:
+        if len(_senders) > _CACHE_ENTRIES:
+            _senders.clear()
+        calls = sender.bucket_calls(plan, link.owner, packings, link)
+        names = sorted({plan.views[v][0] for c in calls for v in c.views})
+        _senders[key] = (calls, names, sender.jitted(plan, calls, link.comm, names))
+    calls, names, fn = _senders[key]
+    shards = sender.source_shards(arrays, names, link.owner, link.device)
+    if (reason := link.not_ready()) is not None:
+        raise SwapError(reason + "; nothing was sent")  # before the offer: a send now could not finish
+    for peer, pair in packings.items():
+        control.offer(link, peer, link.next_sequence(peer), control.header(version, plan.key, pair))
+    for peer in packings:
+        control.await_ack(link, peer, link.sequence[peer] - 1)
+    import jax
+
+    jax.block_until_ready(fn(shards))
+    _core().check_communicator(link.comm)
+    return _report("trainer", version, packings, link, start)
+
+
+def receive(tensors: dict, plan, link: Link, version: int) -> NcclSwapReport:
+    """Rollout: receives this rank's part of `plan` into `tensors` ({name: torch.Tensor}, this
+    owner's shards, on the link's device), in place. Returns when the values are in."""
+    import torch
+
+    from . import nccl_receiver as receiver
+
+    start = time.perf_counter()
+    version = _check_version(version)
+    if link.role != "rollout":
+        raise SwapError(f"receive() on a {link.role} link: the rollout receives, the trainer calls send()")
+    link._require_open()
+    me = owner_id(plan, link)
+    by_id = receiver.check_tensors(tensors, plan, me, link.device)
+    packings = _peer_packings(plan, link, me, "receiver")
+    refuse = link.not_ready()  # refused through the ack, so the trainer never sends into it
+    for peer, pair in packings.items():
+        n = link.sequence.get(peer, 0)
+        try:
+            control.answer(link, peer, n, control.header(version, plan.key, pair), refuse)
+        except StoreTimeout:
+            raise  # the trainer never offered swap n: the next call waits for it again
+        except SwapError:
+            link.sequence[peer] = n + 1  # refused: both sides move past swap n
+            raise
+        link.sequence[peer] = n + 1
+    for peer, pair in packings.items():
+        key = (plan.key, pair.src_owner, pair.dst_owner, pair.bucket_bytes, link.device)
+        if key not in _tables:
+            if len(_tables) > _CACHE_ENTRIES:
+                _tables.clear()
+            _tables[key] = receiver.upload_tables(pair, plan, link.owner, link.device)
+        receiver.receive_pair(link, peer, pair, _tables[key], by_id)
+    torch.cuda.current_stream(link.device).synchronize()
+    _core().check_communicator(link.comm)
+    for peer in packings:
+        control.mark_done(link, peer, link.sequence[peer] - 1, version)
+    return _report("rollout", version, packings, link, start)
+
+
+def _report(role, version, packings, link, start) -> NcclSwapReport:
+    return NcclSwapReport(role, version, sum(p.nbytes for p in packings.values()),
+                          sum(p.wire_bytes for p in packings.values()),
+                          sum(len(p.buckets) for p in packings.values()), sorted(packings),
+                          link.staging_bytes, time.perf_counter() - start)
+
+
+def _core():
+    from .._native import core
+
+    return core.transport
+
+
+def forget() -> None:
+    """Drops cached packings, sender programs and device tables."""
+    _packings.clear()
+    _senders.clear()
+    _tables.clear()
+
+
+__all__ = ["Link", "NcclSwapReport", "Owner", "connect", "forget", "receive", "send"]

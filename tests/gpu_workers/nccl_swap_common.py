@@ -1,0 +1,56 @@
+"""What the NCCL swap workers share: process 0 is the JAX trainer (GPU backend), process 1
+the PyTorch rollout (JAX on CPU only, for the plan). The rollout hosts the TCPStore; both
+connect the link and build the same global plan from layouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+TRAINER_OWNER = (0, 0)
+ROLLOUT_OWNER = (1, 0)
+
+
+def start(rank: int):
+    """Imports jax_amem first (the NCCL interposer in front) with the right JAX platform."""
+    if rank == 1:
+        os.environ["JAX_PLATFORMS"] = "cpu"  # the rollout: PyTorch on the GPU, no JAX GPU backend
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the Llama helpers
+    import jax_amem  # noqa: F401
+
+    return "trainer" if rank == 0 else "rollout"
+
+
+def emit(**fields):
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+_store = None
+
+
+def store(role: str, port: str):
+    """This process's TorchStore (the rollout's is the server), made once."""
+    global _store
+    if _store is None:
+        from jax_amem.swap.store import TorchStore
+
+        _store = TorchStore.connect("127.0.0.1", int(port), is_master=(role == "rollout"), timeout=120)
+    return _store
+
+
+def link(role: str, port: str, **options):
+    from jax_amem.swap import nccl_transport as nt
+
+    device = int(os.environ.get("WORKER_LOCAL_DEVICE", "0"))
+    owner = TRAINER_OWNER if role == "trainer" else ROLLOUT_OWNER
+    return nt.connect(store(role, port), role, 0, trainers=1, rollouts=1, owner=owner, device=device,
+                      timeout=120, **options)
+
+
+def barrier(link, name: str):
+    """Both processes reach `name` (over the link's store)."""
+    link.store.set(link.key("barrier", name, link.role), b"1")
+    other = "rollout" if link.role == "trainer" else "trainer"
+    link.store.get(link.key("barrier", name, other), timeout=120)

@@ -1,0 +1,136 @@
+"""GPU test worker: a JAX trainer (process 0) sends a small Llama over NCCL into a PyTorch
+rollout's transformers model (process 1), resharded by rules.hf_llama; the rollout checks
+every byte against numpy (the plan run by reshard.execute_numpy). Three versions; between
+the second and third both sides pause and resume the link's communicator.
+
+usage: python -P nccl_swap_worker.py RANK PORT llama
+"""
+
+import sys
+
+import nccl_swap_common as common
+
+BUCKET_BYTES = 64 << 10  # the model is ~0.3 MiB: several buckets, both slots of each pipe used
+
+
+def plan_and_sources(seed, dst_layouts):
+    """The global plan from layouts (identical on both sides) and the numpy sources."""
+    import numpy as np
+
+    import test_swap_llama as llama
+    from jax_amem import reshard
+    from jax_amem.reshard import Layout
+
+    tree = llama.flax_params(seed)
+    named = reshard.tree_names(tree)
+    src = {name: Layout.single(a.shape, a.dtype, common.TRAINER_OWNER) for name, a in named.items()}
+    plan = reshard.plan(src, dst_layouts, reshard.rules.hf_llama(llama.L))
+    return plan, tree, {(name, reshard.Owner(*common.TRAINER_OWNER)): np.asarray(a) for name, a in named.items()}
+
+
+def dst_layouts_of(model):
+    from jax_amem.reshard import Layout
+    from jax_amem.swap import torch_bridge
+
+    return {n: Layout.single(tuple(t.shape), torch_bridge.numpy_dtype(t), common.ROLLOUT_OWNER)
+            for n, t in model.named_parameters()}
+
+
+def trainer(port):
+    import jax
+
+    import jax_amem
+    from jax_amem.swap import nccl_transport as nt
+
+    dst = _dst_layouts_from_store(port)
+    link = common.link("trainer", port, bucket_bytes=BUCKET_BYTES)
+    common.emit(role="trainer", phase="linked", pausable=link.pausable, interposer_id=link.interposer_id)
+    for version, seed in [(1, 1), (2, 2), (3, 3)]:
+        plan, tree, _ = plan_and_sources(seed, dst)
+        params = jax.device_put(tree, jax.devices("gpu")[0])
+        if version == 3:
+            report = jax_amem.nccl.pause(ids=[link.interposer_id])
+            try:  # while paused a send is refused before any byte or message moves
+                nt.send(params, plan, link, version)
+                refused = ""
+            except jax_amem.SwapError as error:
+                refused = str(error)
+            common.emit(role="trainer", phase="paused", state=report.communicators[0].state,
+                        freed=report.communicators[0].bytes_freed, refused=refused)
+            common.barrier(link, "paused")
+            jax_amem.nccl.resume()
+        report = nt.send(params, plan, link, version)
+        common.emit(role="trainer", phase="sent", version=version, bytes=report.bytes,
+                    buckets=report.buckets, staging=report.staging_bytes, seconds=report.seconds)
+    common.barrier(link, "end")
+    link.close()
+
+
+def _dst_layouts_from_store(port):
+    """The rollout publishes its parameters' shapes and dtypes (the trainer has no model)."""
+    import json
+
+    import numpy as np
+
+    from jax_amem.reshard import Layout
+
+    rows = json.loads(common.store("trainer", port).get("jax_amem/swap/test/dst_layouts", timeout=120))
+    return {n: Layout.single(tuple(shape), np.dtype(dtype), common.ROLLOUT_OWNER) for n, shape, dtype in rows}
+
+
+def rollout(port):
+    import json
+
+    import numpy as np
+    import torch
+
+    import jax_amem
+    from jax_amem import reshard
+    from jax_amem.swap import nccl_transport as nt
+
+    import test_swap_llama as llama
+
+    torch.cuda.set_device(0)
+    model = llama.nan_model("cuda")
+    tensors = dict(model.named_parameters())
+    pointers = {n: t.data_ptr() for n, t in tensors.items()}
+    dst = dst_layouts_of(model)
+    store = common.store("rollout", port)
+    store.set("jax_amem/swap/test/dst_layouts",
+              json.dumps([[n, list(l.shape), l.dtype.name] for n, l in dst.items()]).encode())
+    link = common.link("rollout", port, bucket_bytes=BUCKET_BYTES)
+    common.emit(role="rollout", phase="linked", pausable=link.pausable, interposer_id=link.interposer_id)
+    owner = reshard.Owner(*common.ROLLOUT_OWNER)
+    for version, seed in [(1, 1), (2, 2), (3, 3)]:
+        plan, _, sources = plan_and_sources(seed, dst)
+        if version == 3:
+            report = jax_amem.nccl.pause(ids=[link.interposer_id])
+            common.emit(role="rollout", phase="paused", state=report.communicators[0].state,
+                        freed=report.communicators[0].bytes_freed)
+            common.barrier(link, "paused")
+            jax_amem.nccl.resume()
+        with torch.no_grad():
+            for t in tensors.values():
+                t.fill_(float("nan"))
+        report = nt.receive(tensors, plan, link, version)
+        want = reshard.execute_numpy(plan, sources)
+        mismatched = [n for n, t in tensors.items()
+                      if not np.array_equal(t.detach().cpu().numpy().view(np.uint8),
+                                            want[(n, owner)].view(np.uint8))]
+        common.emit(role="rollout", phase="checked", version=version, bytes=report.bytes,
+                    buckets=report.buckets, staging=report.staging_bytes, mismatched=mismatched,
+                    pointers_unchanged=all(t.data_ptr() == pointers[n] for n, t in tensors.items()),
+                    seconds=report.seconds, logits_finite=bool(np.isfinite(llama.torch_logits(model, llama.TOKENS)).all()))
+    common.barrier(link, "end")
+    link.close()
+
+
+def main():
+    rank, port = int(sys.argv[1]), sys.argv[2]
+    role = common.start(rank)
+    (trainer if role == "trainer" else rollout)(port)
+    common.emit(role=role, phase="done")
+
+
+if __name__ == "__main__":
+    main()

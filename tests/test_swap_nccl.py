@@ -1,0 +1,321 @@
+"""The NCCL transport (jax_amem.swap.nccl_transport): bucket packing against numpy, the
+handshake's error paths over a real TCPStore, and (GPU) a JAX trainer process sending a
+small Llama into a PyTorch rollout process over NCCL, with a pause/resume between swaps."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jax_amem import reshard
+from jax_amem.reshard import Layout, Owner
+from jax_amem.reshard.numpy_exec import empty_destination, execute, prepare_view
+from jax_amem.reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER
+from jax_amem.swap import nccl_control as control
+from jax_amem.swap import nccl_packing as P
+from jax_amem.swap.errors import SwapError
+from jax_amem.swap.nccl_link import Link, connect
+from jax_amem.swap.store import StoreTimeout
+
+TRAINERS = [Owner(0, 0), Owner(0, 1)]
+ROLLOUTS = [Owner(1, 0), Owner(1, 1)]
+
+
+def layouts(dtype=np.float32, transposed=False):
+    """Trainer: FSDP rows over two devices; rollout: tensor-parallel columns (a reshard in
+    which every trainer owner sends to every rollout owner), plus odd sizes and a vector.
+    `transposed`: the rollout's "w" is the trainer's transposed, in bfloat16."""
+    import ml_dtypes
+
+    src = {
+        "w": Layout.tensor_parallel((128, 96), dtype, 0, 2, TRAINERS),
+        "odd": Layout.tensor_parallel((13, 7), dtype, 0, 2, TRAINERS),
+        "bias": Layout.replicated((40,), dtype, TRAINERS),
+    }
+    dst = {
+        "w": (Layout.tensor_parallel((96, 128), ml_dtypes.bfloat16, 1, 2, ROLLOUTS) if transposed
+              else Layout.tensor_parallel((128, 96), dtype, 1, 2, ROLLOUTS)),
+        "odd": Layout.tensor_parallel((13, 7), dtype, 1, 2, ROLLOUTS),
+        "bias": Layout.replicated((40,), dtype, ROLLOUTS),
+    }
+    return src, dst
+
+
+def transposing_rules():
+    """A destination that is the source transposed and cast: views with perm and dtype."""
+    return [reshard.Rule.copy("w", "w", transpose=(1, 0), cast="bfloat16"),
+            reshard.Rule.copy("odd", "odd"), reshard.Rule.copy("bias", "bias")]
+
+
+def sources_of(src_layouts, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, layout in src_layouts.items():
+        full = rng.standard_normal(layout.shape).astype(layout.dtype)
+        for owner in layout.owners:
+            out[(name, owner)] = full[layout.shard_slices(owner)]
+    return out
+
+
+def run_packed(plan, sources, bucket_bytes, max_buffers=P.MAX_BUFFERS_PER_SIDE):
+    """Executes the plan the way the transport does, in numpy: per pair, gather each bucket
+    from the prepared views (send rows), 'send' it, unpack it (receive rows). Returns the
+    destinations and, per destination byte, how often it was written."""
+    out = empty_destination(plan)
+    written = {k: np.zeros(v.nbytes, np.int64) for k, v in out.items()}
+    names = plan.dst_names
+    t = plan.transfers
+    pairs = sorted({(int(a), int(b)) for a, b in t[:, [SRC_OWNER, DST_OWNER]].tolist()})
+    for s, d in pairs:
+        packing = P.pack_pair(plan, s, d, bucket_bytes, max_buffers)
+        src_owner, dst_owner = plan.owner_of(s), plan.owner_of(d)
+        for bucket in packing.buckets:
+            assert 0 < bucket.nbytes <= bucket_bytes
+            assert len(bucket.views) <= max_buffers and len(bucket.dst_tensors) <= max_buffers
+            wire = np.full(bucket_bytes, 0xEE, np.uint8)  # the staging slot
+            for (v_slot, _, so, bo, n, _), (_, d_slot, bo2, do, n2, _) in zip(
+                    bucket.send_rows.tolist(), bucket.recv_rows.tolist()):
+                assert (bo, n) == (bo2, n2)
+                name, perm, dtype = plan.views[bucket.views[v_slot]]
+                view = prepare_view(sources[(name, src_owner)], perm, dtype).reshape(-1).view(np.uint8)
+                wire[bo:bo + n] = view[so:so + n]
+            sent = wire[:bucket.nbytes].copy()
+            for _, d_slot, bo, do, n, _ in bucket.recv_rows.tolist():
+                key = (names[bucket.dst_tensors[d_slot]], dst_owner)
+                out[key].reshape(-1).view(np.uint8)[do:do + n] = sent[bo:bo + n]
+                written[key][do:do + n] += 1
+    return out, written
+
+
+@pytest.mark.parametrize("bucket_bytes", [P.MIN_BUCKET_BYTES, 8192 + 16, 1 << 20])
+@pytest.mark.parametrize("rules", [None, "transposing"])
+def test_buckets_deliver_every_byte_once(bucket_bytes, rules):
+    src, dst = layouts(transposed=bool(rules))
+    plan = reshard.plan(src, dst, transposing_rules() if rules else None, check=True)
+    sources = sources_of(src)
+    got, written = run_packed(plan, sources, bucket_bytes)
+    want = execute(plan, sources)
+    for key in want:
+        assert np.array_equal(got[key].view(np.uint8), want[key].view(np.uint8)), key
+        assert (written[key] == 1).all(), f"{key}: bytes written {np.unique(written[key])} times"
+
+
+def test_small_buckets_split_segments_and_respect_bounds():
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    packing = P.pack_pair(plan, 0, 2, P.MIN_BUCKET_BYTES)
+    assert len(packing.buckets) > 1  # 128x96 floats: 12 KiB per pair
+    assert packing.wire_bytes <= len(packing.buckets) * P.MIN_BUCKET_BYTES
+    assert packing.nbytes == int(plan.transfers[P.pair_transfers(plan, 0, 2), 6].sum())
+    for b in packing.buckets:
+        rows = b.send_rows
+        assert ((rows[:, 3] + rows[:, 4]) <= b.nbytes).all()
+        assert (rows[:, 3] % packing.alignment == 0).all()
+        ends = np.sort(rows[:, 3])
+        assert len(np.unique(ends)) == len(ends)  # no two pieces start at one bucket byte
+
+
+def test_buffer_limit_closes_buckets_early():
+    src, dst = layouts(transposed=True)
+    plan = reshard.plan(src, dst, transposing_rules())
+    sources = sources_of(src)
+    got, written = run_packed(plan, sources, 1 << 20, max_buffers=1)
+    want = execute(plan, sources)
+    for key in want:
+        assert np.array_equal(got[key].view(np.uint8), want[key].view(np.uint8)), key
+    packing = P.pack_pair(plan, 0, 2, 1 << 20, max_buffers=1)
+    assert len(packing.buckets) == len({(int(v), int(d)) for v, d in plan.transfers[
+        P.pair_transfers(plan, 0, 2)][:, [3, 2]].tolist()})
+
+
+def test_both_sides_pack_identically():
+    """Two independently built plans (as the trainer and the rollout each build theirs)
+    give the same buckets, rows and order, hence the same digest."""
+    src, dst = layouts(transposed=True)
+    a = reshard.plan(src, dst, transposing_rules(), cache=False)
+    src2, dst2 = layouts(transposed=True)
+    b = reshard.plan(src2, dst2, transposing_rules(), cache=False)
+    assert a is not b and a.key == b.key
+    for s, d in [(0, 2), (0, 3), (1, 2), (1, 3)]:
+        pa, pb = P.pack_pair(a, s, d, 8192), P.pack_pair(b, s, d, 8192)
+        assert pa.digest == pb.digest
+        for x, y in zip(pa.buckets, pb.buckets):
+            assert np.array_equal(x.send_rows, y.send_rows) and np.array_equal(x.recv_rows, y.recv_rows)
+    assert P.pack_pair(a, 0, 2, 8192).digest != P.pack_pair(a, 0, 2, 16384).digest
+
+
+def test_alignment_follows_offsets():
+    src, dst = layouts(np.float32)
+    plan = reshard.plan(src, dst)
+    assert P.pack_pair(plan, 0, 2, 8192).alignment == 4  # 'odd' has 7-float (28-byte) rows
+    src = {"w": Layout.tensor_parallel((64, 64), np.float32, 0, 2, TRAINERS)}
+    dst = {"w": Layout.tensor_parallel((64, 64), np.float32, 1, 2, ROLLOUTS)}
+    assert P.pack_pair(reshard.plan(src, dst), 0, 2, 8192).alignment == 16
+
+
+def test_peers_and_missing_pair():
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    assert P.peers_of(plan, 0, "sender") == [2, 3]
+    assert P.peers_of(plan, 3, "receiver") == [0, 1]
+    with pytest.raises(SwapError, match=r"sends nothing from owner 2 \(1, 0\) to owner 0"):
+        P.pack_pair(plan, 2, 0, 8192)
+    with pytest.raises(SwapError, match="not in the plan's 4 owners"):
+        P.pack_pair(plan, 0, 9, 8192)
+
+
+@pytest.mark.parametrize("size", [0, 100, P.MIN_BUCKET_BYTES - 16, P.MIN_BUCKET_BYTES + 1, 4096.0, True])
+def test_bucket_size_too_small_or_unaligned(size):
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    with pytest.raises(SwapError, match="bucket_bytes"):
+        P.pack_pair(plan, 0, 2, size)
+
+
+# -- the handshake, over a real TCPStore (no NCCL: the link carries no communicator) --------
+
+@pytest.fixture
+def tcp_store():
+    torch_dist = pytest.importorskip("torch.distributed")
+    from jax_amem.swap.store import TorchStore
+
+    server = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    return TorchStore(server)
+
+
+def fake_link(store, role, comm_rank, timeout=0.5):
+    """A Link's bookkeeping without a communicator (comm 0): for the control messages only."""
+    owners = (Owner(0, 0), Owner(1, 0))
+    return Link("test", 0, role, 0, 1, 1, comm_rank, owners, 0, 0, store, 8192, timeout, False)
+
+
+def test_handshake_accepts_matching_header(tcp_store):
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    packing = P.pack_pair(plan, 0, 2, 8192)
+    trainer, rollout = fake_link(tcp_store, "trainer", 0), fake_link(tcp_store, "rollout", 1)
+    control.offer(trainer, 1, 0, control.header(7, plan.key, packing))
+    control.answer(rollout, 0, 0, control.header(7, plan.key, packing))
+    control.await_ack(trainer, 1, 0)
+    control.mark_done(rollout, 0, 0, 7)
+    assert tcp_store.get(rollout.key("0-1", 0, "done"), 1.0) == b"7"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"version": 8}, "version mismatch: the trainer sends version 8, the rollout expects version 7"),
+    ({"plan_key": "0" * 64}, "plan mismatch"),
+    ({"bucket_bytes": 4096}, "bucket size mismatch"),
+    ({"digest": "x"}, "packing mismatch"),
+])
+def test_handshake_refuses_mismatch_on_both_sides(tcp_store, change, message):
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    expected = control.header(7, plan.key, P.pack_pair(plan, 0, 2, 8192))
+    trainer, rollout = fake_link(tcp_store, "trainer", 0), fake_link(tcp_store, "rollout", 1)
+    control.offer(trainer, 1, 0, {**expected, **change})
+    with pytest.raises(SwapError, match="nothing was received: " + message):
+        control.answer(rollout, 0, 0, expected)
+    with pytest.raises(SwapError, match="refused the swap, nothing was sent: " + message):
+        control.await_ack(trainer, 1, 0)
+
+
+def test_receiver_with_a_paused_communicator_refuses(tcp_store):
+    """A paused rollout refuses through the ack: the trainer raises instead of sending into a
+    receive that would never be posted."""
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    header = control.header(1, plan.key, P.pack_pair(plan, 0, 2, 8192))
+    trainer, rollout = fake_link(tcp_store, "trainer", 0), fake_link(tcp_store, "rollout", 1)
+    control.offer(trainer, 1, 0, header)
+    with pytest.raises(SwapError, match="communicator is paused"):
+        control.answer(rollout, 0, 0, header, refuse="link 'test' rank 1: its NCCL communicator is paused")
+    with pytest.raises(SwapError, match="refused the swap, nothing was sent: .*communicator is paused"):
+        control.await_ack(trainer, 1, 0)
+
+
+def test_link_without_interposer_id_is_ready(tcp_store):
+    assert fake_link(tcp_store, "trainer", 0).not_ready() is None
+    link = fake_link(tcp_store, "trainer", 0)
+    link.interposer_id = 12345  # no such communicator in this process
+    assert "its NCCL communicator is gone" in link.not_ready()
+
+
+def test_store_timeouts_name_what_was_awaited(tcp_store):
+    trainer, rollout = fake_link(tcp_store, "trainer", 0), fake_link(tcp_store, "rollout", 1)
+    with pytest.raises(StoreTimeout, match=r"trainer rank 0's header of swap 3 on link 'test'.*nccl/test/0/0-1/3/header"):
+        control.answer(rollout, 0, 3, {})
+    with pytest.raises(StoreTimeout, match=r"rollout rank 1's answer to swap 0"):
+        control.await_ack(trainer, 1, 0)
+
+
+def test_connect_checks_arguments_before_touching_nccl(tcp_store):
+    kw = dict(trainers=1, rollouts=1, owner=(0, 0), device=0)
+    with pytest.raises(SwapError, match="role must be one of"):
+        connect(tcp_store, "learner", 0, **kw)
+    with pytest.raises(SwapError, match="rollout rank 1 is out of range: the link has 1 rollout"):
+        connect(tcp_store, "rollout", 1, **kw)
+    with pytest.raises(SwapError, match="trainers must be a positive int"):
+        connect(tcp_store, "trainer", 0, trainers=0, rollouts=1, owner=(0, 0), device=0)
+    with pytest.raises(SwapError, match="bucket_bytes=100 is too small"):
+        connect(tcp_store, "trainer", 0, bucket_bytes=100, **kw)
+    with pytest.raises(StoreTimeout, match="the NCCL unique id from trainer rank 0"):
+        connect(tcp_store, "rollout", 0, timeout=0.3, **kw)
+
+
+def test_link_names_owners_it_does_not_have(tcp_store):
+    link = fake_link(tcp_store, "trainer", 0)
+    assert link.comm_rank_of((1, 0), "x") == 1
+    with pytest.raises(SwapError, match=r"owner \(5, 5\), which is no rank of link 'test'"):
+        link.comm_rank_of((5, 5), "sender (0, 0)")
+
+
+def test_send_and_receive_refuse_the_wrong_role_and_version(tcp_store):
+    from jax_amem.swap import nccl_transport as nt
+
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    with pytest.raises(SwapError, match="send\\(\\) on a rollout link"):
+        nt.send({}, plan, fake_link(tcp_store, "rollout", 1), 1)
+    with pytest.raises(SwapError, match="receive\\(\\) on a trainer link"):
+        nt.receive({}, plan, fake_link(tcp_store, "trainer", 0), 1)
+    with pytest.raises(SwapError, match="version must be an int"):
+        nt.send({}, plan, fake_link(tcp_store, "trainer", 0), "3")
+
+
+def test_plan_without_the_link_owner(tcp_store):
+    from jax_amem.swap import nccl_transport as nt
+
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    link = fake_link(tcp_store, "trainer", 0)
+    link.owners = (Owner(7, 7), Owner(1, 0))
+    with pytest.raises(SwapError, match=r"stands for owner \(7, 7\), which the plan does not know"):
+        nt.owner_id(plan, link)
+
+
+# -- GPU: two processes on one GPU (different NCCL_HOSTID), JAX trainer -> PyTorch rollout ----
+
+@pytest.mark.gpu
+def test_llama_over_nccl_bit_exact_with_pause_between_swaps():
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_workers"))
+    from run_pair import run_pair
+
+    results, logs = run_pair("nccl_swap_worker.py", ["llama"], timeout=600)
+    text = "\n\n".join(log[-4000:] for log in logs)
+    rollout = [r for r in results if r.get("role") == "rollout" and r.get("phase") == "checked"]
+    trainer = [r for r in results if r.get("role") == "trainer" and r.get("phase") == "sent"]
+    assert len(rollout) == 3 and len(trainer) == 3, text
+    for r in rollout:
+        assert r["mismatched"] == [], r
+        assert r["bytes"] > 0 and r["pointers_unchanged"], r
+    assert [r["version"] for r in rollout] == [1, 2, 3]
+    linked = [r for r in results if r.get("phase") == "linked"]
+    assert len(linked) == 2 and all(r["pausable"] and r["interposer_id"] for r in linked), text
+    paused = [r for r in results if r.get("phase") == "paused"]
+    assert len(paused) == 2 and all(p["state"] == "paused" for p in paused), text
+    assert [p for p in paused if p["role"] == "trainer"][0]["refused"].endswith("nothing was sent"), text
+    print(json.dumps(results, indent=1))
