@@ -227,6 +227,18 @@ def test_shape_dtype_and_tied_remote_destinations_are_refused_untouched():
     assert (allocations[next(iter(allocations))] == 0xFF).all()
 
 
+def test_a_plan_for_another_device_than_the_remote_tensor_is_refused():
+    src = {"w": jnp.ones(8, jnp.float32)}
+    elsewhere = reshard.Owner(jax.process_index(), jax.devices()[3].id)
+    plan = reshard.plan(src, {"w": reshard.Layout.single((8,), np.float32, elsewhere)})
+    descriptor, allocations, _ = pack({"w": ((8,), np.float32)})
+    with open_remote(descriptor, HostMapper(allocations)) as remote:
+        with pytest.raises(SwapError, match=r"destination 'w' is on the exporter's cuda:0 \(owner \(0, 0\)\), but "
+                                            rf"the plan puts it on owner\(s\) \[\(0, {elsewhere.device}\)\]"):
+            jax_amem.swap(src, remote, plan=plan)
+    assert (allocations[next(iter(allocations))] == 0xFF).all()
+
+
 def test_an_open_that_fails_unmaps_what_was_mapped():
     descriptor, allocations, _ = pack({f"t{i}": ((4,), np.float32) for i in range(6)}, per_allocation=2)
     mapper = HostMapper(allocations)
@@ -327,6 +339,55 @@ def test_ready_done_protocol_between_two_threads(tcp_store):
     assert summary["ok"] and all(got[n].tobytes() == np.asarray(params[2][n]).tobytes() for n in got)
     assert first_handles <= set(mapper.closed)  # the reload unmapped the first generation
     assert sorted(mapper.closed) == sorted(mapper.opened)
+
+
+class ShmMapper(HostMapper):
+    """The CPU stand-in for CUDA IPC across processes: a handle is the name of the rollout's
+    POSIX shared memory block, mapped here by name (ipc_shm_rollout.py)."""
+
+    def __init__(self):
+        super().__init__({})
+        self.blocks = {}
+
+    def open(self, handle, device):
+        from multiprocessing import resource_tracker, shared_memory
+
+        block = shared_memory.SharedMemory(name=handle.rstrip(b"\0").decode())
+        resource_tracker.unregister(block._name, "shared_memory")  # the rollout owns it (Python < 3.13 tracks)
+        view = np.ndarray((block.size,), np.uint8, buffer=block.buf)
+        self.blocks[handle] = (block, view)
+        self.opened.append(handle)
+        return view.ctypes.data
+
+    def close(self, handle, device):
+        block, view = self.blocks.pop(handle)
+        del view
+        block.close()
+        self.closed.append(handle)
+
+
+def test_protocol_between_two_processes_over_shared_memory(tcp_store):
+    """The rollout in a process of its own (tensors in shared memory instead of GPU memory),
+    the trainer here: two versions written into the other process's memory through the
+    address route, read back there, the padding between its tensors untouched."""
+    forget()
+    rollout = _run([WORKERS / "ipc_shm_rollout.py", tcp_store.port],
+                   {"PYTHONPATH": os.pathsep.join(sys.path), "JAX_PLATFORMS": "cpu"})
+    mapper = ShmMapper()
+    trainer = TrainerIpc(tcp_store, mapper=mapper, timeout=60)
+    params = [{"a": jnp.arange(15, dtype=jnp.float32).reshape(3, 5) * v, "b": jnp.arange(64, dtype=jnp.bfloat16) - v}
+              for v in (1, 2)]
+    try:
+        for version, tree in enumerate(params, start=1):
+            assert trainer.swap(tree, version, verify=True).verified
+    finally:
+        trainer.close()
+    results, log = _results(rollout, timeout=120)
+    assert rollout.returncode == 0, log[-4000:]
+    assert len(mapper.opened) == 1 and mapper.closed == mapper.opened  # one block, mapped once
+    for result, tree in zip(results, params):
+        assert result["summary"]["ok"] and result["padding_untouched"]
+        assert result["bytes"] == {n: np.asarray(v).tobytes().hex() for n, v in tree.items()}
 
 
 # ----------------------------------------------------------------------------- GPU: two processes

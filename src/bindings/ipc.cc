@@ -76,21 +76,25 @@ nb::tuple ExportPointer(uint64_t pointer, int ordinal) {
     throw std::runtime_error("address " + Hex(pointer) + " is on device " + std::to_string(owner) +
                              ", not on device " + std::to_string(ordinal) + " as given");
   }
-  int capable = 0;
-  Raise(cuda::Check(api.cuPointerGetAttribute(&capable, cuda::kPointerAttributeIsLegacyIpcCapable, pointer),
-                    "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)"));
-  if (!capable) {
-    throw std::runtime_error(
-        "address " + Hex(pointer) +
-        " cannot be exported with cuIpcGetMemHandle: its memory comes from the virtual memory API or a "
-        "stream-ordered pool (PyTorch: expandable_segments:True or backend:cudaMallocAsync in "
-        "PYTORCH_CUDA_ALLOC_CONF). Start the process without those settings");
+  const std::string not_exportable =
+      "address " + Hex(pointer) +
+      " cannot be exported with cuIpcGetMemHandle: its memory comes from the virtual memory API or a "
+      "stream-ordered pool (PyTorch: expandable_segments:True or backend:cudaMallocAsync in "
+      "PYTORCH_CUDA_ALLOC_CONF). Start the process without those settings";
+  // A driver that cannot answer the question leaves it to cuIpcGetMemHandle below.
+  int capable = 0;  // the driver writes a boolean: an int read as 0/1 either way
+  if (api.cuPointerGetAttribute(&capable, cuda::kPointerAttributeIsLegacyIpcCapable, pointer) == cuda::kSuccess &&
+      !capable) {
+    throw std::runtime_error(not_exportable);
   }
   CUdeviceptr base = 0;
   size_t size = 0;
   Raise(cuda::Check(api.cuMemGetAddressRange(&base, &size, pointer), "cuMemGetAddressRange"));
   cuda::IpcMemHandle handle;
-  Raise(cuda::Check(api.cuIpcGetMemHandle(&handle, base), "cuIpcGetMemHandle"));
+  CUresult exported = api.cuIpcGetMemHandle(&handle, base);
+  if (exported != cuda::kSuccess) {
+    throw std::runtime_error(not_exportable + " (" + cuda::Check(exported, "cuIpcGetMemHandle").message() + ")");
+  }
   return nb::make_tuple(nb::bytes(handle.reserved, cuda::kIpcHandleBytes), pointer - base, size);
 }
 
