@@ -68,7 +68,7 @@ def test_bulk_rows_and_kernel_rows_write_the_same_bytes(monkeypatch, cast):
 
 
 def test_more_than_512_buffers_split_per_group(monkeypatch):
-    monkeypatch.setattr(program, "GROUP_BUFFERS", 550)  # groups of 550 and 50 buffers
+    monkeypatch.setattr(program, "ADDRESS_GROUP_BUFFERS", 550)  # groups of 550 and 50 buffers
     count = 600
     src = {f"t{i}": jax.device_put(jnp.full((2, 3), float(i)), jax.devices()[0]) for i in range(count)}
     dst = {name: errors.sentinel(2, 3) for name in src}
@@ -89,6 +89,16 @@ def test_a_buffer_read_from_more_views_than_fit_continues_in_the_next_chunk(monk
     report = jax_amem.swap(src, dst, rules=rules, verify=True)
     assert report.calls == 1 and report.launches == math.ceil((8 + 4) / 3) == 4
     assert np.array_equal(dst["a"].numpy(), value) and np.array_equal(dst["b"].numpy(), value[:4])
+
+
+def test_calls_are_bounded_by_transformed_bytes_not_by_plain_copies(monkeypatch):
+    monkeypatch.setattr(program, "GROUP_TEMPORARY_BYTES", 400)  # two cast views of 192 bytes per call
+    src = {f"t{i}": jax.device_put(jnp.full((8, 6), float(i)), jax.devices()[0]) for i in range(3)}
+    plain = jax_amem.swap(src, {name: errors.sentinel(8, 6) for name in src})
+    dst = {name: errors.sentinel(8, 6, dtype=torch.bfloat16) for name in src}
+    cast = jax_amem.swap(src, dst, rules=[reshard.Rule.copy(name, cast="bfloat16") for name in src])
+    assert plain.calls == 1 and cast.calls == 2
+    assert all(torch.equal(t, torch.full((8, 6), float(i), dtype=torch.bfloat16)) for i, t in enumerate(dst.values()))
 
 
 def test_tensors_that_moved_get_their_own_program_and_the_old_one_stays_cached():
@@ -115,8 +125,7 @@ def test_gpu_many_small_tensors_in_place():
     pointers = [t.data_ptr() for t in dst.values()]
     for _ in range(2):
         report = jax_amem.swap(src, dst, progress=False)
-        groups = (program.GROUP_BUFFERS, count - program.GROUP_BUFFERS)
-        assert report.calls == 2 and report.launches == sum(math.ceil(n / MAX_BUFFERS_PER_SIDE) for n in groups)
+        assert report.calls == 1 and report.launches == math.ceil(count / MAX_BUFFERS_PER_SIDE) == 4
         assert report.transports == {"device-local": report.bytes} and report.route == "addresses"
         assert [t.data_ptr() for t in dst.values()] == pointers
         assert all(torch.equal(t.cpu(), torch.full((33, 31), float(i))) for i, t in enumerate(dst.values()))

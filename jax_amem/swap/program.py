@@ -28,10 +28,16 @@ from . import batched as batching
 from . import report as R
 from .errors import SwapError
 
-# A call holds at most this many buffers / bytes: bounds compile time, the transposed
-# temporaries alive at once, and sets the progress bar's step.
+# One jitted call (a group) holds at most: this many destination buffers (compile time: the
+# donation routes run a custom call per transfer, the address route one per 512 buffers) ...
 GROUP_BUFFERS = 1024
-GROUP_BYTES = 1 << 30
+ADDRESS_GROUP_BUFFERS = 4096
+# ... this many destination bytes (the progress bar's step; each call costs a dispatch, about
+# 0.1-0.2 ms on the H200 machine, so a few large calls, not many) ...
+GROUP_BYTES = 8 << 30
+# ... and this many bytes of transformed (transposed or cast) source views, the temporaries
+# XLA holds during the call.
+GROUP_TEMPORARY_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class Group:
     sources: list = field(default_factory=list)        # [(src name, owner)] read by this call
     source_refs: list = field(default_factory=list)    # [(src name, shard index or None, device)]
     nbytes: int = 0
+    temporary_bytes: int = 0                           # transformed source views held by the call
+    transformed: set = field(default_factory=set)      # their (src name, owner, view)
     fn: object = None
     slots: dict = field(default_factory=dict)
 
@@ -120,14 +128,18 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, rout
     groups: dict[object, list[Group]] = defaultdict(list)
     segments = launches = staging = 0
     order = {name: k for k, name in enumerate(names)}
+    most_buffers = ADDRESS_GROUP_BUFFERS if route == "addresses" else GROUP_BUFFERS
     for buffer in sorted(per_buffer, key=lambda b: (order[b[0]], b[1])):
         device = buffers[buffer]
         rows = per_buffer[buffer]
         nbytes = sum(r[3] for r in rows)
         chain = groups[device]
-        if not chain or len(chain[-1].buffers) >= GROUP_BUFFERS or (chain[-1].nbytes and chain[-1].nbytes + nbytes > GROUP_BYTES):
+        views = {(plan.views[r[0]][0], r[1], r[0]) for r in rows if _transforms(plan, r[0])}
+        if not chain or _full(chain[-1], most_buffers, nbytes, _temporaries(plan, views - chain[-1].transformed)):
             chain.append(Group(device))
         group = chain[-1]
+        group.temporary_bytes += _temporaries(plan, views - group.transformed)
+        group.transformed |= views
         steps = []
         for view, src_owner, table, nbytes_row in rows:
             src_name = plan.views[view][0]
@@ -164,6 +176,24 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, rout
             group.fn = _jitted(group.steps, plan.views)
     return Program(plan, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging,
                    route=route)
+
+
+def _transforms(plan: Plan, view: int) -> bool:
+    """Whether the view is a new array (transposed or cast), not the source shard itself."""
+    name, perm, dtype = plan.views[view]
+    return tuple(perm) != tuple(range(len(perm))) or np.dtype(dtype) != plan.src_layouts[name].dtype
+
+
+def _temporaries(plan: Plan, views) -> int:
+    return sum(_shard_bytes(plan, name, owner) for name, owner, _ in views)
+
+
+def _full(group: Group, most_buffers: int, nbytes: int, temporary_bytes: int) -> bool:
+    """Whether a buffer of `nbytes` needing `temporary_bytes` of new views starts a new group."""
+    if not group.buffers:
+        return False
+    return (len(group.buffers) >= most_buffers or group.nbytes + nbytes > GROUP_BYTES
+            or group.temporary_bytes + temporary_bytes > GROUP_TEMPORARY_BYTES)
 
 
 def _shard_bytes(plan: Plan, name: str, owner: Owner) -> int:
