@@ -286,6 +286,25 @@ def test_send_and_receive_refuse_the_wrong_role_and_version(tcp_store):
         nt.send({}, plan, fake_link(tcp_store, "trainer", 0), "3")
 
 
+def test_sender_checks_sources_before_anything_moves(tcp_store):
+    import jax
+
+    from jax_amem.swap import nccl_transport as nt
+
+    src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
+    dst = {"w": Layout.single((64, 32), np.float32, (1, 0))}
+    plan = reshard.plan(src, dst)
+    link = fake_link(tcp_store, "trainer", 0)
+    on_cpu = {"w": jax.device_put(np.ones((64, 32), np.float32), jax.devices()[0])}
+    with pytest.raises(SwapError, match="'w': the shard of owner \\(0, 0\\) is on cpu:0, not on the link's cuda:0"):
+        nt.send(on_cpu, plan, link, 1)
+    with pytest.raises(SwapError, match="'w': the plan was made for other source layouts"):
+        nt.send({"w": jax.device_put(np.ones((64, 16), np.float32), jax.devices()[0])}, plan, link, 1)
+    with pytest.raises(SwapError, match="'w': the plan was made for other source layouts"):
+        nt.send({}, plan, link, 1)
+    assert link.sequence == {}  # nothing was offered
+
+
 def test_plan_without_the_link_owner(tcp_store):
     from jax_amem.swap import nccl_transport as nt
 
@@ -295,6 +314,28 @@ def test_plan_without_the_link_owner(tcp_store):
     link.owners = (Owner(7, 7), Owner(1, 0))
     with pytest.raises(SwapError, match=r"stands for owner \(7, 7\), which the plan does not know"):
         nt.owner_id(plan, link)
+
+
+def test_receiver_checks_destinations_before_anything_moves():
+    torch = pytest.importorskip("torch")
+    from jax_amem.swap.nccl_receiver import check_tensors
+
+    src, dst = layouts()
+    plan = reshard.plan(src, dst)
+    me = plan.owner_id(ROLLOUTS[0])
+    good = {n: torch.zeros(tuple(dst[n].shard_box(ROLLOUTS[0])[1])) for n in dst}
+    with pytest.raises(SwapError, match=r"missing \['odd'\], extra \['other'\]"):
+        check_tensors({**{k: v for k, v in good.items() if k != "odd"}, "other": good["odd"]}, plan, me, 0)
+    with pytest.raises(SwapError, match=r"'w' has shape \(128, 96\), the plan's shard .* is \(128, 48\)"):
+        check_tensors({**good, "w": torch.zeros(128, 96)}, plan, me, 0)
+    with pytest.raises(SwapError, match="'bias' is torch.float64, the plan writes float32"):
+        check_tensors({**good, "bias": torch.zeros(40, dtype=torch.float64)}, plan, me, 0)
+    with pytest.raises(SwapError, match="'w' is not contiguous"):
+        check_tensors({**good, "w": torch.zeros(48, 128).t()}, plan, me, 0)
+    with pytest.raises(SwapError, match="'bias' is a ndarray, not a torch.Tensor"):
+        check_tensors({**good, "bias": np.zeros(40, np.float32)}, plan, me, 0)
+    with pytest.raises(SwapError, match="'w' is on cpu, the link receives on cuda:0"):
+        check_tensors(good, plan, me, 0)
 
 
 # -- GPU: two processes on one GPU (different NCCL_HOSTID), JAX trainer -> PyTorch rollout ----

@@ -47,8 +47,6 @@ def check_tensors(tensors: dict, plan, owner_id: int, device: int) -> dict:
         _, size = layout.shard_box(owner)
         if not isinstance(tensor, torch.Tensor):
             raise SwapError(f"destination {name!r} is a {type(tensor).__name__}, not a torch.Tensor")
-        if tensor.device.type != "cuda" or tensor.device.index != device:
-            raise SwapError(f"destination {name!r} is on {tensor.device}, the link receives on cuda:{device}")
         if tuple(tensor.shape) != tuple(size):
             raise SwapError(f"destination {name!r} has shape {tuple(tensor.shape)}, the plan's shard for owner "
                             f"{tuple(owner)} is {tuple(size)}")
@@ -58,6 +56,9 @@ def check_tensors(tensors: dict, plan, owner_id: int, device: int) -> dict:
             raise SwapError(f"destination {name!r} is not contiguous (or its storage was freed): "
                             "give the tensor itself, contiguous")
         out[i] = tensor
+    for i, tensor in out.items():  # devices last: every other check also runs on CPU tensors
+        if tensor.device.type != "cuda" or tensor.device.index != device:
+            raise SwapError(f"destination {names[i]!r} is on {tensor.device}, the link receives on cuda:{device}")
     return out
 
 

@@ -121,17 +121,17 @@ def send(params, plan, link: Link, version: int) -> NcclSwapReport:
                             "missing from params); plan again from these params")
     me = owner_id(plan, link)
     packings = _peer_packings(plan, link, me, "sender")
+    names = sorted({plan.views[v][0] for p in packings.values() for b in p.buckets for v in b.views})
+    shards = sender.source_shards(arrays, names, link.owner, link.device)
+    if (reason := link.not_ready()) is not None:
+        raise SwapError(reason + "; nothing was sent")  # before the offer: a send now could not finish
     key = (plan.key, link.name, link.generation, link.comm, me, link.bucket_bytes)
     if key not in _senders:
         if len(_senders) > _CACHE_ENTRIES:
             _senders.clear()
         calls = sender.bucket_calls(plan, link.owner, packings, link)
-        names = sorted({plan.views[v][0] for c in calls for v in c.views})
-        _senders[key] = (calls, names, sender.jitted(plan, calls, link.comm, names))
-    calls, names, fn = _senders[key]
-    shards = sender.source_shards(arrays, names, link.owner, link.device)
-    if (reason := link.not_ready()) is not None:
-        raise SwapError(reason + "; nothing was sent")  # before the offer: a send now could not finish
+        _senders[key] = sender.jitted(plan, calls, link.comm, names)
+    fn = _senders[key]
     for peer, pair in packings.items():
         control.offer(link, peer, link.next_sequence(peer), control.header(version, plan.key, pair))
     for peer in packings:

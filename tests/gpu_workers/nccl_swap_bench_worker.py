@@ -10,7 +10,10 @@ import statistics
 import sys
 import time
 
-import nccl_swap_common as common
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -P` does not add the script's folder
+import nccl_swap_common as common  # noqa: E402
 
 
 def layouts(mib: int, tensors: int):

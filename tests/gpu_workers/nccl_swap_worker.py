@@ -7,8 +7,10 @@ usage: python -P nccl_swap_worker.py RANK PORT llama
 """
 
 import sys
+from pathlib import Path
 
-import nccl_swap_common as common
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -P` does not add the script's folder
+import nccl_swap_common as common  # noqa: E402
 
 BUCKET_BYTES = 64 << 10  # the model is ~0.3 MiB: several buckets, both slots of each pipe used
 
