@@ -38,6 +38,12 @@ torch = pytest.importorskip("torch")
 
 WORKERS = Path(__file__).resolve().parent / "gpu_workers"
 
+# Tests whose swaps run on JAX's CPU device with host memory standing in for the CUDA IPC
+# mapping: where JAX's default backend is a GPU (the GPU machine) their sources land on the
+# GPU and they do not apply; the real CUDA IPC tests below run there instead.
+cpu_stand_in = pytest.mark.skipif(jax.default_backend() != "cpu",
+                                  reason="CPU stand-in for CUDA IPC; the gpu tests of this file run the real one")
+
 
 class HostMapper:
     """Stands in for CudaIpcMapper on the CPU: a "handle" names a numpy allocation of this
@@ -99,6 +105,7 @@ def llama_specs() -> dict:
 
 # ----------------------------------------------------------------------------- descriptors
 
+@cpu_stand_in
 def test_descriptor_survives_json():
     descriptor, _, _ = pack({"a": ((4, 3), np.float32), "b": ((7,), jnp.bfloat16), "c": ((0, 5), np.int8)})
     again = parse_descriptor(json.loads(json.dumps(descriptor)))
@@ -115,6 +122,7 @@ def _entry(descriptor):
     return descriptor["tensors"]["w"]
 
 
+@cpu_stand_in
 @pytest.mark.parametrize("change, message", [
     (lambda d: _entry(d).update(dtype="complex1024"), "dtype 'complex1024', which JAX does not know"),
     (lambda d: [_entry(d).pop(k) for k in ("offset", "shape")], r"lacks \['offset', 'shape'\]"),
@@ -138,6 +146,7 @@ def test_malformed_descriptors_are_refused_by_name(change, message):
     assert mapper.opened == []  # refused before anything was mapped
 
 
+@cpu_stand_in
 def test_a_gpu_this_process_does_not_see_is_named():
     descriptor, _, _ = pack({"w": ((4,), np.float32)})
     _entry(descriptor)["pci_bus_id"] = "0000:FF:1F.0"
@@ -161,6 +170,7 @@ def test_export_refuses_cpu_non_contiguous_and_foreign_values(monkeypatch):
 
 # ----------------------------------------------------------------------------- RemoteTensors as a destination
 
+@cpu_stand_in
 def test_llama_written_through_remote_tensors_byte_for_byte():
     forget()
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("fsdp", "tp"))
@@ -185,6 +195,7 @@ def test_llama_written_through_remote_tensors_byte_for_byte():
         assert (memory[padding] == 0xFF).all()
 
 
+@cpu_stand_in
 def test_many_tensors_of_several_dtypes_bit_exact():
     rng = np.random.default_rng(3)
     dtypes = [np.float32, jnp.bfloat16, np.int8, np.uint16]
@@ -199,6 +210,7 @@ def test_many_tensors_of_several_dtypes_bit_exact():
         assert views[name].tobytes() == np.ascontiguousarray(value).tobytes(), name
 
 
+@cpu_stand_in
 def test_a_closed_remote_is_refused_even_with_its_program_cached():
     params = {"w": jnp.arange(16, dtype=jnp.float32)}
     descriptor, allocations, views = pack({"w": ((16,), np.float32)})
@@ -211,6 +223,7 @@ def test_a_closed_remote_is_refused_even_with_its_program_cached():
     assert np.array_equal(views["w"], before)
 
 
+@cpu_stand_in
 def test_shape_dtype_and_tied_remote_destinations_are_refused_untouched():
     descriptor, allocations, views = pack({"w": ((4, 4), np.float32)})
     with open_remote(descriptor, HostMapper(allocations)) as remote:
@@ -227,6 +240,7 @@ def test_shape_dtype_and_tied_remote_destinations_are_refused_untouched():
     assert (allocations[next(iter(allocations))] == 0xFF).all()
 
 
+@cpu_stand_in
 def test_a_plan_for_another_device_than_the_remote_tensor_is_refused():
     src = {"w": jnp.ones(8, jnp.float32)}
     elsewhere = reshard.Owner(jax.process_index(), jax.devices()[3].id)
@@ -239,6 +253,7 @@ def test_a_plan_for_another_device_than_the_remote_tensor_is_refused():
     assert (allocations[next(iter(allocations))] == 0xFF).all()
 
 
+@cpu_stand_in
 def test_an_open_that_fails_unmaps_what_was_mapped():
     descriptor, allocations, _ = pack({f"t{i}": ((4,), np.float32) for i in range(6)}, per_allocation=2)
     mapper = HostMapper(allocations)
@@ -282,6 +297,7 @@ def test_store_choice_and_keys_are_checked(tcp_store):
     assert key("rollout", "ready", 0, 3) == "jax_amem/swap/rollout/ready/0/3"
 
 
+@cpu_stand_in
 def test_jax_distributed_store_in_a_process_of_its_own():
     """The real jax.distributed key-value store (a one-process coordinator on 127.0.0.1)."""
     out = subprocess.run([sys.executable, "-P", str(WORKERS / "ipc_jax_store.py")], capture_output=True, text=True,
@@ -289,6 +305,7 @@ def test_jax_distributed_store_in_a_process_of_its_own():
     assert "RESULT ok" in out.stdout, out.stdout + out.stderr
 
 
+@cpu_stand_in
 def test_ready_done_protocol_between_two_threads(tcp_store):
     """Rollout and trainer ends over a real TCPStore: two versions, a reload (new handles,
     old ones unmapped), and a failed swap reported to the rollout instead of a hang."""
@@ -366,6 +383,7 @@ class ShmMapper(HostMapper):
         self.closed.append(handle)
 
 
+@cpu_stand_in
 def test_protocol_between_two_processes_over_shared_memory(tcp_store):
     """The rollout in a process of its own (tensors in shared memory instead of GPU memory),
     the trainer here: two versions written into the other process's memory through the
