@@ -39,9 +39,10 @@ torch = pytest.importorskip("torch")
 WORKERS = Path(__file__).resolve().parent / "gpu_workers"
 
 # Tests whose swaps run on JAX's CPU device with host memory standing in for the CUDA IPC
-# mapping: where JAX's default backend is a GPU (the GPU machine) their sources land on the
-# GPU and they do not apply; the real CUDA IPC tests below run there instead.
-cpu_stand_in = pytest.mark.skipif(jax.default_backend() != "cpu",
+# mapping: on a machine with a GPU their sources would land on the GPU, and JAX's GPU backend
+# in this process would take the memory the two-process GPU tests below need; the real CUDA
+# IPC tests run there instead. Asked of the driver, so JAX starts no GPU backend here.
+cpu_stand_in = pytest.mark.skipif(jax_amem.gpu_status().usable,
                                   reason="CPU stand-in for CUDA IPC; the gpu tests of this file run the real one")
 
 
