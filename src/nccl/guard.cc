@@ -39,13 +39,20 @@ std::string OwnerOf(const void* return_address) {
   if (return_address == nullptr || dladdr(return_address, &info) == 0 || info.dli_fname == nullptr) {
     return "other";
   }
-  const std::string file = info.dli_fname;
+  // Judged by the part of the path after site-packages/: the folders above it are the
+  // environment's (a venv under /opt/torch/ would tag every library "torch"). Our own
+  // communicators (the swap's NCCL link) are checked first.
+  std::string file = info.dli_fname;
+  const std::string packages = "site-packages/";
+  if (const size_t at = file.rfind(packages); at != std::string::npos) {
+    file = file.substr(at + packages.size());
+  }
+  if (file.find("jax_amem") != std::string::npos) return "jax_amem";
   if (file.find("xla") != std::string::npos || file.find("jaxlib") != std::string::npos ||
       file.find("jax_cuda") != std::string::npos || file.find("pjrt") != std::string::npos) {
     return "xla";
   }
   if (file.find("torch") != std::string::npos) return "torch";
-  if (file.find("jax_amem") != std::string::npos) return "jax_amem";
   return "other";
 }
 
