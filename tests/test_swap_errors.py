@@ -112,10 +112,10 @@ def test_plans_that_do_not_fit_the_inputs():
     plan = reshard.plan(other, {k: Layout.single(v.shape, np.float32, CPU0) for k, v in src.items()})
     swap_fails(good_destination(), r"source 'w' .* is not laid out as the plan says", src=src, plan=plan)
     swap_fails(good_destination(), r"give rules or plan, not both", src=src, plan=plan, rules=[])
-    # A destination also held by another process: that transport is not built yet.
+    # A destination also held by another process: swap() refuses and names the transports that do it.
     two = Layout.from_boxes((8,), np.float32, {CPU0: ((0,), (8,)), (1, 0): ((0,), (8,))})
     plan = reshard.plan(src, {"w": Layout.single((8, 6), np.float32, CPU0), "b": two})
-    swap_fails(good_destination(), r"'b'.*from process 0 to process 1; cross-process transports .* not built",
+    swap_fails(good_destination(), r"'b'.*from process 0 to process 1, which swap\(\) does not do in process: .*open_remote.*nccl_transport",
                src=src, plan=plan)
     swap_fails(good_destination(), r"version must be a non-negative int", version=-1)
     swap_fails({"w": sentinel(8, 6), "b": np.zeros(8, np.float32)}, r"destination 'b' is a ndarray")

@@ -103,7 +103,7 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, rout
                     targets: dict | None = None) -> Program:
     """`buffers`: {(dst name, owner): JAX device} this process writes. `locate_source(name,
     owner)`: (shard index, or None for a single-device array; its JAX device). SwapError for
-    a transfer that would cross processes (those transports are not built: docs/swap.md).
+    a transfer that would cross processes (the IPC and NCCL transports take those: docs/swap.md).
     `route`: see the module docstring; `launches` counts the copy custom calls. `targets`:
     {(dst name, owner): (address, bytes)} for the "addresses" route."""
     if route not in ROUTES:
@@ -118,8 +118,9 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, rout
         name = names[row[DST_TENSOR]]
         if src.process != dst.process:
             raise SwapError(f"destination {name!r}: the plan sends it from process {src.process} to process "
-                            f"{dst.process}; cross-process transports (CUDA IPC, NCCL) are not built yet "
-                            "(docs/swap.md). Nothing was written.")
+                            f"{dst.process}, which swap() does not do in process: give the other process's tensors "
+                            "as open_remote(descriptor) (CUDA IPC, same host) or send the plan with "
+                            "jax_amem.swap.nccl_transport (another host); docs/swap.md. Nothing was written.")
         if (name, dst) not in buffers:
             raise SwapError(f"the plan writes destination {name!r} on owner {tuple(dst)}, which no given "
                             "destination holds (nothing was written)")
