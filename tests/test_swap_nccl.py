@@ -360,3 +360,32 @@ def test_llama_over_nccl_bit_exact_with_pause_between_swaps():
     assert len(paused) == 2 and all(p["state"] == "paused" for p in paused), text
     assert [p for p in paused if p["role"] == "trainer"][0]["refused"].endswith("nothing was sent"), text
     print(json.dumps(results, indent=1))
+
+
+def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
+    """`jax_amem.swap(params, link, plan=, version=)` is the NCCL transport's send: what it
+    cannot do is refused before anything is offered to the rollout."""
+    import jax
+
+    import jax_amem
+
+    src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
+    dst = {"w": Layout.single((64, 32), np.float32, (1, 0))}
+    plan = reshard.plan(src, dst)
+    link = fake_link(tcp_store, "trainer", 0)
+    params = {"w": jax.device_put(np.ones((64, 32), np.float32), jax.devices()[0])}
+    with pytest.raises(SwapError, match="needs plan= .* not rules=: nothing was sent"):
+        jax_amem.swap(params, link, version=1)
+    with pytest.raises(SwapError, match="needs version= .*: nothing was sent"):
+        jax_amem.swap(params, link, plan=plan)
+    with pytest.raises(SwapError, match="verify=True is not available over an NCCL link"):
+        jax_amem.swap(params, link, plan=plan, version=1, verify=True)
+    # The same checks as nccl_transport.send: here, the shard is not on the link's GPU.
+    with pytest.raises(SwapError, match="'w': the shard of owner \\(0, 0\\) is on cpu:0, not on the link's cuda:0"):
+        jax_amem.swap(params, link, plan=plan, version=1)
+    n = link.sequence.get(1, 0)  # the sequence number the first offer to rollout rank 1 takes
+    first_offer = control._pair(link, 0, 1, n, "header")
+    with pytest.raises(StoreTimeout):  # nothing was offered to the rollout
+        tcp_store.get(first_offer, timeout=0.2)
+    control.offer(link, 1, n, {"check": "the key above is where an offer lands"})
+    assert json.loads(tcp_store.get(first_offer, timeout=1)) == {"check": "the key above is where an offer lands"}

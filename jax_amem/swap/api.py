@@ -15,6 +15,8 @@ import numpy as np
 from .. import reshard
 from . import batched as batching
 from . import executor
+from . import nccl_transport
+from .nccl_link import Link
 from .destinations import check_names, describe
 from .errors import SwapError
 from .program import compile_program
@@ -166,14 +168,18 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
     """Writes `src_params` (a pytree of jax.Arrays, any sharding) into `dst`, in place.
 
     dst: a mapping name -> torch.Tensor (a model's `state_dict()` or `dict(named_parameters())`,
-    on CPU or CUDA), or a pytree of jax.Arrays (written by donation: the report's `dst` holds
-    the new pytree, the arrays passed in are deleted). rules: `jax_amem.reshard.rules` (None:
+    on CPU or CUDA; written by address), a pytree of jax.Arrays (written by donation: the
+    report's `dst` holds the new pytree, the arrays passed in are deleted), another process's
+    tensors (`open_remote(descriptor)`, CUDA IPC), or a trainer's NCCL link
+    (`nccl_transport.connect`; needs `plan=`, returns the transport's report). rules: `jax_amem.reshard.rules` (None:
     same names). plan: a `reshard.Plan` instead of rules (for destinations that are slices of
     a larger tensor, e.g. one tensor-parallel rank). Everything is checked before any byte
     moves: on SwapError the destination is untouched. verify: compare per-segment checksums
     afterwards, SwapError naming the first mismatch. progress: True / False / None (auto: a
     tqdm bar for swaps that take more than a moment).
     """
+    if isinstance(dst, Link):
+        return _send_over(dst, src_params, rules, plan, verify, version)
     start = time.perf_counter()
     sources = Sources(src_params)
     destination = describe(dst)
@@ -197,6 +203,20 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
         _verify(program, sources, destination.after(new_tree))
         report.verified = True
     return report
+
+
+def _send_over(link, src_params, rules, plan, verify, version):
+    """The NCCL transport behind `swap(params, link, plan=...)`: checks what it cannot do first."""
+    if plan is None or rules is not None:
+        raise SwapError("a swap over an NCCL link needs plan= (the global plan both sides built from the same "
+                        "layouts and rules), not rules=: nothing was sent")
+    if version is None:
+        raise SwapError("a swap over an NCCL link needs version= (the rollout's receive() passes the same one): "
+                        "nothing was sent")
+    if verify:
+        raise SwapError("verify=True is not available over an NCCL link (the bytes land in another process); "
+                        "verify on the rollout's side with jax_amem.swap.verify: nothing was sent")
+    return nccl_transport.send(src_params, plan, link, _version(version))
 
 
 def _verify(program, sources: Sources, destination) -> int:
