@@ -11,6 +11,8 @@ import importlib.util
 from pathlib import Path
 
 BENCHMARKS = ["segment_copy", "nccl_pause", "pause_resume", "plan_scale", "swap"]
+# Not here: benchmarks/swap_ipc.py and benchmarks/swap_nccl.py start other processes on the same
+# GPU, which need the memory this process's JAX backend already took; run each on its own.
 
 
 def _find(name: str) -> Path | None:
