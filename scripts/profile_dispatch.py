@@ -2,7 +2,10 @@
 dispatch a jitted trivial function, a jitted segment_copy_to_addresses of one bulk row and
 of one kernel row, the swap's group call, and the whole swap, each for a few large tensors.
 
-    python -P scripts/profile_dispatch.py [--mib 512] [--count 4] [--repeats 50]
+    python -P scripts/profile_dispatch.py [--mib 512] [--count 4] [--repeats 50] [--trace DIR]
+
+--trace DIR also records 20 swaps with jax.profiler (a Perfetto trace under DIR, host and
+device timelines) to see where a swap call's host time goes.
 """
 import argparse
 import statistics
@@ -37,6 +40,7 @@ def main():
     p.add_argument("--mib", type=float, default=512)
     p.add_argument("--count", type=int, default=4)
     p.add_argument("--repeats", type=int, default=50)
+    p.add_argument("--trace", default=None, help="folder for a jax.profiler trace of 20 swaps")
     a = p.parse_args()
     gpu = jax.devices()[0]
     n = int(a.mib * 2**18)
@@ -77,6 +81,12 @@ def main():
                      ("swap", lambda: jax_amem.swap(src, dst, progress=False))]:
         d, t = host_us(fn, a.repeats, sync)
         print(f"{name:>22}: {d:9.1f} / {t:9.1f}")
+    if a.trace:
+        with jax.profiler.trace(a.trace, create_perfetto_trace=True):
+            for _ in range(20):
+                jax_amem.swap(src, dst, progress=False)
+                sync()
+        print(f"trace of 20 swaps written under {a.trace}")
     program = next(iter(api._ready.values()))
     print(f"swap program: {len(program.groups)} groups, {program.launches} launches")
     for g in program.groups:
