@@ -389,3 +389,340 @@ def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
         tcp_store.get(first_offer, timeout=0.2)
     control.offer(link, 1, n, {"check": "the key above is where an offer lands"})
     assert json.loads(tcp_store.get(first_offer, timeout=1)) == {"check": "the key above is where an offer lands"}
+
+
+# -- the JAX receiver's bookkeeping (nccl_jax_receiver): CPU devices stand for the GPUs ----
+
+def jax_rollout_tree(devices):
+    """A JAX rollout's weights over two local devices: "w" column-sharded (the trainer's rows
+    transposed and cast to bfloat16 by the rules), "odd" column-sharded, "bias" replicated on
+    both, "scale" on the first device only. NaN, so a byte never written shows."""
+    import jax
+    import ml_dtypes
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as PS
+
+    mesh = Mesh(np.array(devices[:2]), ("tp",))
+    cols = NamedSharding(mesh, PS(None, "tp"))
+    full = lambda shape, dtype=np.float32: np.full(shape, np.nan, dtype)
+    return {"w": jax.device_put(full((96, 128), ml_dtypes.bfloat16), cols),
+            "odd": jax.device_put(full((13, 7)), NamedSharding(mesh, PS(None, None))),
+            "bias": jax.device_put(full((40,)), NamedSharding(mesh, PS())),
+            "scale": jax.device_put(full((24,)), devices[0])}
+
+
+def jax_rollout_plan(tree):
+    """The trainer's FSDP rows over TRAINERS into the JAX rollout's layouts (process 1)."""
+    from jax_amem.swap import nccl_transport as nt
+
+    src = {"w": Layout.tensor_parallel((128, 96), np.float32, 0, 2, TRAINERS),
+           "odd": Layout.tensor_parallel((13, 7), np.float32, 0, 2, TRAINERS),
+           "bias": Layout.replicated((40,), np.float32, TRAINERS),
+           "scale": Layout.tensor_parallel((24,), np.float32, 0, 2, TRAINERS)}
+    rules = [reshard.Rule.copy("w", "w", transpose=(1, 0), cast="bfloat16"), reshard.Rule.copy("odd", "odd"),
+             reshard.Rule.copy("bias", "bias"), reshard.Rule.copy("scale", "scale")]
+    return reshard.plan(src, nt.destination_layouts(tree, 1), rules, check=True), src
+
+
+@pytest.fixture
+def any_device(monkeypatch):
+    """Lets a CPU device stand for the link's GPU in the last check (the only one that needs a
+    GPU); everything before it, and the bookkeeping after, is the real code."""
+    from jax_amem.swap import nccl_jax_receiver as R
+
+    monkeypatch.setattr(R, "on_link_device", lambda device, link_device: True)
+    return R
+
+
+def wire_of(plan, packing, bucket, sources):
+    """The bytes the trainer sends for `bucket` (its gather rows over the prepared views)."""
+    wire = np.full(bucket.nbytes, 0xEE, np.uint8)
+    src_owner = plan.owner_of(packing.src_owner)
+    for v_slot, _, so, bo, n, _ in bucket.send_rows.tolist():
+        name, perm, dtype = plan.views[bucket.views[v_slot]]
+        view = prepare_view(sources[(name, src_owner)], perm, dtype).reshape(-1).view(np.uint8)
+        wire[bo:bo + n] = view[so:so + n]
+    return wire
+
+
+def test_destination_layouts_name_the_plan_process():
+    import jax
+
+    from jax_amem.swap import nccl_transport as nt
+
+    tree = jax_rollout_tree(jax.devices())
+    layouts = nt.destination_layouts(tree, 1)
+    assert layouts["w"].owners == (Owner(1, 0), Owner(1, 1))
+    assert layouts["scale"].owners == (Owner(1, 0),)
+    for name, array in tree.items():  # the same boxes as the array's own layout, moved to process 1
+        own = Layout.of(array)
+        assert [tuple(o) for o in own.owners] == [(0, o.device) for o in layouts[name].owners]
+        assert np.array_equal(own.starts, layouts[name].starts) and np.array_equal(own.sizes, layouts[name].sizes)
+    assert nt.destination_layouts(tree, 0)["w"] == Layout.of(tree["w"])
+
+
+@pytest.mark.parametrize("bucket_bytes", [P.MIN_BUCKET_BYTES, 1 << 20])
+def test_jax_receive_rows_land_in_the_owners_shards(any_device, bucket_bytes):
+    """Per rollout owner: the shards check_destinations donates are that owner's shards of
+    the arrays, and the bucket calls' unpack tables, run in numpy on what the trainer sends,
+    fill exactly the bytes the plan gives that owner, each once."""
+    import jax
+
+    R = any_device
+    tree = jax_rollout_tree(jax.devices())
+    plan, src = jax_rollout_plan(tree)
+    sources = sources_of(src)
+    want = execute(plan, sources)
+    for owner in ROLLOUTS:
+        me = plan.owner_id(owner)
+        dests = R.check_destinations(tree, plan, me, owner, owner.device)
+        assert [plan.dst_names[i] for i in dests.ids] == list(dests.names)
+        expected_names = ["bias", "odd", "scale", "w"] if owner.device == 0 else ["bias", "odd", "w"]
+        assert sorted(dests.names) == expected_names
+        for name, index, shard in zip(dests.names, dests.indices, dests.shards):
+            assert {d.id for d in shard.devices()} == {owner.device}, name
+            assert shard.shape == plan.dst_layouts[name].shard_box(owner)[1], name
+            assert (index is None) == (len(tree[name].sharding.device_set) == 1), name
+        peers = P.peers_of(plan, me, "receiver")
+        packings = {rank: P.pack_pair(plan, s, me, bucket_bytes) for rank, s in enumerate(peers)}
+        calls = R.bucket_calls(plan, owner, packings, lambda peer: 100 + peer, dests.ids)
+        buffers = [np.zeros(s.nbytes, np.uint8) for s in dests.shards]
+        written = [np.zeros(s.nbytes, np.int64) for s in dests.shards]
+        order = [(rank, k, b) for rank, p in sorted(packings.items()) for k, b in enumerate(p.buckets)]
+        assert len(calls) == len(order)
+        for call, (rank, k, bucket) in zip(calls, order):
+            last = k == len(packings[rank].buckets) - 1
+            assert (call.peer, call.pipe, call.slot, call.nbytes, call.drain) == (rank, 100 + rank, k % 2,
+                                                                                  bucket.nbytes, last)
+            wire = wire_of(plan, packings[rank], bucket, sources)
+            for src_index, slot, so, do, n, _ in call.table.tolist():
+                assert src_index == 0
+                target = call.buffers[slot]
+                buffers[target][do:do + n] = wire[so:so + n]
+                written[target][do:do + n] += 1
+        for name, got, count in zip(dests.names, buffers, written):
+            assert np.array_equal(got, want[(name, owner)].reshape(-1).view(np.uint8)), (name, owner)
+            assert (count == 1).all(), f"{name} on {tuple(owner)}: bytes written {np.unique(count)} times"
+
+
+def test_jax_receive_program_donates_every_shard_and_chains_the_calls(any_device):
+    """The lowered receive program: every donated shard aliased to its result, every bucket
+    call's destinations aliased to its results, and each call taking the token and the
+    destination buffers the previous calls returned (so XLA keeps the buckets in order)."""
+    import re
+
+    import jax
+
+    R = any_device
+    tree = jax_rollout_tree(jax.devices())
+    plan, _ = jax_rollout_plan(tree)
+    owner = ROLLOUTS[0]
+    me = plan.owner_id(owner)
+    dests = R.check_destinations(tree, plan, me, owner, 0)
+    packings = {rank: P.pack_pair(plan, s, me, P.MIN_BUCKET_BYTES)
+                for rank, s in enumerate(P.peers_of(plan, me, "receiver"))}
+    calls = R.bucket_calls(plan, owner, packings, lambda peer: 7, dests.ids)
+    assert len(calls) > 4 and any(len(c.buffers) > 1 for c in calls)
+    text = R.jitted(calls, comm=1234).lower(dests.shards).as_text()
+    main = re.search(r"func\.func public @main\((.*?)\) ->", text).group(1)
+    assert re.findall(r"tf\.aliasing_output = (\d+)", main) == [str(k) for k in range(len(dests.shards))]
+    lines = [line for line in text.splitlines() if "@jax_amem_nccl_recv_bucket" in line]
+    assert len(lines) == len(calls)
+    current = {k: f"%arg{k}" for k in range(len(dests.shards))}
+    token = None
+    for line, call in zip(lines, calls):
+        result = re.match(r"\s*(%\w+):\d+ = ", line).group(1)
+        operands = re.search(r"@jax_amem_nccl_recv_bucket\((.*?)\)", line).group(1).split(", ")
+        if token is not None:
+            assert operands[0] == token
+        assert operands[2:] == [current[b] for b in call.buffers]
+        aliased = re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", line)
+        assert sorted((int(o), int(i)) for o, i in aliased) == sorted(
+            (o, i) for i, o in R.aliases(len(call.buffers)).items())
+        attrs = dict(re.findall(r"(\w+) = (-?\d+) : i64", line))
+        assert {k: int(v) for k, v in attrs.items()} == {"bytes": call.nbytes, "comm": 1234, "drain": int(call.drain),
+                                                         "peer": call.peer, "pipe": 7, "slot": call.slot}
+        token = f"{result}#0"
+        for i, b in enumerate(call.buffers):
+            current[b] = f"{result}#{i + 1}"
+    returned = re.search(r"return (.*?) :", text).group(1).split(", ")
+    assert returned == [current[k] for k in range(len(dests.shards))]
+
+
+def test_jax_receive_reassembles_the_tree_around_the_written_shards(any_device):
+    """What receive returns as report.dst: each array rebuilt with the program's outputs as
+    the owner's shards and the other owner's shards as they were, in the tree's structure."""
+    import jax
+
+    R = any_device
+    tree = jax_rollout_tree(jax.devices())
+    plan, _ = jax_rollout_plan(tree)
+    owner = ROLLOUTS[1]
+    dests = R.check_destinations(tree, plan, plan.owner_id(owner), owner, 1)
+    outputs = [jax.device_put(np.full(s.shape, k + 1, s.dtype), next(iter(s.devices())))
+               for k, s in enumerate(dests.shards)]  # stand-ins for the written shards
+    new = dests.assemble(outputs)
+    assert sorted(new) == sorted(tree)
+    # (1, 1) holds no "scale": the same buffer, untouched
+    assert new["scale"].unsafe_buffer_pointer() == tree["scale"].unsafe_buffer_pointer()
+    for k, name in enumerate(dests.names):
+        array = new[name]
+        assert array.sharding == tree[name].sharding and array.shape == tree[name].shape
+        for shard in array.addressable_shards:
+            values = np.asarray(shard.data).astype(np.float32)
+            if shard.device.id == owner.device:
+                assert (values == k + 1).all(), name
+            else:
+                assert np.isnan(values).all(), name  # the other owner's shard, untouched
+
+
+def test_aliases_map_destinations_past_token_and_table():
+    from jax_amem.swap.nccl_jax_receiver import aliases
+
+    assert aliases(0) == {}
+    assert aliases(3) == {2: 1, 3: 2, 4: 3}
+
+
+def test_jax_destinations_are_refused_before_anything_moves(any_device):
+    """Each wrong destination is named; the tree is left as it was (nothing deleted)."""
+    import jax
+    import ml_dtypes
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as PS
+
+    R = any_device
+    devices = jax.devices()
+    tree = jax_rollout_tree(devices)
+    plan, _ = jax_rollout_plan(tree)
+    owner = ROLLOUTS[0]
+    me = plan.owner_id(owner)
+    mesh = Mesh(np.array(devices[:2]), ("tp",))
+
+    def refused(changed, match):
+        with pytest.raises(SwapError, match=match):
+            R.check_destinations(changed, plan, me, owner, 0)
+        assert not any(a.is_deleted() for a in tree.values())
+
+    refused({**tree, "bias": jax.device_put(np.zeros(40, np.float64 if jax.config.jax_enable_x64 else np.int32),
+                                            NamedSharding(mesh, PS()))},
+            r"'bias' is (float64|int32)\[40\]; the plan writes float32\[40\]")
+    refused({**tree, "scale": jax.device_put(np.zeros(25, np.float32), devices[0])},
+            r"'scale' is float32\[25\]; the plan writes float32\[24\]")
+    rows = NamedSharding(mesh, PS("tp", None))
+    refused({**tree, "w": jax.device_put(np.zeros((96, 128), ml_dtypes.bfloat16), rows)},
+            r"'w' is sharded over owners \[\(1, 0\), \(1, 1\)\] .*another layout .*destination_layouts")
+    refused({**tree, "scale": jax.device_put(np.zeros(24, np.float32), devices[1])},
+            r"'scale' is sharded over owners \[\(1, 1\)\]")
+    refused({k: v for k, v in tree.items() if k != "odd"}, r"missing 1 destination.*'odd'")
+    refused({**tree, "extra": tree["scale"]}, r"1 destination\(s\) that nothing writes.*'extra'")
+    refused({**tree, "odd": np.zeros((13, 7), np.float32)}, r"destination 'odd' is a ndarray, not a jax.Array")
+    gone = jax.device_put(np.zeros(24, np.float32), devices[0])
+    gone.delete()
+    refused({**tree, "scale": gone}, r"destination 'scale' was deleted")
+    # One shard of a sharded array donated (as a receive for owner (1, 1) leaves the old array):
+    # JAX still calls the array live, the receive refuses it.
+    from jax_amem.swap.sources import shard_data, shard_positions
+    odd = jax.device_put(np.zeros((13, 7), np.float32), NamedSharding(mesh, PS(None, None)))
+    shard_data(odd, shard_positions(odd)[Owner(0, 1)][0]).delete()
+    refused({**tree, "odd": odd}, r"destination 'odd': its shard on cpu:1 was deleted")
+
+
+def test_jax_destinations_given_twice_are_refused(any_device):
+    import jax
+
+    R = any_device
+    devices = jax.devices()
+    src = {"a": Layout.single((8,), np.float32, (0, 0)), "b": Layout.single((8,), np.float32, (0, 0))}
+    same = jax.device_put(np.zeros(8, np.float32), devices[0])
+    tree = {"a": same, "b": same}
+    from jax_amem.swap import nccl_transport as nt
+    plan = reshard.plan(src, nt.destination_layouts(tree, 1))
+    with pytest.raises(SwapError, match="'a' and 'b' are the same array"):
+        R.check_destinations(tree, plan, plan.owner_id((1, 0)), (1, 0), 0)
+
+
+def test_jax_destination_off_the_link_gpu_is_refused():
+    """Without a GPU the shards are on CPU devices: refused, naming the shard and the link's GPU."""
+    import jax
+
+    from jax_amem.swap import nccl_jax_receiver as R
+
+    tree = jax_rollout_tree(jax.devices())
+    plan, _ = jax_rollout_plan(tree)
+    with pytest.raises(SwapError, match=r"'bias': the shard of owner \(1, 0\) is on cpu:0, not on the link's cuda:0"):
+        R.check_destinations(tree, plan, plan.owner_id(ROLLOUTS[0]), ROLLOUTS[0], 0)
+    assert not R.on_link_device(jax.devices()[0], 0)
+
+
+def jax_link_plan(tree):
+    src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
+    from jax_amem.swap import nccl_transport as nt
+    return reshard.plan(src, nt.destination_layouts(tree, 1))
+
+
+def test_jax_receive_refuses_a_version_mismatch_on_both_sides(tcp_store, any_device):
+    """nccl_transport.receive with a pytree: the destinations pass, the handshake (the same as
+    the PyTorch receiver's, over a real TCPStore) refuses the trainer's other version on both
+    sides, before a program is built or a shard donated."""
+    import jax
+
+    from jax_amem.swap import nccl_transport as nt
+
+    nt.forget()
+    tree = {"w": jax.device_put(np.arange(64 * 32, dtype=np.float32).reshape(64, 32), jax.devices()[0])}
+    plan = jax_link_plan(tree)
+    trainer, rollout = fake_link(tcp_store, "trainer", 0), fake_link(tcp_store, "rollout", 1)
+    pair = nt.packing(plan, plan.owner_id((0, 0)), plan.owner_id((1, 0)), rollout.bucket_bytes)
+    control.offer(trainer, 1, trainer.next_sequence(1), control.header(2, plan.key, pair))
+    with pytest.raises(SwapError, match="nothing was received: version mismatch: the trainer sends version 2, "
+                                        "the rollout expects version 3"):
+        nt.receive(tree, plan, rollout, 3)
+    with pytest.raises(SwapError, match="refused the swap, nothing was sent: version mismatch"):
+        control.await_ack(trainer, 1, 0)
+    assert rollout.sequence == {0: 1}  # both sides moved past swap 0
+    assert not tree["w"].is_deleted() and nt._receivers == {}
+    assert np.array_equal(np.asarray(tree["w"]), np.arange(64 * 32, dtype=np.float32).reshape(64, 32))
+
+
+def test_receive_picks_the_receiver_by_the_destinations_type(tcp_store):
+    """A dict of torch tensors goes to the PyTorch receiver, anything else to the JAX one;
+    each refuses what it cannot take in its own words."""
+    torch = pytest.importorskip("torch")
+    import jax
+
+    from jax_amem.swap import nccl_transport as nt
+
+    tree = {"w": jax.device_put(np.zeros((64, 32), np.float32), jax.devices()[0])}
+    plan = jax_link_plan(tree)
+    rollout = fake_link(tcp_store, "rollout", 1)
+    with pytest.raises(SwapError, match=r"'w' is on cpu, the link receives on cuda:0"):  # PyTorch's checks
+        nt.receive({"w": torch.zeros(64, 32)}, plan, rollout, 1)
+    with pytest.raises(SwapError, match=r"'w': the shard of owner \(1, 0\) is on cpu:0"):  # JAX's checks
+        nt.receive(tree, plan, rollout, 1)
+    with pytest.raises(SwapError, match=r"'w' is a Tensor, not a jax.Array"):  # mixed: JAX's, naming it
+        nt.receive({"w": torch.zeros(64, 32), "x": tree["w"]}, plan, rollout, 1)
+    assert rollout.sequence == {}  # nothing was answered
+
+
+# -- GPU: JAX trainer -> JAX rollout (two JAX processes on one GPU) --------------------------
+
+@pytest.mark.gpu
+def test_llama_over_nccl_into_a_jax_rollout_in_place():
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_workers"))
+    from run_pair import run_pair
+
+    # Two JAX GPU processes share the GPU: each preallocates this fraction of it.
+    results, logs = run_pair("nccl_swap_worker.py", ["jax"], timeout=600,
+                             extra_env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.2"})
+    text = "\n\n".join(log[-4000:] for log in logs)
+    rollout = [r for r in results if r.get("role") == "rollout" and r.get("phase") == "checked"]
+    trainer = [r for r in results if r.get("role") == "trainer" and r.get("phase") == "sent"]
+    assert len(rollout) == 2 and len(trainer) == 2, text
+    assert [r["version"] for r in rollout] == [1, 2]
+    for r in rollout:
+        assert r["mismatched"] == [] and r["names"], r
+        assert r["bytes"] > 0 and r["buckets"] > 2 and r["pointers_unchanged"] and r["old_deleted"], r
+    assert [r["bytes"] for r in rollout] == [r["bytes"] for r in trainer], text
+    paused = [r for r in results if r.get("phase") == "paused"]
+    assert len(paused) == 2 and all(p["state"] == "paused" for p in paused), text
+    assert [p for p in paused if p["role"] == "trainer"][0]["refused"].endswith("nothing was sent"), text
+    assert len([r for r in results if r.get("phase") == "done"]) == 2, text
+    print(json.dumps(results, indent=1))

@@ -4,7 +4,8 @@ slot on the pipe's stream, then one LaunchBufferSegmentCopy on PyTorch's current
 unpacks the bucket's rows into the tensors' memory by address. The unpack tables live on the
 device (uploaded once per (plan, peer, bucket size, device), in PyTorch memory).
 
-A JAX receiver (donated jax.Arrays) is not built yet: see docs/swap.md.
+The receiver for a pytree of jax.Arrays (donated, unpacked on XLA's stream) is
+nccl_jax_receiver.py; both take their tables from `bucket_table`.
 """
 
 from __future__ import annotations
@@ -26,13 +27,18 @@ class BucketTables:
     counts: list[int]
 
 
+def received_tensors(plan, owner_id: int) -> list[int]:
+    """Plan destination tensor ids that owner `owner_id` receives bytes of, sorted."""
+    t = plan.transfers
+    return sorted(set(t[t[:, DST_OWNER] == owner_id, DST_TENSOR].tolist()))
+
+
 def check_tensors(tensors: dict, plan, owner_id: int, device: int) -> dict:
     """{destination tensor id: tensor} for every destination this owner receives; SwapError
     naming the first tensor that is missing, extra, or of the wrong shape/dtype/device."""
     import torch
 
-    t = plan.transfers
-    wanted = sorted(set(t[t[:, DST_OWNER] == owner_id, DST_TENSOR].tolist()))
+    wanted = received_tensors(plan, owner_id)
     names = plan.dst_names
     owner = plan.owner_of(owner_id)
     missing = [names[i] for i in wanted if names[i] not in tensors]
@@ -69,11 +75,17 @@ def upload_tables(packing: PairPacking, plan, owner, device: int) -> BucketTable
 
     rows, counts = [], []
     for bucket in packing.buckets:
-        sizes = [_shard_bytes(plan, t, owner) for t in bucket.dst_tensors]
-        table = prepare_buffer_segments(bucket.recv_rows, [packing.bucket_bytes], sizes)
+        table = bucket_table(packing, bucket, plan, owner)
         rows.append(torch.from_numpy(np.ascontiguousarray(table)).to(f"cuda:{device}"))
         counts.append(len(table))
     return BucketTables(rows, counts)
+
+
+def bucket_table(packing: PairPacking, bucket, plan, owner) -> np.ndarray:
+    """One bucket's unpack rows, validated against the bucket and the destination shards of
+    `owner` (sizes from the plan) and split into pieces: (n, 6) int64 BufferSegment rows."""
+    sizes = [_shard_bytes(plan, t, owner) for t in bucket.dst_tensors]
+    return prepare_buffer_segments(bucket.recv_rows, [packing.bucket_bytes], sizes)
 
 
 def _shard_bytes(plan, tensor: int, owner) -> int:

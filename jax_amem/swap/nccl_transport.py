@@ -1,5 +1,5 @@
 """The swap's cross-host transport: a JAX trainer sends its parameters, resharded as a plan
-says, over NCCL send/recv into a rollout process's PyTorch tensors, in place.
+says, over NCCL send/recv into a rollout process's PyTorch tensors or jax.Arrays, in place.
 
     from jax_amem.swap import nccl_transport as nt
     from jax_amem.swap.store import TorchStore
@@ -14,6 +14,8 @@ says, over NCCL send/recv into a rollout process's PyTorch tensors, in place.
     link = nt.connect(TorchStore.connect(host, port, is_master=True), "rollout", 0, trainers=1,
                       rollouts=1, owner=(1, 0), device=0)
     nt.receive(dict(model.named_parameters()), plan, link, version=3)
+    # or a JAX rollout (plan with rollout_layouts = nt.destination_layouts(params, 1)):
+    params = nt.receive(params, plan, link, version=3).dst   # its shards donated, written in place
 
 Between swaps both sides may call `jax_amem.nccl.pause(ids=[link.interposer_id])` (a collective) to
 free the link's communicator and `jax_amem.nccl.resume()` before the next swap.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
@@ -41,6 +44,7 @@ from .store import StoreTimeout
 _packings: dict[tuple, PairPacking] = {}
 _senders: dict[tuple, tuple] = {}
 _tables: dict[tuple, object] = {}
+_receivers: dict[tuple, object] = {}
 _CACHE_ENTRIES = 64
 
 
@@ -54,6 +58,7 @@ class NcclSwapReport:
     peers: list[int]    # communicator ranks
     staging_bytes: int  # device memory of this side's staging slots
     seconds: float
+    dst: object = None  # rollout: the destinations as they are now (JAX: the new pytree)
 
     @property
     def gb_per_s(self) -> float:
@@ -143,32 +148,58 @@ def send(params, plan, link: Link, version: int) -> NcclSwapReport:
     return _report("trainer", version, packings, link, start)
 
 
-def receive(tensors: dict, plan, link: Link, version: int) -> NcclSwapReport:
-    """Rollout: receives this rank's part of `plan` into `tensors` ({name: torch.Tensor}, this
-    owner's shards, on the link's device), in place. Returns when the values are in."""
-    import torch
-
-    from . import nccl_receiver as receiver
-
+def receive(dst, plan, link: Link, version: int) -> NcclSwapReport:
+    """Rollout: receives this rank's part of `plan` into `dst`, in place, and returns when the
+    values are in. `dst`: {name: torch.Tensor} (this owner's shards, on the link's device,
+    written by address), or a pytree of jax.Arrays (named as the plan's destinations, laid
+    out as `destination_layouts(tree, link.owner.process)`; this owner's shards are donated
+    and `report.dst` is the new pytree, in the same memory)."""
     start = time.perf_counter()
     version = _check_version(version)
     if link.role != "rollout":
         raise SwapError(f"receive() on a {link.role} link: the rollout receives, the trainer calls send()")
     link._require_open()
-    me = owner_id(plan, link)
-    by_id = receiver.check_tensors(tensors, plan, me, link.device)
-    packings = _peer_packings(plan, link, me, "receiver")
+    if _is_torch(dst):
+        return _receive_torch(dst, plan, link, version, start)
+    return _receive_jax(dst, plan, link, version, start)
+
+
+def _is_torch(dst) -> bool:
+    from . import torch_bridge
+
+    return isinstance(dst, Mapping) and bool(dst) and all(map(torch_bridge.is_tensor, dst.values()))
+
+
+def _answer_offers(link: Link, packings: dict, version: int, plan_key: str) -> None:
+    """Acks (or refuses, raising SwapError) every peer's offer of this swap; both receivers."""
     refuse = link.not_ready()  # refused through the ack, so the trainer never sends into it
     for peer, pair in packings.items():
         n = link.sequence.get(peer, 0)
         try:
-            control.answer(link, peer, n, control.header(version, plan.key, pair), refuse)
+            control.answer(link, peer, n, control.header(version, plan_key, pair), refuse)
         except StoreTimeout:
             raise  # the trainer never offered swap n: the next call waits for it again
         except SwapError:
             link.sequence[peer] = n + 1  # refused: both sides move past swap n
             raise
         link.sequence[peer] = n + 1
+
+
+def _finish_receive(link: Link, packings: dict, version: int) -> None:
+    _core().check_communicator(link.comm)
+    for peer in packings:
+        control.mark_done(link, peer, link.sequence[peer] - 1, version)
+
+
+def _receive_torch(tensors: dict, plan, link: Link, version: int, start: float) -> NcclSwapReport:
+    import torch
+
+    from . import nccl_receiver as receiver
+
+    me = owner_id(plan, link)
+    by_id = receiver.check_tensors(tensors, plan, me, link.device)
+    packings = _peer_packings(plan, link, me, "receiver")
+    _answer_offers(link, packings, version, plan.key)
     for peer, pair in packings.items():
         key = (plan.key, pair.src_owner, pair.dst_owner, pair.bucket_bytes, link.device)
         if key not in _tables:
@@ -177,17 +208,35 @@ def receive(tensors: dict, plan, link: Link, version: int) -> NcclSwapReport:
             _tables[key] = receiver.upload_tables(pair, plan, link.owner, link.device)
         receiver.receive_pair(link, peer, pair, _tables[key], by_id)
     torch.cuda.current_stream(link.device).synchronize()
-    _core().check_communicator(link.comm)
-    for peer in packings:
-        control.mark_done(link, peer, link.sequence[peer] - 1, version)
-    return _report("rollout", version, packings, link, start)
+    _finish_receive(link, packings, version)
+    return _report("rollout", version, packings, link, start, dst=tensors)
 
 
-def _report(role, version, packings, link, start) -> NcclSwapReport:
+def _receive_jax(tree, plan, link: Link, version: int, start: float) -> NcclSwapReport:
+    import jax
+
+    from . import nccl_jax_receiver as jax_receiver
+
+    me = owner_id(plan, link)
+    destinations = jax_receiver.check_destinations(tree, plan, me, link.owner, link.device)
+    packings = _peer_packings(plan, link, me, "receiver")
+    _answer_offers(link, packings, version, plan.key)
+    key = ("jax", plan.key, link.name, link.generation, link.comm, me, link.bucket_bytes)
+    if key not in _receivers:
+        if len(_receivers) > _CACHE_ENTRIES:
+            _receivers.clear()
+        calls = jax_receiver.bucket_calls(plan, link.owner, packings, link.pipe, destinations.ids)
+        _receivers[key] = jax_receiver.jitted(calls, link.comm)
+    written = jax.block_until_ready(_receivers[key](destinations.shards))
+    _finish_receive(link, packings, version)
+    return _report("rollout", version, packings, link, start, dst=destinations.assemble(written))
+
+
+def _report(role, version, packings, link, start, dst=None) -> NcclSwapReport:
     return NcclSwapReport(role, version, sum(p.nbytes for p in packings.values()),
                           sum(p.wire_bytes for p in packings.values()),
                           sum(len(p.buckets) for p in packings.values()), sorted(packings),
-                          link.staging_bytes, time.perf_counter() - start)
+                          link.staging_bytes, time.perf_counter() - start, dst)
 
 
 def _core():
@@ -197,10 +246,19 @@ def _core():
 
 
 def forget() -> None:
-    """Drops cached packings, sender programs and device tables."""
+    """Drops cached packings, sender and receiver programs and device tables."""
     _packings.clear()
     _senders.clear()
     _tables.clear()
+    _receivers.clear()
 
 
-__all__ = ["Link", "NcclSwapReport", "Owner", "connect", "forget", "receive", "send"]
+def destination_layouts(tree, process: int) -> dict:
+    """A JAX rollout's {name: Layout} as the plan must name them, this process being plan
+    process `process` (its link's owner's): see nccl_jax_receiver.py."""
+    from .nccl_jax_receiver import destination_layouts as layouts
+
+    return layouts(tree, process)
+
+
+__all__ = ["Link", "NcclSwapReport", "Owner", "connect", "destination_layouts", "forget", "receive", "send"]

@@ -4,6 +4,7 @@
 #include "ffi/segment_copy.h"
 #include "ffi/segment_copy_many.h"
 #include "ffi/segment_copy_to_addresses.h"
+#include "ffi/nccl_recv_bucket.h"
 #include "ffi/nccl_send_bucket.h"
 
 namespace nb = nanobind;
@@ -40,6 +41,9 @@ void BindFfi(nb::module_& root) {
         nb::dict nccl_send_bucket;  // CUDA only: NCCL has no CPU path
         nccl_send_bucket["CUDA"] = Capsule(AmemNcclSendBucketCuda);
         targets["jax_amem_nccl_send_bucket"] = nccl_send_bucket;
+        nb::dict nccl_recv_bucket;
+        nccl_recv_bucket["CUDA"] = Capsule(AmemNcclRecvBucketCuda);
+        targets["jax_amem_nccl_recv_bucket"] = nccl_recv_bucket;
         return targets;
       },
       "The FFI targets this build provides: {name: {platform: capsule}}.");

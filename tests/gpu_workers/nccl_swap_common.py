@@ -13,9 +13,10 @@ TRAINER_OWNER = (0, 0)
 ROLLOUT_OWNER = (1, 0)
 
 
-def start(rank: int):
-    """Imports jax_amem first (the NCCL interposer in front) with the right JAX platform."""
-    if rank == 1:
+def start(rank: int, jax_rollout: bool = False):
+    """Imports jax_amem first (the NCCL interposer in front) with the right JAX platform.
+    `jax_rollout`: the rollout receives into jax.Arrays, so it keeps JAX's GPU backend."""
+    if rank == 1 and not jax_rollout:
         os.environ["JAX_PLATFORMS"] = "cpu"  # the rollout: PyTorch on the GPU, no JAX GPU backend
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the Llama helpers
     import jax_amem  # noqa: F401
@@ -54,3 +55,19 @@ def barrier(link, name: str):
     link.store.set(link.key("barrier", name, link.role), b"1")
     other = "rollout" if link.role == "trainer" else "trainer"
     link.store.get(link.key("barrier", name, other), timeout=120)
+
+
+def layouts_to_json(layouts: dict) -> bytes:
+    """{name: Layout} in full (owners and boxes), for the rollout to publish to the trainer."""
+    return json.dumps({n: {"shape": list(l.shape), "dtype": l.dtype.name, "owners": [list(o) for o in l.owners],
+                           "starts": l.starts.tolist(), "sizes": l.sizes.tolist(),
+                           "box_of_owner": l.box_of_owner.tolist()} for n, l in layouts.items()}).encode()
+
+
+def layouts_from_json(text: bytes) -> dict:
+    import jax.numpy as jnp
+
+    from jax_amem.reshard import Layout
+
+    return {n: Layout(tuple(d["shape"]), jnp.dtype(d["dtype"]), [tuple(o) for o in d["owners"]], d["starts"],
+                      d["sizes"], d["box_of_owner"]) for n, d in json.loads(text).items()}
