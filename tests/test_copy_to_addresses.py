@@ -118,3 +118,39 @@ def test_gpu_into_torch_cuda_tensors_bulk_and_kernel_rows():
     jax.block_until_ready(step([jax.device_put(s, gpu) for s in srcs]))
     for t, expected in zip(tensors, want):
         np.testing.assert_array_equal(t.cpu().numpy(), expected)
+
+
+_FOREIGN_TABLE = r"""
+import numpy as np, jax, jax.numpy as jnp, torch
+from jax_amem import _ffi
+_ffi.register_targets()
+gpu = jax.devices("gpu")[0]
+dst = torch.full((64,), 7.0, device=f"cuda:{gpu.local_hardware_id}")
+src = jax.device_put(jnp.arange(64, dtype=jnp.float32), gpu)
+# Rows (src, dst, src offset, dst offset, bytes, 0) naming a destination and a source the call
+# lacks: a table not made by jax_amem.copy, which validates every table it builds.
+rows = np.array([[0, 1, 0, 0, 256, 0], [3, 0, 0, 0, 256, 0]], np.int64).view(np.uint32)
+call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY_TO_ADDRESSES, jax.ShapeDtypeStruct((), np.uint8))
+step = jax.jit(lambda s: call(jnp.asarray(rows), s, addresses=np.array([dst.data_ptr()], np.int64),
+                              destination_bytes=np.array([256], np.int64), bulk=np.zeros(0, np.int64)))
+torch.cuda.synchronize()
+jax.block_until_ready(step(src))
+torch.cuda.synchronize()
+assert torch.equal(dst.cpu(), torch.full((64,), 7.0)), dst
+print("RESULT ok", flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_a_table_naming_buffers_the_call_lacks_is_skipped_not_a_fault():
+    """The kernel gets the call's pointers by value, the slots past them zero: a row naming one
+    of those slots is skipped instead of writing through a null pointer (an illegal address
+    that kills the CUDA context). In a process of its own: before the fix it faulted."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    out = subprocess.run([sys.executable, "-P", "-c", _FOREIGN_TABLE], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert "RESULT ok" in out.stdout, out.stdout[-2000:] + out.stderr[-4000:]

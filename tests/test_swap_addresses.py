@@ -151,3 +151,30 @@ def test_gpu_large_tensors_bulk_copies_and_a_transposed_cast():
     want_b = torch.from_numpy(np.ascontiguousarray(host["b"].T)).to(torch.bfloat16)
     assert torch.equal(dst["b"].cpu(), want_b)
     forget()
+
+
+@pytest.mark.gpu
+def test_gpu_a_storage_shrunk_in_place_is_refused_and_its_neighbour_untouched():
+    """PyTorch's caching allocator hands the freed block back at the same address for a smaller
+    request (best fit, split): the cached program's key (address, shape, dtype) matched, and it
+    wrote 16 MiB into an 8 MiB storage, over the tensor that got the block's other half."""
+    from jax_amem.swap import SwapError
+
+    gpu = jax.devices("gpu")[0]
+    device = f"cuda:{gpu.local_hardware_id}"
+    src = {"w": jax.device_put(jnp.arange(1 << 22, dtype=jnp.float32), gpu)}   # 16 MiB
+    dst = {"w": torch.zeros(1 << 22, device=device)}
+    jax_amem.swap(src, dst)
+    address = dst["w"].data_ptr()
+    storage = dst["w"].untyped_storage()
+    storage.resize_(0)
+    storage.resize_(8 << 20)
+    neighbour = torch.full((2 << 20,), 7.0, device=device)
+    torch.cuda.synchronize()
+    print("same address:", dst["w"].data_ptr() == address, "neighbour right after:",
+          neighbour.data_ptr() == address + (8 << 20))
+    with pytest.raises(SwapError, match=r"destination 'w': its storage holds 8388608 bytes"):
+        jax_amem.swap(src, dst)
+    torch.cuda.synchronize()
+    assert torch.equal(neighbour, torch.full((2 << 20,), 7.0, device=device))
+    forget()

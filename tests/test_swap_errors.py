@@ -139,3 +139,64 @@ def test_progress_bar_on_request(monkeypatch, capsys):
     report = jax_amem.swap(src, dst, progress=True)
     assert report.calls == 5 and "swap" in capsys.readouterr().err
     assert str(report).startswith(f"swap v{report.version}: ")
+
+
+def test_a_storage_shrunk_in_place_after_its_program_was_cached():
+    """FSDP-style: the storage freed (resize_(0)) and re-allocated smaller, where the allocator
+    hands back the same address. The cached program's key (address, shape, dtype, strides) still
+    matches; without the storage's size in the key it wrote the old 64 KiB into 32 KiB."""
+    dst = {"w": torch.zeros(16384)}
+    src = {"w": jax.device_put(jnp.arange(16384, dtype=jnp.float32), jax.devices("cpu")[0])}
+    jax_amem.swap(src, dst)
+    storage = dst["w"].untyped_storage()
+    storage.resize_(0)
+    storage.resize_(32768)  # the same address on glibc's malloc (and on PyTorch's caching allocator)
+    before = bytes(storage)
+    with pytest.raises(SwapError, match=r"destination 'w': its storage holds 32768 bytes"):
+        jax_amem.swap(src, dst)
+    assert bytes(storage) == before
+
+
+def test_views_that_overlap_part_of_each_other_are_refused():
+    """Two destinations writing the same bytes race on the GPU; a partial overlap is refused
+    like a tied weight, before anything moves."""
+    base = torch.full((12,), 7.0)
+    src = {"a": jnp.arange(8, dtype=jnp.float32), "b": jnp.arange(8, dtype=jnp.float32) + 100}
+    with pytest.raises(SwapError, match=r"destinations 'a' and 'b' share memory"):
+        jax_amem.swap(src, {"a": base[0:8], "b": base[4:12]})
+    assert torch.equal(base, torch.full((12,), 7.0))
+    jax_amem.swap(src, {"a": base[0:4].clone().resize_(8), "b": base[4:12]})  # adjacent views: fine
+    assert base[4:12].tolist() == list(range(100, 108))
+
+
+def test_an_error_after_the_first_group_waits_for_what_was_dispatched(monkeypatch):
+    """A group that fails to dispatch (out of memory for its temporaries, say) must not let the
+    error leave while the earlier groups still write the tensors: the caller frees or reads them
+    next, and over IPC the rollout is told the swap is over."""
+    from jax_amem.swap import executor
+    from jax_amem.swap.api import Sources, program_for
+    from jax_amem.swap.destinations import describe
+
+    monkeypatch.setattr(program, "ADDRESS_GROUP_BUFFERS", 1)  # one buffer per group
+    src = {f"p{i}": jnp.full((4, 4), float(i)) for i in range(3)}
+    dst = {name: sentinel(4, 4) for name in src}
+    jax_amem.swap(src, dst)
+    compiled = program_for(Sources(src), describe(dst), None, None)
+    assert len(compiled.groups) == 3
+    first = compiled.groups[0].fn
+    dispatched, waited = [], []
+    real_wait = jax.block_until_ready
+
+    def fn_first(shards):
+        dispatched.append(first(shards))
+        return dispatched[-1]
+
+    def fn_fails(shards):
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory (injected)")
+
+    monkeypatch.setattr(compiled.groups[0], "fn", fn_first)
+    monkeypatch.setattr(compiled.groups[1], "fn", fn_fails)
+    monkeypatch.setattr(executor.jax, "block_until_ready", lambda x: waited.append(list(x)) or real_wait(x))
+    with pytest.raises(RuntimeError, match="injected"):
+        jax_amem.swap(src, dst)
+    assert dispatched and waited and all(any(t is d for t in waited[0]) for d in dispatched[0])

@@ -67,6 +67,11 @@ class HostMapper:
 
     def close(self, handle, device):
         self.closed.append(handle)
+        if handle == getattr(self, "fail_close_on", None):
+            raise RuntimeError("cuIpcCloseMemHandle: CUDA error 1 (invalid argument)")
+
+    def mapped_bytes(self, handle, device):
+        return self.allocations[handle].size
 
     def read(self, device, address, nbytes):
         return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address)).copy()
@@ -137,6 +142,8 @@ def _entry(descriptor):
     (lambda d: d.update(tensors={}), "holds no tensors"),
     (lambda d: d["tensors"].update(w=[1, 2]), "is a list, not a dict"),
     (lambda d: d.pop("tensors"), "must be the dict export_tensors returned"),
+    (lambda d: _entry(d).pop("allocation_bytes"), r"lacks \['allocation_bytes'\]"),  # no bound, no write
+    (lambda d: _entry(d).update(shape=[-8, -8]), r"shape \(-8, -8\) has a negative dimension"),
 ])
 def test_malformed_descriptors_are_refused_by_name(change, message):
     descriptor, allocations, _ = pack({"w": ((8, 8), np.float32)})
@@ -264,6 +271,76 @@ def test_an_open_that_fails_unmaps_what_was_mapped():
     assert mapper.opened == list(allocations)[:1] and mapper.closed == mapper.opened
 
 
+@cpu_stand_in
+def test_a_descriptor_claiming_more_than_the_mapping_holds_is_refused_and_unmapped():
+    """The descriptor's allocation_bytes is only the exporter's word: a stale or forged one that
+    claims more than the driver mapped would have the swap write past the mapping."""
+    descriptor, allocations, _ = pack({"a": ((8,), np.float32), "w": ((128,), np.float32)}, per_allocation=1)
+    _entry(descriptor).update(offset=512, allocation_bytes=512 + 512)  # 'w' said to start past its 512 bytes
+    mapper = HostMapper(allocations)
+    with pytest.raises(SwapError, match=r"'w': bytes \[512, 1024\) lie outside its allocation, which is 512 "
+                                        r"bytes as mapped here"):
+        open_remote(descriptor, mapper)
+    assert sorted(mapper.opened) == sorted(allocations) and sorted(mapper.closed) == sorted(mapper.opened)
+    assert all((m == 0xFF).all() for m in allocations.values())
+
+
+@cpu_stand_in
+def test_a_close_that_fails_still_unmaps_the_others():
+    descriptor, allocations, _ = pack({f"t{i}": ((4,), np.float32) for i in range(6)}, per_allocation=2)
+    mapper = HostMapper(allocations)
+    remote = open_remote(descriptor, mapper)
+    mapper.fail_close_on = list(allocations)[0]
+    with pytest.raises(SwapError, match=r"closing remote tensors: cuIpcCloseMemHandle.*the other mappings were closed"):
+        remote.close()
+    assert sorted(mapper.closed) == sorted(allocations) and remote.closed
+    remote.close()  # once closed, closed
+
+
+class DictStore:
+    """A store in a dict (set/get/delete), for the protocol's bookkeeping without a server."""
+
+    def __init__(self):
+        self.values = {}
+
+    def set(self, k, value):
+        self.values[k] = bytes(value)
+
+    def get(self, k, timeout=1.0):
+        if k not in self.values:
+            raise StoreTimeout(f"key {k!r} absent")
+        return self.values[k]
+
+    def delete(self, k):
+        self.values.pop(k, None)
+
+
+@cpu_stand_in
+def test_trainer_unmaps_the_old_generation_even_when_the_new_one_is_refused():
+    """A failed `done` lets the rollout free its old tensors: the trainer must not still map
+    them. And close() always says closed, so the rollout's wait_closed never waits out its
+    timeout for a mapping the trainer does not hold."""
+    forget()
+    store = DictStore()
+    descriptor, allocations, views = pack({"w": ((4,), np.float32)})
+    mapper = HostMapper(allocations)
+    store.set(key("rollout", "handles", 0), json.dumps({**descriptor, "generation": 1}).encode())
+    trainer = TrainerIpc(store, mapper=mapper)
+    store.set(key("rollout", "ready", 0, 1), json.dumps({"generation": 1}).encode())
+    trainer.swap({"w": jnp.arange(4, dtype=jnp.float32)}, 1)
+    assert views["w"].tolist() == [0, 1, 2, 3] and mapper.opened == list(allocations) and mapper.closed == []
+    store.set(key("rollout", "ready", 0, 2), json.dumps({"generation": 2}).encode())  # ready before publish
+    with pytest.raises(SwapError, match="ready with handles of generation 2, but the store holds generation 1"):
+        trainer.swap({"w": jnp.arange(4, dtype=jnp.float32)}, 2)
+    assert not json.loads(store.values[key("rollout", "done", 0, 2)])["ok"]
+    assert mapper.closed == mapper.opened and trainer.remote is None  # generation 1 unmapped
+    trainer.close()
+    assert store.values[key("rollout", "closed", 0)] == b"1"
+    fresh = TrainerIpc(store, rank=3, mapper=mapper)  # never swapped: closing still says so
+    fresh.close()
+    assert key("rollout", "closed", 3) in store.values
+
+
 # ----------------------------------------------------------------------------- stores
 
 @pytest.fixture
@@ -377,6 +454,9 @@ class ShmMapper(HostMapper):
         self.opened.append(handle)
         return view.ctypes.data
 
+    def mapped_bytes(self, handle, device):
+        return self.blocks[handle][1].size
+
     def close(self, handle, device):
         block, view = self.blocks.pop(handle)
         del view
@@ -443,6 +523,9 @@ def test_two_processes_swap_through_cuda_ipc(case):
     theirs = {r["phase"]: r for r in r_results}
     assert theirs["done"]["pointers_unchanged"]
     assert mine["swap"]["route"] == "addresses" and mine["swap"]["verified"]
+    # the driver maps at least the exporter's allocation sizes; a forged descriptor is refused
+    assert mine["forged"]["refused"] and mine["forged"]["sizes_match"], mine["forged"]
+    assert mine["forged"]["open_count_unchanged"], mine["forged"]
     if case == "llama":
         want = np.asarray(mine["oracle"]["logits"])
         for version in (1, 2):

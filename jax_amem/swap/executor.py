@@ -49,23 +49,39 @@ def _dispatch(program: Program, sources, call, show_progress: bool) -> list:
     bar = _progress(program, show_progress)
     start = 0
     arrays = sources.arrays
-    for group in program.groups:
-        # Most sources are single-device arrays already on the group's device: taken as they are.
-        shards = [arrays[name] if index is None else shard_data(arrays[name], index)
-                  for name, index, _ in group.source_refs]
-        for k, (_, _, device) in enumerate(group.source_refs):
-            if device != group.device:
-                shards[k] = jax.device_put(shards[k], group.device)
-        results = call(group, tuple(shards), start)
-        start += len(group.buffers)
-        outputs.extend(results)
+    try:
+        for group in program.groups:
+            # Most sources are single-device arrays already on the group's device: taken as they are.
+            shards = [arrays[name] if index is None else shard_data(arrays[name], index)
+                      for name, index, _ in group.source_refs]
+            for k, (_, _, device) in enumerate(group.source_refs):
+                if device != group.device:
+                    shards[k] = jax.device_put(shards[k], group.device)
+            results = call(group, tuple(shards), start)
+            start += len(group.buffers)
+            outputs.extend(results)
+            if bar is not None:
+                jax.block_until_ready(results)
+                bar.update(group.nbytes)
+    except BaseException:
+        # The groups already dispatched may still be writing the destination (by address: memory
+        # the caller may free or read as soon as the error reaches it; over IPC the rollout is
+        # told the swap failed). Their writes end before the error leaves.
+        _wait_quietly(outputs)
+        raise
+    finally:
         if bar is not None:
-            jax.block_until_ready(results)
-            bar.update(group.nbytes)
+            bar.close()
     jax.block_until_ready(outputs)
-    if bar is not None:
-        bar.close()
     return outputs
+
+
+def _wait_quietly(outputs) -> None:
+    """Waits for dispatched work on the error path; its own failure must not hide the first."""
+    try:
+        jax.block_until_ready(outputs)
+    except Exception:  # noqa: BLE001 - the error being raised already says what went wrong
+        pass
 
 
 def _progress(program: Program, show: bool):

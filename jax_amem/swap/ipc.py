@@ -30,7 +30,7 @@ import numpy as np
 
 from .._native import core
 from ..reshard import Layout, Owner
-from .destinations import _check_shard, check_names
+from .destinations import _check_shard, check_disjoint, check_names
 from .errors import SwapError
 
 FORMAT = 1
@@ -108,6 +108,8 @@ class RemoteTensor:
         except TypeError:
             raise SwapError(f"descriptor entry {name!r} has dtype {entry['dtype']!r}, which JAX does not know") from None
         self.shape = tuple(int(n) for n in entry["shape"])
+        if any(n < 0 for n in self.shape):
+            raise SwapError(f"descriptor entry {name!r}: shape {self.shape} has a negative dimension")
         self.nbytes, self.offset = int(entry["nbytes"]), int(entry["offset"])
         self.ordinal, self.pci_bus_id = int(entry["device"]), str(entry["pci_bus_id"])
         want = math.prod(self.shape) * self.dtype.itemsize
@@ -125,10 +127,13 @@ class RemoteTensor:
         if len(self.handle) != core.ipc.HANDLE_BYTES:
             raise SwapError(f"descriptor entry {name!r}: handle {str(handle)[:20]!r}... is not "
                             f"{core.ipc.HANDLE_BYTES} bytes in hex")
+        if "allocation_bytes" not in entry:
+            raise SwapError(f"descriptor entry {name!r} lacks ['allocation_bytes']: give the descriptor exactly as "
+                            "export_tensors made it")
         end = self.offset + self.nbytes
-        if self.offset < 0 or end > int(entry.get("allocation_bytes", end)):
+        if self.offset < 0 or end > int(entry["allocation_bytes"]):
             raise SwapError(f"descriptor entry {name!r}: bytes [{self.offset}, {end}) lie outside its allocation "
-                            f"of {entry.get('allocation_bytes')} bytes")
+                            f"of {entry['allocation_bytes']} bytes")
 
 
 def parse_descriptor(descriptor) -> dict[str, RemoteTensor]:
@@ -181,6 +186,10 @@ class CudaIpcMapper:
     def close(self, handle: bytes, device) -> None:
         core.ipc.close_handle(handle, device.local_hardware_id)
 
+    def mapped_bytes(self, handle: bytes, device) -> int:
+        """The size of the allocation as this process mapped it (the driver's, not the descriptor's)."""
+        return core.ipc.mapped_bytes(handle, device.local_hardware_id)
+
     def read(self, device, address: int, nbytes: int) -> np.ndarray:
         return np.frombuffer(core.ipc.read_device(device.local_hardware_id, address, nbytes), np.uint8)
 
@@ -203,21 +212,48 @@ class RemoteTensors:
                 key = (t.handle, self.devices[name])
                 if t.handle is not None and key not in self._open:
                     self._open[key] = self.mapper.open(*key)
-        except RuntimeError as error:
-            self.close()
+            self._check_mapped_sizes()
+        except (RuntimeError, SwapError) as error:
+            try:
+                self.close()  # what was mapped, unmapped again
+            except SwapError:
+                pass  # the open's error is the one to report
+            if isinstance(error, SwapError):
+                raise
             raise SwapError(f"open_remote: {error}") from None
         self._addresses = tuple(0 if t.handle is None else self._open[(t.handle, self.devices[n])] + t.offset
                                 for n, t in self.tensors.items())
         self.signature = ("remote", tuple((n, self.owners[n], t.shape, t.dtype.str) for n, t in self.tensors.items()))
 
+    def _check_mapped_sizes(self) -> None:
+        """Every tensor's bytes inside its allocation as the driver mapped it: the descriptor's
+        allocation_bytes is only the exporter's word (a stale or forged descriptor could claim
+        more, and the swap would then write past the mapping)."""
+        sizes = {key: int(self.mapper.mapped_bytes(*key)) for key in self._open}
+        for name, t in self.tensors.items():
+            if t.handle is None:
+                continue
+            size = sizes[(t.handle, self.devices[name])]
+            if t.offset + t.nbytes > size:
+                raise SwapError(f"descriptor entry {name!r}: bytes [{t.offset}, {t.offset + t.nbytes}) lie outside "
+                                f"its allocation, which is {size} bytes as mapped here (a stale descriptor? export "
+                                "the tensors again; nothing was written)")
+
     def close(self) -> None:
-        """Unmaps every allocation (once); the tensors themselves are the exporter's."""
+        """Unmaps every allocation (once); the tensors themselves are the exporter's. Every
+        mapping is closed even when one close fails; the first failure is raised after."""
         if self.closed:
             return
         self.closed = True
+        failure = None
         for handle, device in self._open:
-            self.mapper.close(handle, device)
+            try:
+                self.mapper.close(handle, device)
+            except Exception as error:  # noqa: BLE001 - the others must still be unmapped
+                failure = failure or error
         self._open.clear()
+        if failure is not None:
+            raise SwapError(f"closing remote tensors: {failure} (the other mappings were closed)") from failure
 
     def __enter__(self):
         return self
@@ -239,12 +275,8 @@ class RemoteTensors:
 
     def validate(self) -> None:
         self._require_open()
-        seen = {}
-        for (name, t), address in zip(self.tensors.items(), self._addresses):
-            if t.nbytes and address in seen:
-                raise SwapError(f"remote destinations {seen[address]!r} and {name!r} share memory (tied weights?): "
-                                "export each buffer once and drop the other's rule")
-            seen[address] = name
+        check_disjoint((str(self.devices[name]), address, t.nbytes, name)
+                       for (name, t), address in zip(self.tensors.items(), self._addresses))
 
     def layouts(self) -> dict:
         return {name: Layout.single(t.shape, t.dtype, self.owners[name]) for name, t in self.tensors.items()}

@@ -96,10 +96,12 @@ class TrainerIpc:
         from .ipc import open_remote
 
         descriptor = json.loads(self.store.get(key(self.group, "handles", self.rank), self.timeout))
+        # The previous generation is unmapped first, whatever happens next: the `done` that
+        # follows (even a failed one) lets the rollout free it.
+        self._unmap()
         if generation is not None and descriptor.get("generation") != generation:
             raise SwapError(f"rank {self.rank} said it is ready with handles of generation {generation}, but the "
                             f"store holds generation {descriptor.get('generation')}: publish before ready")
-        self._unmap()  # the previous generation (the rollout frees it after this swap's done)
         self.remote = open_remote(descriptor, self.mapper)
         self.generation = descriptor.get("generation")
         return self.remote
@@ -127,12 +129,14 @@ class TrainerIpc:
     def close(self) -> None:
         """Unmaps the rank's tensors (they stay the rollout's) and tells the rollout
         (closed/{rank}, RolloutIpc.wait_closed)."""
-        if self.remote is not None:
+        # Set even when nothing is mapped (never swapped, or the last open failed): the rollout's
+        # wait_closed would otherwise wait out its timeout for a mapping that does not exist.
+        try:
             self._unmap()
+        finally:
             self.store.set(key(self.group, "closed", self.rank), b"1")
 
     def _unmap(self) -> None:
-        if self.remote is not None:
-            self.remote.close()
-        self.remote = None
-        self.generation = None
+        remote, self.remote, self.generation = self.remote, None, None
+        if remote is not None:
+            remote.close()

@@ -26,6 +26,7 @@ namespace {
 
 struct Mapping {
   CUdeviceptr base = 0;
+  size_t bytes = 0;  // the allocation's size as mapped (cuMemGetAddressRange), not the exporter's word
   int references = 0;
 };
 
@@ -124,8 +125,27 @@ uint64_t OpenHandle(const nb::bytes& handle_bytes, int ordinal) {
             .message() +
         hint);
   }
-  Mappings()[key] = Mapping{base, 1};
+  CUdeviceptr start = 0;
+  size_t bytes = 0;
+  CUresult ranged = api.cuMemGetAddressRange(&start, &bytes, base);
+  if (ranged != cuda::kSuccess) {
+    api.cuIpcCloseMemHandle(base);  // nothing stays mapped that the cache does not know
+    Raise(cuda::Check(ranged, "cuMemGetAddressRange of a mapped IPC handle"));
+  }
+  // The mapping starts at the allocation's start; bytes from `base` to its end either way.
+  Mappings()[key] = Mapping{base, static_cast<size_t>(start + bytes - base), 1};
   return base;
+}
+
+size_t MappedBytes(const nb::bytes& handle_bytes, int ordinal) {
+  auto key = MappingKey(handle_bytes, ordinal);
+  std::lock_guard<std::mutex> lock(mapping_mutex);
+  auto found = Mappings().find(key);
+  if (found == Mappings().end()) {
+    throw std::runtime_error("IPC handle is not open on device " + std::to_string(ordinal) +
+                             ": open it (open_handle) before asking its size");
+  }
+  return found->second.bytes;
 }
 
 void CloseHandle(const nb::bytes& handle_bytes, int ordinal) {
@@ -177,6 +197,8 @@ void BindIpc(nb::module_& root) {
         "mapped once per device, further opens count references.");
   m.def("close_handle", &CloseHandle, nb::arg("handle"), nb::arg("ordinal"),
         "Drops one reference; the last unmaps (cuIpcCloseMemHandle).");
+  m.def("mapped_bytes", &MappedBytes, nb::arg("handle"), nb::arg("ordinal"),
+        "The size in bytes of an open handle's allocation as the driver mapped it here.");
   m.def("read_device", &ReadDevice, nb::arg("ordinal"), nb::arg("address"), nb::arg("nbytes"),
         "Bytes at a device address (a synchronous driver copy to the host).");
   m.def("open_count", &OpenCount, "Number of handles mapped now (per device).");

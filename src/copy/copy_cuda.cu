@@ -69,8 +69,12 @@ __global__ void __launch_bounds__(kThreads)
         s.dst_index >= kMaxBuffersPerSide) {
       continue;  // validated on the host; never fault on a bad row
     }
-    CopyAligned(pointers.sources[s.src_index] + s.src_offset,
-                pointers.destinations[s.dst_index] + s.dst_offset, s.bytes);
+    const char* from = pointers.sources[s.src_index];
+    char* to = pointers.destinations[s.dst_index];
+    // Callers zero the slots past their buffers: an index beyond them (a table not made for
+    // this call) is skipped instead of dereferencing null. Offsets cannot be checked here.
+    if (from == nullptr || to == nullptr) continue;
+    CopyAligned(from + s.src_offset, to + s.dst_offset, s.bytes);
   }
 }
 

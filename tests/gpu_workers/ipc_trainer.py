@@ -47,4 +47,30 @@ for version, tree in enumerate(trees, start=1):
     else:
         ipc_cases.emit(phase=name, digests={n: ipc_cases.digest(np.ascontiguousarray(v).tobytes())
                                             for n, v in tree.items()})
+# A forged descriptor (a tensor said to lie past its allocation, allocation_bytes inflated to
+# match) is refused against the size the driver mapped, and leaves nothing mapped.
+import json
+
+from jax_amem._native import core
+from jax_amem.swap import SwapError
+from jax_amem.swap.ipc import open_remote
+from jax_amem.swap.store import key
+
+descriptor = json.loads(store.get(key("rollout", "handles", 0), 60))
+entry = next(e for e in descriptor["tensors"].values() if e["nbytes"])
+mapped = {}
+for e in descriptor["tensors"].values():
+    if e["nbytes"]:
+        mapped[e["handle"]] = core.ipc.mapped_bytes(bytes.fromhex(e["handle"]), gpu.local_hardware_id)
+sizes_match = all(mapped[e["handle"]] >= e["allocation_bytes"] for e in descriptor["tensors"].values() if e["nbytes"])
+entry["offset"] = entry["allocation_bytes"]
+entry["allocation_bytes"] = 2 * entry["allocation_bytes"] + entry["nbytes"]
+open_before = core.ipc.open_count()
+try:
+    open_remote(descriptor).close()
+    forged = "not refused"
+except SwapError as error:
+    forged = str(error)
+ipc_cases.emit(phase="forged", refused="as mapped here" in forged, message=forged[:300],
+               sizes_match=sizes_match, open_count_unchanged=core.ipc.open_count() == open_before)
 end.close()
