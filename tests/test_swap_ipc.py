@@ -286,6 +286,24 @@ def test_a_descriptor_claiming_more_than_the_mapping_holds_is_refused_and_unmapp
 
 
 @cpu_stand_in
+def test_a_mapping_whose_size_the_driver_cannot_give_falls_back_to_the_descriptors():
+    """cuMemGetAddressRange failing on a mapping (mapped_bytes 0) must not refuse a working
+    mapping: the descriptor's own allocation size is still checked (parse_descriptor)."""
+    descriptor, allocations, views = pack({"w": ((16,), np.float32)})
+
+    class SizeUnknown(HostMapper):
+        def mapped_bytes(self, handle, device):
+            return 0
+
+    with open_remote(descriptor, SizeUnknown(allocations)) as remote:
+        jax_amem.swap({"w": jnp.arange(16, dtype=jnp.float32)}, remote)
+        assert views["w"].view(np.uint8).tobytes() == np.arange(16, dtype=np.float32).tobytes()
+    _entry(descriptor).update(allocation_bytes=8)  # and a descriptor that contradicts itself is still refused
+    with pytest.raises(SwapError, match="outside"):
+        open_remote(descriptor, SizeUnknown(allocations))
+
+
+@cpu_stand_in
 def test_a_close_that_fails_still_unmaps_the_others():
     descriptor, allocations, _ = pack({f"t{i}": ((4,), np.float32) for i in range(6)}, per_allocation=2)
     mapper = HostMapper(allocations)

@@ -234,7 +234,7 @@ class RemoteTensors:
             if t.handle is None:
                 continue
             size = sizes[(t.handle, self.devices[name])]
-            if t.offset + t.nbytes > size:
+            if size and t.offset + t.nbytes > size:  # 0: the driver could not say; the descriptor's size was checked
                 raise SwapError(f"descriptor entry {name!r}: bytes [{t.offset}, {t.offset + t.nbytes}) lie outside "
                                 f"its allocation, which is {size} bytes as mapped here (a stale descriptor? export "
                                 "the tensors again; nothing was written)")

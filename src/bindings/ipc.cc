@@ -127,13 +127,11 @@ uint64_t OpenHandle(const nb::bytes& handle_bytes, int ordinal) {
   }
   CUdeviceptr start = 0;
   size_t bytes = 0;
-  CUresult ranged = api.cuMemGetAddressRange(&start, &bytes, base);
-  if (ranged != cuda::kSuccess) {
-    api.cuIpcCloseMemHandle(base);  // nothing stays mapped that the cache does not know
-    Raise(cuda::Check(ranged, "cuMemGetAddressRange of a mapped IPC handle"));
-  }
   // The mapping starts at the allocation's start; bytes from `base` to its end either way.
-  Mappings()[key] = Mapping{base, static_cast<size_t>(start + bytes - base), 1};
+  // 0 when the driver cannot say (not yet seen on the GPU machine, but an IPC mapping that
+  // works must not be refused for it): the descriptor's allocation size is checked instead.
+  const bool ranged = api.cuMemGetAddressRange(&start, &bytes, base) == cuda::kSuccess;
+  Mappings()[key] = Mapping{base, ranged ? static_cast<size_t>(start + bytes - base) : 0, 1};
   return base;
 }
 
@@ -198,7 +196,8 @@ void BindIpc(nb::module_& root) {
   m.def("close_handle", &CloseHandle, nb::arg("handle"), nb::arg("ordinal"),
         "Drops one reference; the last unmaps (cuIpcCloseMemHandle).");
   m.def("mapped_bytes", &MappedBytes, nb::arg("handle"), nb::arg("ordinal"),
-        "The size in bytes of an open handle's allocation as the driver mapped it here.");
+        "The size in bytes of an open handle's allocation as the driver mapped it here (0: the "
+        "driver could not say).");
   m.def("read_device", &ReadDevice, nb::arg("ordinal"), nb::arg("address"), nb::arg("nbytes"),
         "Bytes at a device address (a synchronous driver copy to the host).");
   m.def("open_count", &OpenCount, "Number of handles mapped now (per device).");
