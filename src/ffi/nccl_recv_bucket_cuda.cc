@@ -3,6 +3,7 @@
 #include <string>
 
 #include "copy/segments.h"
+#include "ffi/buffer_rows.h"
 #include "ffi/segment_copy_many.h"
 #include "ffi/status_adapter.h"
 #include "transport/bucket_pipe.h"
@@ -42,10 +43,10 @@ ffi::Error NcclRecvBucketCuda(CUstream stream, ffi::Buffer<ffi::U8> after,
   }
   // The table was validated against the bucket and every destination when it was
   // built (jax_amem.swap.nccl_receiver.bucket_table); the kernel skips rows out of range.
+  const BufferRows rows = RowsOf(segments);
   Status received = transport::PipeRecv(
-      pipe, stream, static_cast<int>(slot), pointers,
-      reinterpret_cast<const copy::BufferSegment*>(segments.untyped_data()),
-      static_cast<int64_t>(segments.element_count() / 12), bytes, static_cast<int>(peer),
+      pipe, stream, static_cast<int>(slot), pointers, rows.data, rows.count, bytes,
+      static_cast<int>(peer),
       reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(comm)));
   if (!received.ok()) return ToFfiError(received);
   return drain ? ToFfiError(transport::PipeDrain(pipe, stream)) : ffi::Error::Success();

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "copy/copy_cpu.h"
+#include "ffi/buffer_rows.h"
 #include "ffi/segment_copy_many.h"
 #include "ffi/status_adapter.h"
 
@@ -15,9 +16,8 @@ ffi::Error SegmentCopyManyCpu(ffi::Buffer<ffi::U32> segments, ffi::RemainingArgs
   if (ffi::Error decoded = DecodeManyBuffers(args, rets, sources, &buffers); decoded.failure()) {
     return decoded;
   }
-  const auto* rows = reinterpret_cast<const copy::BufferSegment*>(segments.untyped_data());
-  const auto count = static_cast<int64_t>(segments.element_count() / 12);
-  Status valid = copy::ValidateBufferSegments(rows, count, buffers.source_bytes,
+  const BufferRows rows = RowsOf(segments);
+  Status valid = copy::ValidateBufferSegments(rows.data, rows.count, buffers.source_bytes,
                                               buffers.destination_bytes);
   if (!valid.ok()) return ToFfiError(valid);
   std::vector<const char*> from;
@@ -33,7 +33,7 @@ ffi::Error SegmentCopyManyCpu(ffi::Buffer<ffi::U32> segments, ffi::RemainingArgs
     }
     to.push_back(target);
   }
-  copy::CopyBufferSegmentsOnHost(from.data(), to.data(), rows, count);
+  copy::CopyBufferSegmentsOnHost(from.data(), to.data(), rows.data, rows.count);
   return ffi::Error::Success();
 }
 

@@ -1,5 +1,6 @@
 #include "copy/copy_cuda.h"
 #include "cuda/driver_api.h"
+#include "ffi/buffer_rows.h"
 #include "ffi/segment_copy_many.h"
 #include "ffi/status_adapter.h"
 
@@ -44,8 +45,7 @@ ffi::Error SegmentCopyManyCuda(CUstream stream, ffi::Buffer<ffi::U32> segments,
     pointers.destinations[d] = target;
   }
   return ToFfiError(copy::LaunchBufferSegmentCopy(
-      stream, pointers, reinterpret_cast<const copy::BufferSegment*>(segments.untyped_data()),
-      static_cast<int64_t>(segments.element_count() / 12)));
+      stream, pointers, RowsOf(segments).data, RowsOf(segments).count));
 }
 
 }  // namespace

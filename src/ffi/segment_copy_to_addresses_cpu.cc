@@ -1,4 +1,5 @@
 #include "copy/copy_cpu.h"
+#include "ffi/buffer_rows.h"
 #include "ffi/segment_copy_to_addresses.h"
 #include "ffi/status_adapter.h"
 
@@ -18,14 +19,14 @@ ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::Remain
       decoded.failure()) {
     return decoded;
   }
-  const auto* rows = reinterpret_cast<const copy::BufferSegment*>(segments.untyped_data());
-  const auto count = static_cast<int64_t>(segments.element_count() / 12);
-  Status valid = copy::ValidateBufferSegments(rows, count, call.source_bytes, call.destination_bytes);
+  const BufferRows rows = RowsOf(segments);
+  Status valid = copy::ValidateBufferSegments(rows.data, rows.count, call.source_bytes,
+                                              call.destination_bytes);
   if (!valid.ok()) return ToFfiError(valid);
-  copy::CopyBufferSegmentsOnHost(call.sources.data(), call.destinations.data(),
-                                 reinterpret_cast<const copy::BufferSegment*>(bulk.begin()),
-                                 static_cast<int64_t>(bulk.size() / 6));
-  copy::CopyBufferSegmentsOnHost(call.sources.data(), call.destinations.data(), rows, count);
+  const BufferRows long_rows = RowsOf(bulk);
+  copy::CopyBufferSegmentsOnHost(call.sources.data(), call.destinations.data(), long_rows.data,
+                                 long_rows.count);
+  copy::CopyBufferSegmentsOnHost(call.sources.data(), call.destinations.data(), rows.data, rows.count);
   *token->typed_data() = 0;
   return ffi::Error::Success();
 }

@@ -1,5 +1,6 @@
 #include "copy/copy_cuda.h"
 #include "cuda/driver_api.h"
+#include "ffi/buffer_rows.h"
 #include "ffi/segment_copy_to_addresses.h"
 #include "ffi/status_adapter.h"
 
@@ -21,13 +22,12 @@ ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> seg
       decoded.failure()) {
     return decoded;
   }
-  const auto* rows = reinterpret_cast<const copy::BufferSegment*>(bulk.begin());
-  const int64_t bulk_count = static_cast<int64_t>(bulk.size() / 6);
-  if (bulk_count > 0) {
+  const BufferRows long_rows = RowsOf(bulk);
+  if (long_rows.count > 0) {
     const cuda::DriverApi* api = cuda::Driver();
     if (api == nullptr) return ffi::Error::Internal("CUDA driver not loaded");
-    for (int64_t i = 0; i < bulk_count; ++i) {
-      const copy::BufferSegment& row = rows[i];
+    for (int64_t i = 0; i < long_rows.count; ++i) {
+      const copy::BufferSegment& row = long_rows.data[i];
       Status copied = cuda::Check(
           api->cuMemcpyAsync(
               reinterpret_cast<CUdeviceptr>(call.destinations[row.dst_index] + row.dst_offset),
@@ -41,9 +41,8 @@ ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> seg
   for (size_t s = 0; s < call.sources.size(); ++s) pointers.sources[s] = call.sources[s];
   for (size_t d = 0; d < call.destinations.size(); ++d) pointers.destinations[d] = call.destinations[d];
   (void)token;  // a token: its byte is never read
-  return ToFfiError(copy::LaunchBufferSegmentCopy(
-      stream, pointers, reinterpret_cast<const copy::BufferSegment*>(segments.untyped_data()),
-      static_cast<int64_t>(segments.element_count() / 12)));
+  const BufferRows rows = RowsOf(segments);
+  return ToFfiError(copy::LaunchBufferSegmentCopy(stream, pointers, rows.data, rows.count));
 }
 
 }  // namespace

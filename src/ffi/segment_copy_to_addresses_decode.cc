@@ -1,6 +1,7 @@
 #include <string>
 
 #include "copy/segments.h"
+#include "ffi/buffer_rows.h"
 #include "ffi/segment_copy_to_addresses.h"
 #include "ffi/status_adapter.h"
 
@@ -43,9 +44,9 @@ ffi::Error DecodeAddressCopy(ffi::RemainingArgs args, ffi::Span<const int64_t> a
   }
   // Bulk rows are on the host here, so they are checked at every call; the kernel's table
   // was checked when it was built (jax_amem.copy) and the kernel skips rows out of range.
-  return ToFfiError(copy::ValidateBufferSegments(
-      reinterpret_cast<const copy::BufferSegment*>(bulk.begin()),
-      static_cast<int64_t>(bulk.size() / 6), out->source_bytes, out->destination_bytes));
+  const BufferRows rows = RowsOf(bulk);
+  return ToFfiError(copy::ValidateBufferSegments(rows.data, rows.count, out->source_bytes,
+                                                 out->destination_bytes));
 }
 
 }  // namespace amem::ffi_adapter
