@@ -7,7 +7,6 @@ arrays are donated and the results reassembled into a new pytree.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from typing import Mapping
 
@@ -28,9 +27,7 @@ def describe(dst):
     another process's tensors (ipc.RemoteTensors) as they are."""
     if getattr(dst, "kind", None) == "remote":
         return dst
-    tensor_type = torch_bridge.tensor_type()
-    if (tensor_type is not None and isinstance(dst, Mapping) and dst
-            and all(map(isinstance, dst.values(), itertools.repeat(tensor_type)))):
+    if torch_bridge.is_tensor_mapping(dst):
         return TorchDestination(dst)
     if isinstance(dst, Mapping) and any(torch_bridge.is_tensor(v) for v in dst.values()):
         bad = next(k for k, v in dst.items() if not torch_bridge.is_tensor(v))
@@ -184,7 +181,7 @@ class JaxDestination:
         return list(self.arrays)
 
     def validate(self) -> None:
-        pass  # named_arrays checked every leaf is a live jax.Array
+        pass  # __init__ checked every leaf is a live jax.Array (check_live_arrays)
 
     def after(self, new_tree) -> "JaxDestination":
         return JaxDestination(new_tree)

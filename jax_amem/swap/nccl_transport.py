@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
 from ..reshard import Owner
 from . import nccl_control as control
+from . import torch_bridge
 from .errors import SwapError
 from .nccl_link import Link, connect
 from .nccl_packing import PairPacking, pack_pair, peers_of
@@ -159,15 +159,9 @@ def receive(dst, plan, link: Link, version: int) -> NcclSwapReport:
     if link.role != "rollout":
         raise SwapError(f"receive() on a {link.role} link: the rollout receives, the trainer calls send()")
     link._require_open()
-    if _is_torch(dst):
+    if torch_bridge.is_tensor_mapping(dst):
         return _receive_torch(dst, plan, link, version, start)
     return _receive_jax(dst, plan, link, version, start)
-
-
-def _is_torch(dst) -> bool:
-    from . import torch_bridge
-
-    return isinstance(dst, Mapping) and bool(dst) and all(map(torch_bridge.is_tensor, dst.values()))
 
 
 def _answer_offers(link: Link, packings: dict, version: int, plan_key: str) -> None:

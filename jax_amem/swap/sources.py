@@ -54,11 +54,6 @@ def flat_named(tree) -> tuple[list, list, object]:
     return names, leaves, treedef
 
 
-def named_leaves(tree) -> dict:
-    names, leaves, _ = flat_named(tree)
-    return dict(zip(names, leaves))
-
-
 def check_live_arrays(names, leaves, side: str) -> None:
     """SwapError naming the first leaf that is not a live jax.Array."""
     for name, leaf in zip(names, leaves):

@@ -6,7 +6,9 @@ PyTorch is optional: nothing here imports it unless a tensor is handed in.
 
 from __future__ import annotations
 
+import itertools
 import sys
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -26,6 +28,14 @@ def tensor_type():
 def is_tensor(value) -> bool:
     tensor = tensor_type()
     return tensor is not None and isinstance(value, tensor)
+
+
+def is_tensor_mapping(value) -> bool:
+    """A non-empty mapping whose values are all torch tensors (a model's state_dict): one
+    isinstance per value, in C, for thousands of tensors per swap."""
+    tensor = tensor_type()
+    return (tensor is not None and isinstance(value, Mapping) and bool(value)
+            and all(map(isinstance, value.values(), itertools.repeat(tensor))))
 
 
 def numpy_dtype(tensor) -> np.dtype:
