@@ -93,6 +93,25 @@ def _dst_layouts_from_store(port):
     return {n: Layout.single(tuple(shape), np.dtype(dtype), common.ROLLOUT_OWNER) for n, shape, dtype in rows}
 
 
+def receive_checked(tensors, plan, link, version, sources, owner):
+    """NaN-fills `tensors`, receives `version` into them; returns (the report, the names whose
+    bytes differ from numpy's execution of the plan)."""
+    import numpy as np
+    import torch
+
+    from jax_amem import reshard
+    from jax_amem.swap import nccl_transport as nt
+
+    with torch.no_grad():
+        for t in tensors.values():
+            t.fill_(float("nan"))
+    report = nt.receive(tensors, plan, link, version)
+    want = reshard.execute_numpy(plan, sources)
+    mismatched = [n for n, t in tensors.items()
+                  if not np.array_equal(t.detach().cpu().numpy().view(np.uint8), want[(n, owner)].view(np.uint8))]
+    return report, mismatched
+
+
 def rollout(port):
     import json
 
@@ -100,7 +119,6 @@ def rollout(port):
     import torch
 
     from jax_amem import reshard
-    from jax_amem.swap import nccl_transport as nt
 
     import test_swap_llama as llama
 
@@ -120,14 +138,7 @@ def rollout(port):
         plan, _, sources = plan_and_sources(seed, dst)
         if version == pause_before:
             pause_and_resume_rollout(link)
-        with torch.no_grad():
-            for t in tensors.values():
-                t.fill_(float("nan"))
-        report = nt.receive(tensors, plan, link, version)
-        want = reshard.execute_numpy(plan, sources)
-        mismatched = [n for n, t in tensors.items()
-                      if not np.array_equal(t.detach().cpu().numpy().view(np.uint8),
-                                            want[(n, owner)].view(np.uint8))]
+        report, mismatched = receive_checked(tensors, plan, link, version, sources, owner)
         common.emit(role="rollout", phase="checked", version=version, bytes=report.bytes,
                     buckets=report.buckets, staging=report.staging_bytes, mismatched=mismatched,
                     pointers_unchanged=all(t.data_ptr() == pointers[n] for n, t in tensors.items()),

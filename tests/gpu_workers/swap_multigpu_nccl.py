@@ -73,14 +73,12 @@ def trainer(settings: dict) -> None:
 def rollout(settings: dict) -> None:
     import json
 
-    import numpy as np
     import torch
 
     import nccl_swap_common as common
     import nccl_swap_worker as worker
     import test_swap_llama as llama
     from jax_amem import reshard
-    from jax_amem.swap import nccl_transport as nt
 
     device = torch.device("cuda", settings["gpu"])
     torch.cuda.set_device(device)
@@ -95,13 +93,7 @@ def rollout(settings: dict) -> None:
     owner = reshard.Owner(*common.ROLLOUT_OWNER)
     for version, seed in VERSIONS:
         plan, _, sources = worker.plan_and_sources(seed, dst)
-        with torch.no_grad():
-            for t in tensors.values():
-                t.fill_(float("nan"))
-        report = nt.receive(tensors, plan, link, version)
-        want = reshard.execute_numpy(plan, sources)
-        mismatched = [n for n, t in tensors.items()
-                      if not np.array_equal(t.detach().cpu().numpy().view(np.uint8), want[(n, owner)].view(np.uint8))]
+        report, mismatched = worker.receive_checked(tensors, plan, link, version, sources, owner)
         common.emit(role="rollout", phase="checked", version=version, bytes=report.bytes, mismatched=mismatched,
                     devices=sorted({str(t.device) for t in tensors.values()}),
                     pointers_unchanged=all(t.data_ptr() == pointers[n] for n, t in tensors.items()))
