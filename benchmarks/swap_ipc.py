@@ -9,7 +9,7 @@ rollout process (this script with --rollout) holds the same tensors, exports the
 swap through IPC (both the warm `SwapReport.seconds`: the whole call, blocked until the
 GPU is done), their ratio (goal: IPC within 10%, ratio >= 0.90), and the round through the
 store (TrainerIpc.swap: wait for ready, swap, publish done) as the trainer sees it. Medians
-of --repeats rounds; the IPC bytes are checked once with `jax_amem.swap.verify` (read back
+of --repeats rounds; the IPC bytes are checked once with `jax_amem.swapping.verify` (read back
 through the mapping).
 """
 
@@ -27,9 +27,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")  # leave room for
 import numpy as np
 
 import jax_amem  # noqa: E402  (before JAX starts)
-from jax_amem.swap import verify
-from jax_amem.swap.remote import RolloutIpc, TrainerIpc
-from jax_amem.swap.store import TorchStore
+from jax_amem.swapping import verify
+from jax_amem.swapping.same_host.ready_done import RolloutIpc, TrainerIpc
+from jax_amem.swapping.store import TorchStore
 
 
 def cases(args) -> list[tuple[str, int, int]]:

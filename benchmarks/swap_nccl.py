@@ -5,7 +5,7 @@
 Two processes on this machine (one GPU shared with different NCCL_HOSTID: NCCL's socket
 transport, so both columns are bounded by it; with --gpus 2 one GPU each) connect a link:
 a JAX trainer sends TENSORS float32 tensors of MIB MiB in all into a PyTorch rollout's
-tensors (jax_amem.swap.nccl_transport: packed into BUCKET_MIB buckets, two in flight), and
+tensors (jax_amem.swapping.cross_host: packed into BUCKET_MIB buckets, two in flight), and
 the baseline sends the same number of bytes as one contiguous ncclSend/ncclRecv on the same
 communicator. Medians of REPEAT runs after a warm-up, timed on the rollout from a common
 barrier to the bytes being in place. Ratio: swap GB/s over plain GB/s.
@@ -49,7 +49,7 @@ def main(argv=None):
           f"{args.bucket_mib} MiB, staging {r['staging'] / 2**20:.0f} MiB per side")
     print(f"{'method':<28} {'median ms':>10} {'GB/s':>8} {'ratio':>6}")
     print(f"{'plain ncclSend/ncclRecv':<28} {r['plain_s'] * 1e3:>10.1f} {plain_gbs:>8.2f} {1.0:>6.2f}")
-    print(f"{'swap (nccl_transport)':<28} {r['swap_s'] * 1e3:>10.1f} {swap_gbs:>8.2f} {swap_gbs / plain_gbs:>6.2f}")
+    print(f"{'swap (cross_host)':<28} {r['swap_s'] * 1e3:>10.1f} {swap_gbs:>8.2f} {swap_gbs / plain_gbs:>6.2f}")
     print(f"values received correctly: {r['values_ok']}")
     return rows
 

@@ -18,7 +18,7 @@ from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
 from .platform import gpu_status, require_gpu
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
-from .swap import SwapError, SwapReport, swap, to_torch  # `swap` the function; jax_amem/swap/ its package
+from .swapping import SwapError, SwapReport, swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
 from . import reshard
 from .reshard import Layout, Owner, plan, rules
 

@@ -13,8 +13,8 @@ from ._native import core
 SEGMENT_COPY = "jax_amem_segment_copy"
 SEGMENT_COPY_MANY = "jax_amem_segment_copy_many"
 SEGMENT_COPY_TO_ADDRESSES = "jax_amem_segment_copy_to_addresses"
-NCCL_SEND_BUCKET = "jax_amem_nccl_send_bucket"  # swap/nccl_sender.py
-NCCL_RECV_BUCKET = "jax_amem_nccl_recv_bucket"  # swap/nccl_jax_receiver.py
+NCCL_SEND_BUCKET = "jax_amem_nccl_send_bucket"  # swapping/cross_host/send.py
+NCCL_RECV_BUCKET = "jax_amem_nccl_recv_bucket"  # swapping/cross_host/receive_jax.py
 
 _registered = False
 

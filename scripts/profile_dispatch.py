@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax_amem.copy import segment_copy, segment_copy_to_addresses
-from jax_amem.swap import api
+from jax_amem.swapping.in_process import run as api
 
 
 def host_us(fn, repeats, sync):

@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from jax_amem import rl  # noqa: E402
 from jax_amem.rl.summary import first_and_last  # noqa: E402
-from jax_amem.swap.report import DEVICE_LOCAL  # noqa: E402
+from jax_amem.swapping.report import DEVICE_LOCAL  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("never_left_paused")]
 

@@ -1,4 +1,4 @@
-"""The address route (PyTorch destinations written by address, swap/addressed.py): in place
+"""The address route (PyTorch destinations written by address, swapping/in_process/): in place
 on CPU and GPU (pointers unchanged, no copy back), chunks of at most 512 buffers per call, a
 buffer whose reads span chunks, bulk rows and kernel rows writing the same bytes, tensors that
 moved getting a program of their own, and the many-small and few-large GPU cases."""
@@ -16,7 +16,8 @@ import jax_amem
 from jax_amem import copy as amem_copy
 from jax_amem import reshard
 from jax_amem.copy import MAX_BUFFERS_PER_SIDE
-from jax_amem.swap import batched, forget, program
+from jax_amem.swapping import forget
+from jax_amem.swapping.in_process import batched, programs as program
 
 import test_swap_errors as errors
 import test_swap_llama as llama
@@ -111,7 +112,7 @@ def test_tensors_that_moved_get_their_own_program_and_the_old_one_stays_cached()
     assert first.plan_key == second.plan_key == again.plan_key  # one plan, two programs
     for dst in (first_dst, moved):
         assert torch.equal(dst["w"], torch.arange(48.0).reshape(8, 6)) and torch.equal(dst["b"], torch.arange(8.0))
-    from jax_amem.swap import api
+    from jax_amem.swapping.in_process import run as api
     cached = [p for p in api._ready.values() if p.plan.key == first.plan_key]
     assert len(cached) == 2
 
@@ -158,7 +159,7 @@ def test_gpu_a_storage_shrunk_in_place_is_refused_and_its_neighbour_untouched():
     """PyTorch's caching allocator hands the freed block back at the same address for a smaller
     request (best fit, split): the cached program's key (address, shape, dtype) matched, and it
     wrote 16 MiB into an 8 MiB storage, over the tensor that got the block's other half."""
-    from jax_amem.swap import SwapError
+    from jax_amem.swapping import SwapError
 
     gpu = jax.devices("gpu")[0]
     device = f"cuda:{gpu.local_hardware_id}"

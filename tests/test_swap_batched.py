@@ -18,7 +18,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_amem
 from jax_amem import reshard
 from jax_amem.copy import MAX_BUFFERS_PER_SIDE
-from jax_amem.swap import batched, forget, program
+from jax_amem.swapping import forget
+from jax_amem.swapping.in_process import batched, programs as program
 
 import test_swap_errors as errors
 import test_swap_jax as jaxdst

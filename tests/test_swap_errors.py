@@ -11,7 +11,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_amem
 from jax_amem import reshard
 from jax_amem.reshard import Layout, Owner
-from jax_amem.swap import SwapError, program
+from jax_amem.swapping import SwapError
+from jax_amem.swapping.in_process import programs as program
 
 torch = pytest.importorskip("torch")
 
@@ -115,7 +116,7 @@ def test_plans_that_do_not_fit_the_inputs():
     # A destination also held by another process: swap() refuses and names the transports that do it.
     two = Layout.from_boxes((8,), np.float32, {CPU0: ((0,), (8,)), (1, 0): ((0,), (8,))})
     plan = reshard.plan(src, {"w": Layout.single((8, 6), np.float32, CPU0), "b": two})
-    swap_fails(good_destination(), r"'b'.*from process 0 to process 1, which swap\(\) does not do in process: .*open_remote.*nccl_transport",
+    swap_fails(good_destination(), r"'b'.*from process 0 to process 1, which swap\(\) does not do in process: .*open_remote.*cross_host",
                src=src, plan=plan)
     swap_fails(good_destination(), r"version must be a non-negative int", version=-1)
     swap_fails({"w": sentinel(8, 6), "b": np.zeros(8, np.float32)}, r"destination 'b' is a ndarray")
@@ -173,9 +174,9 @@ def test_an_error_after_the_first_group_waits_for_what_was_dispatched(monkeypatc
     """A group that fails to dispatch (out of memory for its temporaries, say) must not let the
     error leave while the earlier groups still write the tensors: the caller frees or reads them
     next, and over IPC the rollout is told the swap is over."""
-    from jax_amem.swap import executor
-    from jax_amem.swap.api import Sources, program_for
-    from jax_amem.swap.destinations import describe
+    from jax_amem.swapping.in_process import executor
+    from jax_amem.swapping.in_process.run import Sources, program_for
+    from jax_amem.swapping.destinations import describe
 
     monkeypatch.setattr(program, "ADDRESS_GROUP_BUFFERS", 1)  # one buffer per group
     src = {f"p{i}": jnp.full((4, 4), float(i)) for i in range(3)}

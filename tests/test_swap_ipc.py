@@ -1,4 +1,4 @@
-"""The swap into another process's tensors (CUDA IPC, jax_amem/swap/ipc.py + remote.py).
+"""The swap into another process's tensors (CUDA IPC, jax_amem/swapping/same_host/ipc.py + ready_done.py).
 
 On the CPU: descriptors (JSON round trip, every malformed one refused with a clear error),
 RemoteTensors as a swap destination with a host-memory mapper standing in for the CUDA IPC
@@ -27,10 +27,10 @@ from jax.sharding import Mesh
 
 import jax_amem
 from jax_amem import reshard
-from jax_amem.swap import SwapError, forget
-from jax_amem.swap.ipc import CudaIpcMapper, export_tensors, open_remote, parse_descriptor
-from jax_amem.swap.remote import RolloutIpc, TrainerIpc
-from jax_amem.swap.store import JaxStore, StoreTimeout, TorchStore, as_store, key
+from jax_amem.swapping import SwapError, forget
+from jax_amem.swapping.same_host.ipc import CudaIpcMapper, export_tensors, open_remote, parse_descriptor
+from jax_amem.swapping.same_host.ready_done import RolloutIpc, TrainerIpc
+from jax_amem.swapping.store import JaxStore, StoreTimeout, TorchStore, as_store, key
 
 import test_swap_llama as llama
 

@@ -11,7 +11,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_amem
 from jax_amem import reshard
-from jax_amem.swap import SwapError, verify
+from jax_amem.swapping import SwapError, verify
 
 torch = pytest.importorskip("torch")
 

@@ -5,7 +5,7 @@ are split over cuda:0 and cuda:1 (logits equal the JAX model's, pointers unchang
 the other GPU counted as cross-device), into one tensor-parallel rank per GPU (byte for byte
 against numpy), and JAX to JAX between meshes of GPUs (equal to jax.device_put bit for bit).
 Across processes: CUDA IPC with the rollout on another GPU than the trainer's parameters, each
-side with its own CUDA_VISIBLE_DEVICES (the PCI-bus-id mapping of jax_amem/swap/ipc.py), and the
+side with its own CUDA_VISIBLE_DEVICES (the PCI-bus-id mapping of jax_amem/swapping/same_host/ipc.py), and the
 NCCL transport with each process on its own GPU (tests/gpu_workers/swap_multigpu_nccl.py).
 
 The two-process tests come first: the in-process ones start JAX's GPU backend in the pytest

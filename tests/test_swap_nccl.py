@@ -1,4 +1,4 @@
-"""The NCCL transport (jax_amem.swap.nccl_transport): bucket packing against numpy, the
+"""The NCCL transport (jax_amem.swapping.cross_host): bucket packing against numpy, the
 handshake's error paths over a real TCPStore, and (GPU) a JAX trainer process sending a
 small Llama into a PyTorch rollout process over NCCL, with a pause/resume between swaps."""
 
@@ -15,11 +15,13 @@ from jax_amem import reshard
 from jax_amem.reshard import Layout, Owner
 from jax_amem.reshard.numpy_exec import empty_destination, execute, prepare_view
 from jax_amem.reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER
-from jax_amem.swap import nccl_control as control
-from jax_amem.swap import nccl_packing as P
-from jax_amem.swap.errors import SwapError
-from jax_amem.swap.nccl_link import Link, connect
-from jax_amem.swap.store import StoreTimeout
+from jax_amem.swapping.cross_host import handshake as control
+from jax_amem.swapping.cross_host import packing as P
+from jax_amem.swapping import forget
+from jax_amem.swapping.cross_host import pairs, receive_jax
+from jax_amem.swapping.errors import SwapError
+from jax_amem.swapping.cross_host.link import Link, connect
+from jax_amem.swapping.store import StoreTimeout
 
 TRAINERS = [Owner(0, 0), Owner(0, 1)]
 ROLLOUTS = [Owner(1, 0), Owner(1, 1)]
@@ -181,7 +183,7 @@ def test_bucket_size_too_small_or_unaligned(size):
 @pytest.fixture
 def tcp_store():
     torch_dist = pytest.importorskip("torch.distributed")
-    from jax_amem.swap.store import TorchStore
+    from jax_amem.swapping.store import TorchStore
 
     server = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     return TorchStore(server)
@@ -274,7 +276,7 @@ def test_link_names_owners_it_does_not_have(tcp_store):
 
 
 def test_send_and_receive_refuse_the_wrong_role_and_version(tcp_store):
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     src, dst = layouts()
     plan = reshard.plan(src, dst)
@@ -289,7 +291,7 @@ def test_send_and_receive_refuse_the_wrong_role_and_version(tcp_store):
 def test_sender_checks_sources_before_anything_moves(tcp_store):
     import jax
 
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
     dst = {"w": Layout.single((64, 32), np.float32, (1, 0))}
@@ -306,19 +308,19 @@ def test_sender_checks_sources_before_anything_moves(tcp_store):
 
 
 def test_plan_without_the_link_owner(tcp_store):
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     src, dst = layouts()
     plan = reshard.plan(src, dst)
     link = fake_link(tcp_store, "trainer", 0)
     link.owners = (Owner(7, 7), Owner(1, 0))
     with pytest.raises(SwapError, match=r"stands for owner \(7, 7\), which the plan does not know"):
-        nt.owner_id(plan, link)
+        pairs.owner_id(plan, link)
 
 
 def test_receiver_checks_destinations_before_anything_moves():
     torch = pytest.importorskip("torch")
-    from jax_amem.swap.nccl_receiver import check_tensors
+    from jax_amem.swapping.cross_host.receive_torch import check_tensors
 
     src, dst = layouts()
     plan = reshard.plan(src, dst)
@@ -380,7 +382,7 @@ def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
         jax_amem.swap(params, link, plan=plan)
     with pytest.raises(SwapError, match="verify=True is not available over an NCCL link"):
         jax_amem.swap(params, link, plan=plan, version=1, verify=True)
-    # The same checks as nccl_transport.send: here, the shard is not on the link's GPU.
+    # The same checks as cross_host.send: here, the shard is not on the link's GPU.
     with pytest.raises(SwapError, match="'w': the shard of owner \\(0, 0\\) is on cpu:0, not on the link's cuda:0"):
         jax_amem.swap(params, link, plan=plan, version=1)
     n = link.sequence.get(1, 0)  # the sequence number the first offer to rollout rank 1 takes
@@ -391,7 +393,7 @@ def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
     assert json.loads(tcp_store.get(first_offer, timeout=1)) == {"check": "the key above is where an offer lands"}
 
 
-# -- the JAX receiver's bookkeeping (nccl_jax_receiver): CPU devices stand for the GPUs ----
+# -- the JAX receiver's bookkeeping (cross_host/receive_jax.py): CPU devices stand for the GPUs ----
 
 def jax_rollout_tree(devices):
     """A JAX rollout's weights over two local devices: "w" column-sharded (the trainer's rows
@@ -412,7 +414,7 @@ def jax_rollout_tree(devices):
 
 def jax_rollout_plan(tree):
     """The trainer's FSDP rows over TRAINERS into the JAX rollout's layouts (process 1)."""
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     src = {"w": Layout.tensor_parallel((128, 96), np.float32, 0, 2, TRAINERS),
            "odd": Layout.tensor_parallel((13, 7), np.float32, 0, 2, TRAINERS),
@@ -427,7 +429,7 @@ def jax_rollout_plan(tree):
 def any_device(monkeypatch):
     """Lets a CPU device stand for the link's GPU in the last check (the only one that needs a
     GPU); everything before it, and the bookkeeping after, is the real code."""
-    from jax_amem.swap import nccl_jax_receiver as R
+    from jax_amem.swapping.cross_host import receive_jax as R
 
     monkeypatch.setattr(R, "on_link_device", lambda device, link_device: True)
     return R
@@ -447,7 +449,7 @@ def wire_of(plan, packing, bucket, sources):
 def test_destination_layouts_name_the_plan_process():
     import jax
 
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     tree = jax_rollout_tree(jax.devices())
     layouts = nt.destination_layouts(tree, 1)
@@ -576,7 +578,7 @@ def test_jax_receive_reassembles_the_tree_around_the_written_shards(any_device):
 
 
 def test_aliases_map_destinations_past_token_and_table():
-    from jax_amem.swap.nccl_jax_receiver import aliases
+    from jax_amem.swapping.cross_host.receive_jax import aliases
 
     assert aliases(0) == {}
     assert aliases(3) == {2: 1, 3: 2, 4: 3}
@@ -619,7 +621,7 @@ def test_jax_destinations_are_refused_before_anything_moves(any_device):
     refused({**tree, "scale": gone}, r"destination 'scale' was deleted")
     # One shard of a sharded array donated (as a receive for owner (1, 1) leaves the old array):
     # JAX still calls the array live, the receive refuses it.
-    from jax_amem.swap.sources import shard_data, shard_positions
+    from jax_amem.swapping.sources import shard_data, shard_positions
     odd = jax.device_put(np.zeros((13, 7), np.float32), NamedSharding(mesh, PS(None, None)))
     shard_data(odd, shard_positions(odd)[Owner(0, 1)][0]).delete()
     refused({**tree, "odd": odd}, r"destination 'odd': its shard on cpu:1 was deleted")
@@ -633,7 +635,7 @@ def test_jax_destinations_given_twice_are_refused(any_device):
     src = {"a": Layout.single((8,), np.float32, (0, 0)), "b": Layout.single((8,), np.float32, (0, 0))}
     same = jax.device_put(np.zeros(8, np.float32), devices[0])
     tree = {"a": same, "b": same}
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
     plan = reshard.plan(src, nt.destination_layouts(tree, 1))
     with pytest.raises(SwapError, match="'a' and 'b' are the same array"):
         R.check_destinations(tree, plan, plan.owner_id((1, 0)), (1, 0), 0)
@@ -643,7 +645,7 @@ def test_jax_destination_off_the_link_gpu_is_refused():
     """Without a GPU the shards are on CPU devices: refused, naming the shard and the link's GPU."""
     import jax
 
-    from jax_amem.swap import nccl_jax_receiver as R
+    from jax_amem.swapping.cross_host import receive_jax as R
 
     tree = jax_rollout_tree(jax.devices())
     plan, _ = jax_rollout_plan(tree)
@@ -654,23 +656,23 @@ def test_jax_destination_off_the_link_gpu_is_refused():
 
 def jax_link_plan(tree):
     src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
     return reshard.plan(src, nt.destination_layouts(tree, 1))
 
 
 def test_jax_receive_refuses_a_version_mismatch_on_both_sides(tcp_store, any_device):
-    """nccl_transport.receive with a pytree: the destinations pass, the handshake (the same as
+    """cross_host.receive with a pytree: the destinations pass, the handshake (the same as
     the PyTorch receiver's, over a real TCPStore) refuses the trainer's other version on both
     sides, before a program is built or a shard donated."""
     import jax
 
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
-    nt.forget()
+    forget()
     tree = {"w": jax.device_put(np.arange(64 * 32, dtype=np.float32).reshape(64, 32), jax.devices()[0])}
     plan = jax_link_plan(tree)
     trainer, rollout = fake_link(tcp_store, "trainer", 0), fake_link(tcp_store, "rollout", 1)
-    pair = nt.packing(plan, plan.owner_id((0, 0)), plan.owner_id((1, 0)), rollout.bucket_bytes)
+    pair = pairs.packing(plan, plan.owner_id((0, 0)), plan.owner_id((1, 0)), rollout.bucket_bytes)
     control.offer(trainer, 1, trainer.next_sequence(1), control.header(2, plan.key, pair))
     with pytest.raises(SwapError, match="nothing was received: version mismatch: the trainer sends version 2, "
                                         "the rollout expects version 3"):
@@ -678,7 +680,7 @@ def test_jax_receive_refuses_a_version_mismatch_on_both_sides(tcp_store, any_dev
     with pytest.raises(SwapError, match="refused the swap, nothing was sent: version mismatch"):
         control.await_ack(trainer, 1, 0)
     assert rollout.sequence == {0: 1}  # both sides moved past swap 0
-    assert not tree["w"].is_deleted() and nt._receivers == {}
+    assert not tree["w"].is_deleted() and len(receive_jax._programs) == 0
     assert np.array_equal(np.asarray(tree["w"]), np.arange(64 * 32, dtype=np.float32).reshape(64, 32))
 
 
@@ -688,7 +690,7 @@ def test_receive_picks_the_receiver_by_the_destinations_type(tcp_store):
     torch = pytest.importorskip("torch")
     import jax
 
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     tree = {"w": jax.device_put(np.zeros((64, 32), np.float32), jax.devices()[0])}
     plan = jax_link_plan(tree)

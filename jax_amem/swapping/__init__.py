@@ -9,22 +9,30 @@ tensors through CUDA IPC, another host's over NCCL send/recv.
     remote = open_remote(descriptor)    # a rollout process's export_tensors(...), same host
     jax_amem.swap(params, remote, rules=...)
     # TrainerIpc / RolloutIpc: the same with the ready/done protocol over a store
-    # nccl_transport.connect / send / receive: another host
+    # cross_host.connect / send / receive: another host
 
-`jax_amem.swap` is the function; this subpackage also holds `verify`, `forget`, the
-transports and the executor's parts (`from jax_amem.swap import verify`). See docs/swap.md.
+`jax_amem.swap` is the function; this package (`jax_amem.swapping`) holds it and `verify`,
+`forget`, the destinations and the transports, by where the rollout lives:
+
+    swapping/               the ground floor: front_door (swap, verify, forget), destinations,
+                            sources, torch_bridge, store, report, errors, cache
+    swapping/in_process/    the rollout's buffers are this process's: plan -> schedule -> routes
+    swapping/same_host/     another process on this host: CUDA IPC handles, the ready/done protocol
+    swapping/cross_host/    another host: the NCCL link, handshake, packing, send, receive
+
+See docs/swap.md and docs/architecture.md.
 """
 
-from . import nccl_transport
-from .api import forget, swap, verify
+from . import cross_host
 from .errors import SwapError
-from .ipc import RemoteTensors, export_tensors, open_remote
-from .remote import RolloutIpc, TrainerIpc
-from .report import SwapReport
+from .front_door import forget, swap, verify
+from .in_process.verify import Mismatch
+from .report import NcclSwapReport, SwapReport
+from .same_host.ipc import RemoteTensors, export_tensors, open_remote
+from .same_host.ready_done import RolloutIpc, TrainerIpc
 from .store import JaxStore, StoreTimeout, TorchStore
 from .torch_bridge import TorchShard, to_torch
-from .verify import Mismatch
 
-__all__ = ["JaxStore", "Mismatch", "RemoteTensors", "RolloutIpc", "StoreTimeout", "SwapError", "SwapReport",
-           "TorchShard", "TorchStore", "TrainerIpc", "export_tensors", "forget", "nccl_transport", "open_remote",
-           "swap", "to_torch", "verify"]
+__all__ = ["JaxStore", "Mismatch", "NcclSwapReport", "RemoteTensors", "RolloutIpc", "StoreTimeout", "SwapError",
+           "SwapReport", "TorchShard", "TorchStore", "TrainerIpc", "cross_host", "export_tensors", "forget",
+           "open_remote", "swap", "to_torch", "verify"]

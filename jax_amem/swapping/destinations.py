@@ -1,7 +1,7 @@
 """The rollout's side of a swap: PyTorch tensors by name, or a pytree of jax.Arrays.
 
 Each kind checks itself against a plan (names, shapes, dtypes, devices) before any byte
-moves. PyTorch tensors give their addresses (written by address, swap/addressed.py); JAX
+moves. PyTorch tensors give their addresses (written by address, in_process/); JAX
 arrays are donated and the results reassembled into a new pytree.
 """
 

@@ -6,6 +6,7 @@ import functools
 import operator
 
 import jax
+import jax.numpy as jnp
 
 from ..reshard import Layout, Owner, tree_names
 from .errors import SwapError
@@ -91,3 +92,13 @@ class Sources:
     def shard(self, name: str, owner: Owner):
         array = self.arrays[name]
         return shard_data(array, shard_positions(array)[owner][0])
+
+
+def prepare_view(shard, perm, dtype):
+    """The sender's view of a shard: transposed by `perm`, cast to `dtype` (row-major bytes).
+    Traced inside the in-process routes and the cross-host sender alike."""
+    if tuple(perm) != tuple(range(shard.ndim)):
+        shard = jnp.transpose(shard, perm)
+    if shard.dtype != jnp.dtype(dtype):
+        shard = shard.astype(dtype)
+    return shard

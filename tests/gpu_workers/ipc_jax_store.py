@@ -1,4 +1,4 @@
-"""The jax.distributed key-value store behind jax_amem.swap.store.JaxStore, for real: a
+"""The jax.distributed key-value store behind jax_amem.swapping.store.JaxStore, for real: a
 one-process coordinator on 127.0.0.1 (CPU is enough). Run by tests/test_swap_ipc.py;
 prints "RESULT ok" when every check passed."""
 
@@ -6,7 +6,7 @@ import socket
 
 import jax
 
-from jax_amem.swap.store import JaxStore, StoreTimeout, as_store, key
+from jax_amem.swapping.store import JaxStore, StoreTimeout, as_store, key
 
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

@@ -6,8 +6,8 @@ import jax_amem  # noqa: F401
 import torch
 
 from jax_amem._native import core
-from jax_amem.swap import SwapError
-from jax_amem.swap.ipc import export_tensors, open_remote
+from jax_amem.swapping import SwapError
+from jax_amem.swapping.same_host.ipc import export_tensors, open_remote
 
 
 def refused(call, error_type, words: str) -> None:

@@ -15,8 +15,8 @@ import jax_amem  # noqa: F401  (first, as in every process of the project)
 import torch
 
 import ipc_cases
-from jax_amem.swap.remote import RolloutIpc
-from jax_amem.swap.store import TorchStore
+from jax_amem.swapping.same_host.ready_done import RolloutIpc
+from jax_amem.swapping.store import TorchStore
 
 case, port = sys.argv[1], int(sys.argv[2])
 store = TorchStore.connect("127.0.0.1", port, timeout=240)

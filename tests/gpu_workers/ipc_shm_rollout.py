@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 import ipc_cases
-from jax_amem.swap.remote import RolloutIpc
-from jax_amem.swap.store import TorchStore
+from jax_amem.swapping.same_host.ready_done import RolloutIpc
+from jax_amem.swapping.store import TorchStore
 
 SPECS = {"a": ((3, 5), "float32"), "b": ((64,), "bfloat16")}  # both in one block, as the caching allocator does
 

@@ -17,8 +17,8 @@ import numpy as np
 
 import ipc_cases
 from jax_amem import reshard
-from jax_amem.swap.remote import TrainerIpc
-from jax_amem.swap.store import TorchStore
+from jax_amem.swapping.same_host.ready_done import TrainerIpc
+from jax_amem.swapping.store import TorchStore
 
 case, port = sys.argv[1], int(sys.argv[2])
 gpu = jax.devices("gpu")[0]
@@ -52,9 +52,9 @@ for version, tree in enumerate(trees, start=1):
 import json
 
 from jax_amem._native import core
-from jax_amem.swap import SwapError
-from jax_amem.swap.ipc import open_remote
-from jax_amem.swap.store import key
+from jax_amem.swapping import SwapError
+from jax_amem.swapping.same_host.ipc import open_remote
+from jax_amem.swapping.store import key
 
 descriptor = json.loads(store.get(key("rollout", "handles", 0), 60))
 entry = next(e for e in descriptor["tensors"].values() if e["nbytes"])

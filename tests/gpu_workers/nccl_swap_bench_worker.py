@@ -34,7 +34,7 @@ def trainer(port, mib, tensors, bucket_mib, repeat):
 
     from jax_amem import reshard
     from jax_amem._native import core
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     src, dst, shape = layouts(mib, tensors)
     gpu = jax.devices("gpu")[0]
@@ -58,7 +58,7 @@ def rollout(port, mib, tensors, bucket_mib, repeat):
 
     from jax_amem import reshard
     from jax_amem._native import core
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     torch.cuda.set_device(0)
     src, dst, shape = layouts(mib, tensors)

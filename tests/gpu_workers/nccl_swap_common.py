@@ -35,14 +35,14 @@ def store(role: str, port: str):
     """This process's TorchStore (the rollout's is the server), made once."""
     global _store
     if _store is None:
-        from jax_amem.swap.store import TorchStore
+        from jax_amem.swapping.store import TorchStore
 
         _store = TorchStore.connect("127.0.0.1", int(port), is_master=(role == "rollout"), timeout=120)
     return _store
 
 
 def link(role: str, port: str, **options):
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     device = int(os.environ.get("WORKER_LOCAL_DEVICE", "0"))
     owner = TRAINER_OWNER if role == "trainer" else ROLLOUT_OWNER

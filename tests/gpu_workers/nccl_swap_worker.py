@@ -41,7 +41,7 @@ def plan_and_sources(seed, dst_layouts):
 
 def dst_layouts_of(model):
     from jax_amem.reshard import Layout
-    from jax_amem.swap import torch_bridge
+    from jax_amem.swapping import torch_bridge
 
     return {n: Layout.single(tuple(t.shape), torch_bridge.numpy_dtype(t), common.ROLLOUT_OWNER)
             for n, t in model.named_parameters()}
@@ -51,7 +51,7 @@ def trainer(port, mode="llama"):
     import jax
 
     import jax_amem
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     if mode == "jax":
         dst = common.layouts_from_json(common.store("trainer", port).get(JAX_LAYOUTS_KEY, timeout=120))
@@ -100,7 +100,7 @@ def receive_checked(tensors, plan, link, version, sources, owner):
     import torch
 
     from jax_amem import reshard
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     with torch.no_grad():
         for t in tensors.values():
@@ -166,7 +166,7 @@ def jax_rollout(port):
     import numpy as np
 
     from jax_amem import reshard
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     import test_swap_llama as llama
 

@@ -55,7 +55,7 @@ def trainer(settings: dict) -> None:
 
     import nccl_swap_common as common
     import nccl_swap_worker as worker
-    from jax_amem.swap import nccl_transport as nt
+    from jax_amem.swapping import cross_host as nt
 
     gpu = [d for d in jax.devices("gpu") if d.local_hardware_id == settings["gpu"]][0]
     assert (gpu.process_index, gpu.id) == common.TRAINER_OWNER, (gpu, common.TRAINER_OWNER)

@@ -7,6 +7,9 @@
    mismatch never leaves a send waiting on the GPU for a receive that will not come;
 3. after the last bucket is unpacked (and synchronised) the receiver publishes `done`.
 
+`offer` / `await_ack` are the sender's steps; `answer_offers` / `finish` the receiver's, for
+every peer of one swap.
+
 Keys carry the pair's swap count `n` (both sides count their swaps with each peer), so a
 stale message of an earlier swap is never read as the current one.
 """
@@ -15,9 +18,10 @@ from __future__ import annotations
 
 import json
 
-from . import store as S
-from .errors import SwapError
-from .nccl_packing import PairPacking
+from ..._native import core
+from .. import store as S
+from ..errors import SwapError
+from .packing import PairPacking
 
 
 def header(version: int, plan_key: str, packing: PairPacking) -> dict:
@@ -77,6 +81,28 @@ def answer(link, sender: int, n: int, expected: dict, refuse: str | None = None)
 
 def mark_done(link, sender: int, n: int, version: int) -> None:
     link.store.set(_pair(link, sender, link.comm_rank, n, "done"), str(int(version)).encode())
+
+
+def answer_offers(link, packings: dict, version: int, plan_key: str) -> None:
+    """Acks (or refuses, raising SwapError) every peer's offer of this swap; both receivers."""
+    refuse = link.not_ready()  # refused through the ack, so the trainer never sends into it
+    for peer, pair in packings.items():
+        n = link.sequence.get(peer, 0)
+        try:
+            answer(link, peer, n, header(version, plan_key, pair), refuse)
+        except S.StoreTimeout:
+            raise  # the trainer never offered swap n: the next call waits for it again
+        except SwapError:
+            link.sequence[peer] = n + 1  # refused: both sides move past swap n
+            raise
+        link.sequence[peer] = n + 1
+
+
+def finish(link, packings: dict, version: int) -> None:
+    """After the last bucket landed: the communicator checked, `done` said to every trainer."""
+    core.transport.check_communicator(link.comm)
+    for peer in packings:
+        mark_done(link, peer, link.sequence[peer] - 1, version)
 
 
 def _get(link, key: str, what: str) -> bytes:

@@ -8,7 +8,7 @@ to communicator ranks identically.
 
 Control keys (values bytes, `store.key` namespacing): `nccl/<name>/<generation>/id`,
 `.../member/<comm rank>`, and per swap and sender->receiver pair `.../<s>-<r>/<n>/header`,
-`.../ack`, `.../done` (nccl_transport.py). `generation` counts this process's connects under
+`.../ack`, `.../done` (handshake.py). `generation` counts this process's connects under
 `name`, so reconnecting after `close()` uses fresh keys on both sides.
 """
 
@@ -18,20 +18,15 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .. import nccl as amem_nccl
-from ..reshard import Owner
-from . import store as S
-from .errors import SwapError
-from .nccl_packing import DEFAULT_BUCKET_BYTES, check_bucket_bytes
+from ... import nccl as amem_nccl
+from ..._native import core
+from ...reshard import Owner
+from .. import store as S
+from ..errors import SwapError
+from .packing import DEFAULT_BUCKET_BYTES, check_bucket_bytes
 
 ROLES = ("trainer", "rollout")
 _generations: dict[str, int] = defaultdict(int)
-
-
-def _core():
-    from .._native import core
-
-    return core.transport
 
 
 @dataclass
@@ -78,12 +73,12 @@ class Link:
         """The staging pipe to/from communicator rank `peer` (two buckets), made on first use."""
         self._require_open()
         if peer not in self.pipes:
-            self.pipes[peer] = _core().create_pipe(self.device, self.bucket_bytes)
+            self.pipes[peer] = core.transport.create_pipe(self.device, self.bucket_bytes)
         return self.pipes[peer]
 
     @property
     def staging_bytes(self) -> int:
-        return sum(_core().pipe_staging_bytes(p) for p in self.pipes.values())
+        return sum(core.transport.pipe_staging_bytes(p) for p in self.pipes.values())
 
     def next_sequence(self, peer: int) -> int:
         n = self.sequence.get(peer, 0)
@@ -95,9 +90,9 @@ class Link:
         if self.closed:
             return
         for pipe in self.pipes.values():
-            _core().destroy_pipe(pipe)
+            core.transport.destroy_pipe(pipe)
         self.pipes.clear()
-        _core().destroy_communicator(self.comm)
+        core.transport.destroy_communicator(self.comm)
         self.closed = True
 
     def not_ready(self) -> str | None:
@@ -125,7 +120,7 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
             timeout: float = S.DEFAULT_TIMEOUT) -> Link:
     """Joins the link `name` as `role` ("trainer" / "rollout") rank `rank`. Collective: every
     trainer and rollout rank calls it. `owner`: the plan owner (process, device) this rank
-    stands for; `device`: its local CUDA ordinal. `store`: see jax_amem.swap.store."""
+    stands for; `device`: its local CUDA ordinal. `store`: see jax_amem.swapping.store."""
     if role not in ROLES:
         raise SwapError(f"role must be one of {ROLES}, got {role!r}")
     for what, count in (("trainers", trainers), ("rollouts", rollouts)):
@@ -142,7 +137,7 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
     generation = _generations[name]
     prefix = ("nccl", name, generation)
     if comm_rank == 0:
-        unique_id = _core().unique_id()
+        unique_id = core.transport.unique_id()
         store.set(S.key(*prefix, "id"), unique_id)
     else:
         unique_id = _get(store, S.key(*prefix, "id"), timeout, "the NCCL unique id from trainer rank 0")
@@ -159,13 +154,13 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
         raise SwapError(f"link {name!r}: ranks asked for different bucket sizes {sorted(sizes)}: give every "
                         "rank the same bucket_bytes")
     before = {c.id for c in amem_nccl.communicators()}
-    comm = _core().init_communicator(unique_id, nranks, comm_rank, int(device))
+    comm = core.transport.init_communicator(unique_id, nranks, comm_rank, int(device))
     # The interposer tags owners by the calling library's path, which can read "torch" when
     # the package sits under a folder named so: find ours as the one this init added.
     new = [c.id for c in amem_nccl.communicators() if c.id not in before]
     _generations[name] += 1
     return Link(name, generation, role, rank, trainers, rollouts, comm_rank, owners, int(device), comm,
-                store, bucket_bytes, float(timeout), bool(_core().front_is_interposer()),
+                store, bucket_bytes, float(timeout), bool(core.transport.front_is_interposer()),
                 new[0] if len(new) == 1 else None)
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
-from .errors import SwapError
+from ...reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from ..errors import SwapError
 
 MIN_BUCKET_BYTES = 4096          # below this the per-bucket overhead dominates any link
 DEFAULT_BUCKET_BYTES = 64 << 20  # two per peer in flight: 128 MiB of staging per peer and side

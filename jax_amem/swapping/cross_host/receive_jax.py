@@ -1,4 +1,4 @@
-"""The rollout's side of the NCCL transport for JAX: the destinations are a pytree of
+"""The rollout's receiver into JAX: the destinations are a pytree of
 jax.Arrays (any sharding over this process's devices). The link's owner's shard of every
 array it receives is donated to one jitted program that runs, per peer and bucket, the
 `jax_amem_nccl_recv_bucket` custom call on XLA's stream (src/ffi/nccl_recv_bucket_cuda.cc):
@@ -26,13 +26,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _ffi
-from ..reshard import Layout, Owner
-from .destinations import JaxDestination, check_names
-from .errors import SwapError
-from .nccl_packing import PairPacking
-from .nccl_receiver import bucket_table, received_tensors
-from .sources import check_live_arrays, flat_named, layout_of, shard_data, shard_positions
+from ... import _ffi
+from ...reshard import Layout, Owner
+from .. import cache
+from ..destinations import JaxDestination, check_names
+from ..errors import SwapError
+from ..report import NcclSwapReport
+from ..sources import check_live_arrays, flat_named, layout_of, shard_data, shard_positions
+from . import handshake
+from .packing import PairPacking
+from .pairs import bucket_table, owner_id, peer_packings, received_tensors, report
+
+_programs = cache.Lru("cross-host receiver programs (JAX)")
+
+
+def receive(tree, plan, link, version: int, start: float) -> NcclSwapReport:
+    """receive.receive for a pytree of jax.Arrays: checked, offers answered, this owner's
+    shards donated to one program that receives every bucket in place, `done` said."""
+    me = owner_id(plan, link)
+    destinations = check_destinations(tree, plan, me, link.owner, link.device)
+    packings = peer_packings(plan, link, me, "receiver")
+    handshake.answer_offers(link, packings, version, plan.key)
+    key = ("jax", plan.key, link.name, link.generation, link.comm, me, link.bucket_bytes)
+    fn = _programs.get(key)
+    if fn is None:
+        fn = _programs.put(key, jitted(bucket_calls(plan, link.owner, packings, link.pipe, destinations.ids), link.comm))
+    written = jax.block_until_ready(fn(destinations.shards))
+    handshake.finish(link, packings, version)
+    return report("rollout", version, packings, link, start, dst=destinations.assemble(written))
 
 
 def process_offset(plan_process: int) -> int:
@@ -146,7 +167,7 @@ def _check_layout(name: str, array, layout: Layout, offset: int) -> None:
     mine = sorted((o.process + offset, o.device) for o in shard_positions(array))
     raise SwapError(f"destination {name!r} is sharded over owners {mine[:8]} ({array.sharding}); the plan "
                     f"was made for another layout over owners {[tuple(o) for o in layout.owners][:8]}: plan "
-                    "with nccl_transport.destination_layouts(tree, process) (nothing was received)")
+                    "with jax_amem.swapping.cross_host.destination_layouts(tree, process) (nothing was received)")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""The rollout's side of the NCCL transport, for PyTorch tensors (no JAX GPU backend needed).
+"""The rollout's receiver into PyTorch tensors (no JAX GPU backend needed).
 Per peer and bucket, one native call (`core.transport.recv_bucket`): ncclRecv into a staging
 slot on the pipe's stream, then one LaunchBufferSegmentCopy on PyTorch's current stream that
 unpacks the bucket's rows into the tensors' memory by address. The unpack tables live on the
 device (uploaded once per (plan, peer, bucket size, device), in PyTorch memory).
 
 The receiver for a pytree of jax.Arrays (donated, unpacked on XLA's stream) is
-nccl_jax_receiver.py; both take their tables from `bucket_table`.
+receive_jax.py; both take their tables from `pairs.bucket_table`.
 """
 
 from __future__ import annotations
@@ -14,23 +14,41 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..copy import prepare_buffer_segments
-from ..reshard.plan import DST_OWNER, DST_TENSOR
-from . import torch_bridge
-from .errors import SwapError
-from .nccl_packing import PairPacking
+from ..._native import core
+from .. import cache, torch_bridge
+from ..errors import SwapError
+from ..report import NcclSwapReport
+from . import handshake
+from .packing import PairPacking
+from .pairs import bucket_table, owner_id, peer_packings, received_tensors, report
+
+_tables = cache.Lru("cross-host unpack tables (PyTorch receiver, on the device)")
+
+
+def receive(tensors: dict, plan, link, version: int, start: float) -> NcclSwapReport:
+    """receive.receive for {name: torch.Tensor}: checked, offers answered, every peer's
+    buckets unpacked on PyTorch's current stream, synchronised, `done` said."""
+    import torch
+
+    me = owner_id(plan, link)
+    by_id = check_tensors(tensors, plan, me, link.device)
+    packings = peer_packings(plan, link, me, "receiver")
+    handshake.answer_offers(link, packings, version, plan.key)
+    for peer, pair in packings.items():
+        key = (plan.key, pair.src_owner, pair.dst_owner, pair.bucket_bytes, link.device)
+        tables = _tables.get(key)
+        if tables is None:
+            tables = _tables.put(key, upload_tables(pair, plan, link.owner, link.device))
+        receive_pair(link, peer, pair, tables, by_id)
+    torch.cuda.current_stream(link.device).synchronize()
+    handshake.finish(link, packings, version)
+    return report("rollout", version, packings, link, start, dst=tensors)
 
 
 @dataclass
 class BucketTables:
     rows: list      # per bucket: a CUDA int64 tensor (n, 6) of validated, split rows
     counts: list[int]
-
-
-def received_tensors(plan, owner_id: int) -> list[int]:
-    """Plan destination tensor ids that owner `owner_id` receives bytes of, sorted."""
-    t = plan.transfers
-    return sorted(set(t[t[:, DST_OWNER] == owner_id, DST_TENSOR].tolist()))
 
 
 def check_tensors(tensors: dict, plan, owner_id: int, device: int) -> dict:
@@ -81,24 +99,9 @@ def upload_tables(packing: PairPacking, plan, owner, device: int) -> BucketTable
     return BucketTables(rows, counts)
 
 
-def bucket_table(packing: PairPacking, bucket, plan, owner) -> np.ndarray:
-    """One bucket's unpack rows, validated against the bucket and the destination shards of
-    `owner` (sizes from the plan) and split into pieces: (n, 6) int64 BufferSegment rows."""
-    sizes = [_shard_bytes(plan, t, owner) for t in bucket.dst_tensors]
-    return prepare_buffer_segments(bucket.recv_rows, [packing.bucket_bytes], sizes)
-
-
-def _shard_bytes(plan, tensor: int, owner) -> int:
-    layout = plan.dst_layouts[plan.dst_names[tensor]]
-    _, size = layout.shard_box(owner)
-    return int(np.prod(size, dtype=np.int64)) * layout.dtype.itemsize
-
-
 def receive_pair(link, peer: int, packing: PairPacking, tables: BucketTables, by_id: dict) -> None:
     """Enqueues every bucket from communicator rank `peer` on PyTorch's current stream."""
     import torch
-
-    from .._native import core
 
     stream = torch.cuda.current_stream(link.device).cuda_stream
     pipe = link.pipe(peer)

@@ -1,5 +1,6 @@
-"""The trainer's side of the NCCL transport: one jitted program per (plan, link, owner) that
-prepares the source views the plan names (transpose + cast, program.prepare_view) and, per
+"""The trainer's side of the NCCL transport: `send` checks its sources, then offers the swap
+to every rollout rank it sends to and runs one jitted program per (plan, link, owner). The
+program prepares the source views the plan names (transpose + cast, `prepare_view`) and, per
 peer and bucket, runs the `jax_amem_nccl_send_bucket` custom call: gather the bucket's rows
 into a staging slot on XLA's stream, ncclSend it on the pipe's stream (two slots per peer, so
 gathering bucket k+1 overlaps sending bucket k). Calls are chained by tokens, so they run in
@@ -9,18 +10,59 @@ byte left.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _ffi
-from ..copy import prepare_buffer_segments
-from .errors import SwapError
-from .nccl_packing import PairPacking
-from .program import prepare_view
+from ... import _ffi
+from ..._native import core
+from ...copy import prepare_buffer_segments
+from .. import cache
+from ..errors import SwapError
+from ..report import NcclSwapReport
+from ..sources import layout_of, named_arrays, prepare_view, shard_data, shard_positions
+from . import handshake
+from .packing import PairPacking
+from .pairs import check_version, owner_id, peer_packings, report
 
+_programs = cache.Lru("cross-host sender programs")
+
+
+def send(params, plan, link, version: int) -> NcclSwapReport:
+    """Trainer: sends this rank's part of `plan` to every rollout rank it names. Returns after
+    the last byte left (the program drained its pipes). Everything about the sources is
+    checked before the first offer, so a refusal leaves the rollout waiting for nothing."""
+    start = time.perf_counter()
+    version = check_version(version)
+    if link.role != "trainer":
+        raise SwapError(f"send() on a {link.role} link: the trainer sends, the rollout calls receive()")
+    link._require_open()
+    arrays = named_arrays(params, "source")
+    for name, layout in plan.src_layouts.items():
+        array = arrays.get(name)
+        if array is None or layout_of(array.sharding, array.shape, array.dtype) != layout:
+            raise SwapError(f"source {name!r}: the plan was made for other source layouts (or the name is "
+                            "missing from params); plan again from these params")
+    me = owner_id(plan, link)
+    packings = peer_packings(plan, link, me, "sender")
+    names = sorted({plan.views[v][0] for p in packings.values() for b in p.buckets for v in b.views})
+    shards = source_shards(arrays, names, link.owner, link.device)
+    if (reason := link.not_ready()) is not None:
+        raise SwapError(reason + "; nothing was sent")  # before the offer: a send now could not finish
+    key = (plan.key, link.name, link.generation, link.comm, me, link.bucket_bytes)
+    fn = _programs.get(key)
+    if fn is None:
+        fn = _programs.put(key, jitted(plan, bucket_calls(plan, link.owner, packings, link), link.comm, names))
+    for peer, pair in packings.items():
+        handshake.offer(link, peer, link.next_sequence(peer), handshake.header(version, plan.key, pair))
+    for peer in packings:
+        handshake.await_ack(link, peer, link.sequence[peer] - 1)
+    jax.block_until_ready(fn(shards))
+    core.transport.check_communicator(link.comm)
+    return report("trainer", version, packings, link, start)
 
 @dataclass(frozen=True)
 class BucketCall:
@@ -78,8 +120,6 @@ def jitted(plan, calls: list[BucketCall], comm: int, sources: list[str]):
 
 def source_shards(params_by_name: dict, names: list[str], owner, device: int) -> list:
     """This owner's single-device shard of each source in `names`, checked to be on CUDA `device`."""
-    from .sources import shard_data, shard_positions
-
     shards = []
     for name in names:
         array = params_by_name.get(name)

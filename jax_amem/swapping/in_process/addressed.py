@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import jax
 
-from ..copy import segment_copy_to_addresses
+from ...copy import segment_copy_to_addresses
 from .batched import chunk_steps
 
 

@@ -12,7 +12,7 @@ Selected when a program is built (so the choice is part of the program cache key
 JAX_AMEM_SWAP_BATCHED=1 turns it on, =0 off; unset, `DEFAULT` decides. DEFAULT is off
 until the batched kernel is measured on a GPU:
 
-    from jax_amem.swap import batched
+    from jax_amem.swapping.in_process import batched
     batched.DEFAULT = True
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from ..copy import MAX_BUFFERS_PER_SIDE, segment_copy_many
-from .errors import SwapError
+from ...copy import MAX_BUFFERS_PER_SIDE, segment_copy_many
+from ..errors import SwapError
 
 ENV = "JAX_AMEM_SWAP_BATCHED"
 DEFAULT = False
@@ -40,7 +40,7 @@ def enabled() -> bool:
     if value in ("0", "1"):
         return value == "1"
     raise SwapError(f"{ENV}={value!r} is not understood: set it to 1 (batched segment_copy_many calls) or 0 "
-                    f"(one segment_copy per transfer), or unset it for jax_amem.swap.batched.DEFAULT "
+                    f"(one segment_copy per transfer), or unset it for jax_amem.swapping.in_process.batched.DEFAULT "
                     f"({bool(DEFAULT)}); nothing was written")
 
 

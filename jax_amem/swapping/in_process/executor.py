@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import jax
 
-from . import report as R
-from . import torch_bridge
-from .program import Program
-from .sources import shard_data
+from .. import report as R
+from .. import torch_bridge
+from ..sources import shard_data
+from .programs import Program
 
 
 def run(program: Program, sources, destination, show_progress: bool):
     """Returns (the written JAX arrays in `program.order`, or [] for PyTorch destinations;
     extra transports) once all work is done."""
-    if destination.kind in ("torch", "remote"):  # remote: the rollout said it is idle (swap/remote.py)
+    if destination.kind in ("torch", "remote"):  # remote: the rollout said it is idle (same_host/ready_done.py)
         if destination.kind == "torch":
             torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
                                          if g.device.platform == "gpu"})

@@ -20,13 +20,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..copy import segment_copy
-from ..reshard import Owner
-from ..reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from ...copy import segment_copy
+from ...reshard import Owner
+from ...reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from .. import report as R
+from ..errors import SwapError
+from ..sources import prepare_view
 from . import addressed
 from . import batched as batching
-from . import report as R
-from .errors import SwapError
 
 # One jitted call (a group) holds at most: this many destination buffers (compile time: the
 # donation routes run a custom call per transfer, the address route one per 512 buffers) ...
@@ -120,7 +121,7 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, rout
             raise SwapError(f"destination {name!r}: the plan sends it from process {src.process} to process "
                             f"{dst.process}, which swap() does not do in process: give the other process's tensors "
                             "as open_remote(descriptor) (CUDA IPC, same host) or send the plan with "
-                            "jax_amem.swap.nccl_transport (another host); docs/swap.md. Nothing was written.")
+                            "jax_amem.swapping.cross_host (another host); docs/swap.md. Nothing was written.")
         if (name, dst) not in buffers:
             raise SwapError(f"the plan writes destination {name!r} on owner {tuple(dst)}, which no given "
                             "destination holds (nothing was written)")
@@ -219,12 +220,3 @@ def _jitted(steps_per_buffer, views):
         return tuple(out)
 
     return jax.jit(run, donate_argnums=1)
-
-
-def prepare_view(shard, perm, dtype):
-    """The sender's view of a shard: transposed by `perm`, cast to `dtype` (row-major bytes)."""
-    if tuple(perm) != tuple(range(shard.ndim)):
-        shard = jnp.transpose(shard, perm)
-    if shard.dtype != jnp.dtype(dtype):
-        shard = shard.astype(dtype)
-    return shard

@@ -1,7 +1,7 @@
-"""`swap`, `verify`, `forget`: the public verbs, and the caches behind them.
-
-A swap resolves (and caches) its plan and compiled program by the signature of its inputs
-(names, shardings / devices, shapes, dtypes, rules), checks everything, then moves bytes.
+"""The in-process swap: resolves (and caches) the plan and compiled program by the signature
+of its inputs (names, shardings / devices, shapes, dtypes, rules), checks everything, then
+moves bytes with the executor. `jax_amem.swap` comes here for every destination this process
+writes itself (PyTorch tensors, jax.Arrays, another process's tensors mapped through CUDA IPC).
 """
 
 from __future__ import annotations
@@ -12,16 +12,14 @@ from collections import OrderedDict
 import jax
 import numpy as np
 
-from .. import reshard
+from ... import reshard
+from ..destinations import check_names
+from ..errors import SwapError
+from ..report import SwapReport, number_version
+from ..sources import Sources, shard_positions
 from . import batched as batching
 from . import executor
-from . import nccl_transport
-from .nccl_link import Link
-from .destinations import check_names, describe
-from .errors import SwapError
-from .program import compile_program
-from .report import SwapReport
-from .sources import Sources, shard_positions
+from .programs import compile_program
 from .verify import first_mismatch, raise_on_mismatch
 
 CACHE_SIZE = 32
@@ -30,7 +28,6 @@ AUTO_PROGRESS_SECONDS = 1.0      # so does any program whose last run took longe
 
 _plans: OrderedDict = OrderedDict()
 _programs: OrderedDict = OrderedDict()
-_last_version = 0
 
 
 def _remember(cache: OrderedDict, key, value):
@@ -154,37 +151,13 @@ def resolve_program(plan, sources: Sources, destination, route: tuple = ("per-tr
     return _remember(_programs, key, program)
 
 
-def _version(version) -> int:
-    global _last_version
-    if version is None:
-        version = _last_version + 1
-    elif not isinstance(version, (int, np.integer)) or isinstance(version, bool) or version < 0:
-        raise SwapError(f"version must be a non-negative int, got {version!r}")
-    _last_version = int(version)
-    return int(version)
-
-
-def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, progress=None) -> SwapReport:
-    """Writes `src_params` (a pytree of jax.Arrays, any sharding) into `dst`, in place.
-
-    dst: a mapping name -> torch.Tensor (a model's `state_dict()` or `dict(named_parameters())`,
-    on CPU or CUDA; written by address), a pytree of jax.Arrays (written by donation: the
-    report's `dst` holds the new pytree, the arrays passed in are deleted), another process's
-    tensors (`open_remote(descriptor)`, CUDA IPC), or a trainer's NCCL link
-    (`nccl_transport.connect`; needs `plan=`, returns the transport's report). rules: `jax_amem.reshard.rules` (None:
-    same names). plan: a `reshard.Plan` instead of rules (for destinations that are slices of
-    a larger tensor, e.g. one tensor-parallel rank). Everything is checked before any byte
-    moves: on SwapError the destination is untouched. verify: compare per-segment checksums
-    afterwards, SwapError naming the first mismatch. progress: True / False / None (auto: a
-    tqdm bar for swaps that take more than a moment).
-    """
-    if isinstance(dst, Link):
-        return _send_over(dst, src_params, rules, plan, verify, version)
+def swap(src_params, destination, rules, plan, verify, version, progress) -> SwapReport:
+    """The body of `jax_amem.swap` for a destination this process writes (its arguments as
+    there); the version is numbered once the program is ready, so a refusal numbers nothing."""
     start = time.perf_counter()
     sources = Sources(src_params)
-    destination = describe(dst)
     program = program_for(sources, destination, rules, plan)
-    number = _version(version)
+    number = number_version(version)
     show = progress if progress is not None else (
         (program.last_seconds or 0) > AUTO_PROGRESS_SECONDS
         or (program.last_seconds is None and program.nbytes >= AUTO_PROGRESS_BYTES))
@@ -205,18 +178,10 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None, 
     return report
 
 
-def _send_over(link, src_params, rules, plan, verify, version):
-    """The NCCL transport behind `swap(params, link, plan=...)`: checks what it cannot do first."""
-    if plan is None or rules is not None:
-        raise SwapError("a swap over an NCCL link needs plan= (the global plan both sides built from the same "
-                        "layouts and rules), not rules=: nothing was sent")
-    if version is None:
-        raise SwapError("a swap over an NCCL link needs version= (the rollout's receive() passes the same one): "
-                        "nothing was sent")
-    if verify:
-        raise SwapError("verify=True is not available over an NCCL link (the bytes land in another process); "
-                        "verify on the rollout's side with jax_amem.swap.verify: nothing was sent")
-    return nccl_transport.send(src_params, plan, link, _version(version))
+def verify(src_params, destination, rules, plan) -> int:
+    """The body of `jax_amem.swapping.verify` for a destination this process can read."""
+    sources = Sources(src_params)
+    return _verify(program_for(sources, destination, rules, plan), sources, destination)
 
 
 def _verify(program, sources: Sources, destination) -> int:
@@ -224,14 +189,6 @@ def _verify(program, sources: Sources, destination) -> int:
                               destination.host_bytes, jax.process_index())
     raise_on_mismatch(mismatch)
     return program.nbytes
-
-
-def verify(src_params, dst, *, rules=None, plan=None) -> int:
-    """Checks that `dst` holds what a swap of `src_params` would write (per-segment checksums
-    on the host); returns the bytes checked, or raises SwapError naming the first mismatch."""
-    sources = Sources(src_params)
-    destination = describe(dst)
-    return _verify(program_for(sources, destination, rules, plan), sources, destination)
 
 
 def forget() -> None:

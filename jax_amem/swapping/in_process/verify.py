@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..reshard.numpy_exec import prepare_view
-from ..reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW
-from .errors import SwapError
+from ...reshard.numpy_exec import prepare_view
+from ...reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW
+from ..errors import SwapError
 
 CHUNK = 1 << 22  # bytes checksummed per vectorised step (bounds host memory)
 

@@ -14,10 +14,10 @@ A descriptor holds, per tensor, the IPC handle of its allocation (PyTorch's cach
 allocator sub-allocates, so: handle + offset), its bytes, shape, dtype and device (ordinal
 and PCI bus id: the trainer finds its own ordinal for that GPU whatever its
 CUDA_VISIBLE_DEVICES). `RemoteTensors` is a swap destination like a mapping of tensors:
-written by address (swap/addressed.py), so the program is the in-process one.
+written by address (in_process/routes.py), so the program is the in-process one.
 
 The exporter must keep its tensors (and stay alive) while the trainer has them open: the
-memory is the rollout's. The control messages that order the two sides are in remote.py.
+memory is the rollout's. The control messages that order the two sides are in ready_done.py.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import socket
 
 import numpy as np
 
-from .._native import core
-from ..reshard import Layout, Owner
-from .destinations import _check_shard, check_disjoint, check_names
-from .errors import SwapError
+from ..._native import core
+from ...reshard import Layout, Owner
+from ..destinations import _check_shard, check_disjoint, check_names
+from ..errors import SwapError
 
 FORMAT = 1
 _TENSOR_KEYS = ("handle", "offset", "nbytes", "shape", "dtype", "device", "pci_bus_id")

@@ -1,4 +1,4 @@
-"""The control messages of a swap into another process on this host (CUDA IPC, ipc.py), over
+"""The ready/done protocol of a swap into another process on this host (CUDA IPC, ipc.py), over
 a store (store.py: the rollout's TCPStore or the jax.distributed key-value store).
 
 Rollout rank r (PyTorch):                       Trainer:
@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import json
 
-from .errors import SwapError
-from .store import DEFAULT_TIMEOUT, as_store, key
+from ..errors import SwapError
+from ..front_door import swap
+from ..store import DEFAULT_TIMEOUT, as_store, key
+from .ipc import export_tensors, open_remote
 
 
 class RolloutIpc:
@@ -43,8 +45,6 @@ class RolloutIpc:
     def publish(self, tensors, descriptor: dict | None = None) -> dict:
         """Exports `tensors` (ipc.export_tensors; or gives `descriptor`, their export made
         already) under handles/{rank} as the next generation."""
-        from .ipc import export_tensors
-
         descriptor = dict(export_tensors(tensors) if descriptor is None else descriptor)
         self.generation += 1
         descriptor["generation"] = self.generation
@@ -93,8 +93,6 @@ class TrainerIpc:
 
     def open(self, generation: int | None = None):
         """Maps the rank's published tensors (waiting for them); the previous mapping is closed."""
-        from .ipc import open_remote
-
         descriptor = json.loads(self.store.get(key(self.group, "handles", self.rank), self.timeout))
         # The previous generation is unmapped first, whatever happens next: the `done` that
         # follows (even a failed one) lets the rollout free it.
@@ -109,8 +107,6 @@ class TrainerIpc:
     def swap(self, params, version: int, **swap_kwargs):
         """Waits for ready/{rank}/{version}, swaps `params` into the rank's tensors (rules=,
         plan=, verify=... as jax_amem.swap), publishes done/{rank}/{version}; the SwapReport."""
-        from .api import swap
-
         ready = key(self.group, "ready", self.rank, int(version))
         message = json.loads(self.store.get(ready, self.timeout))
         self.store.delete(ready)
