@@ -89,9 +89,9 @@ def main():
         print(f"trace of 20 swaps written under {a.trace}")
     program = next(iter(api._ready.values()))
     print(f"swap program: {len(program.groups)} groups, {program.launches} launches")
-    for g in program.groups:
+    for g, fn in zip(program.groups, program.fns):
         shards = tuple(src[name] for name, _, _ in g.source_refs)
-        d, t = host_us(lambda: g.fn(shards), a.repeats, sync)
+        d, t = host_us(lambda: fn(shards), a.repeats, sync)
         print(f"{'group call':>22}: {d:9.1f} / {t:9.1f}  ({len(g.buffers)} buffers)")
 
 

@@ -17,7 +17,7 @@ from jax_amem import copy as amem_copy
 from jax_amem import reshard
 from jax_amem.copy import MAX_BUFFERS_PER_SIDE
 from jax_amem.swapping import forget
-from jax_amem.swapping.in_process import batched, programs as program
+from jax_amem.swapping.in_process import schedule
 
 import test_swap_errors as errors
 import test_swap_llama as llama
@@ -69,7 +69,7 @@ def test_bulk_rows_and_kernel_rows_write_the_same_bytes(monkeypatch, cast):
 
 
 def test_more_than_512_buffers_split_per_group(monkeypatch):
-    monkeypatch.setattr(program, "ADDRESS_GROUP_BUFFERS", 550)  # groups of 550 and 50 buffers
+    monkeypatch.setattr(schedule, "ADDRESS_GROUP_BUFFERS", 550)  # groups of 550 and 50 buffers
     count = 600
     src = {f"t{i}": jax.device_put(jnp.full((2, 3), float(i)), jax.devices()[0]) for i in range(count)}
     dst = {name: errors.sentinel(2, 3) for name in src}
@@ -80,7 +80,7 @@ def test_more_than_512_buffers_split_per_group(monkeypatch):
 
 
 def test_a_buffer_read_from_more_views_than_fit_continues_in_the_next_chunk(monkeypatch):
-    monkeypatch.setattr(batched, "CHUNK_LIMIT", 3)
+    monkeypatch.setattr(schedule, "CHUNK_LIMIT", 3)
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("fsdp", "tp"))
     value = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
     src = {"a": jax.device_put(value, NamedSharding(mesh, P("fsdp", "tp"))),      # 8 shards into each buffer
@@ -93,7 +93,7 @@ def test_a_buffer_read_from_more_views_than_fit_continues_in_the_next_chunk(monk
 
 
 def test_calls_are_bounded_by_transformed_bytes_not_by_plain_copies(monkeypatch):
-    monkeypatch.setattr(program, "GROUP_TEMPORARY_BYTES", 400)  # two cast views of 192 bytes per call
+    monkeypatch.setattr(schedule, "GROUP_TEMPORARY_BYTES", 400)  # two cast views of 192 bytes per call
     src = {f"t{i}": jax.device_put(jnp.full((8, 6), float(i)), jax.devices()[0]) for i in range(3)}
     plain = jax_amem.swap(src, {name: errors.sentinel(8, 6) for name in src})
     dst = {name: errors.sentinel(8, 6, dtype=torch.bfloat16) for name in src}

@@ -19,7 +19,7 @@ import jax_amem
 from jax_amem import reshard
 from jax_amem.copy import MAX_BUFFERS_PER_SIDE
 from jax_amem.swapping import forget
-from jax_amem.swapping.in_process import batched, programs as program
+from jax_amem.swapping.in_process import routes, schedule
 
 import test_swap_errors as errors
 import test_swap_jax as jaxdst
@@ -31,7 +31,7 @@ torch = pytest.importorskip("torch")
 @pytest.fixture
 def path(monkeypatch):
     """path("1") / path("0"): the next swaps take the batched / default path."""
-    return lambda value: monkeypatch.setenv(batched.ENV, value)
+    return lambda value: monkeypatch.setenv(routes.BATCHED_ENV, value)
 
 
 def tensor_bytes(tensors: dict) -> dict:
@@ -60,7 +60,7 @@ def test_jax_to_jax_batched_equals_device_put_in_place(path, dtype):
 
 
 def step(source, view, *rows):
-    return program.Step(source, view, np.array(rows, np.int64).reshape(-1, 3))
+    return schedule.Step(source, view, np.array(rows, np.int64).reshape(-1, 3))
 
 
 def test_chunk_steps_keeps_each_side_within_the_limit_and_every_row():
@@ -68,7 +68,7 @@ def test_chunk_steps_keeps_each_side_within_the_limit_and_every_row():
              [step(0, 0, (4, 0, 4))],                             # buffer 1 shares view 0
              [step(2, 1, (0, 0, 8), (8, 8, 8))],                  # buffer 2: one step, two rows
              [step(3, 0, (0, 0, 2)), step(4, 0, (0, 2, 2)), step(5, 0, (0, 4, 2))]]
-    chunks = batched.chunk_steps(steps, limit=2)
+    chunks = schedule.chunk_steps(steps, limit=2)
     seen = []
     for chunk in chunks:
         assert len(chunk.views) <= 2 and len(chunk.buffers) <= 2
@@ -79,7 +79,7 @@ def test_chunk_steps_keeps_each_side_within_the_limit_and_every_row():
     assert seen == want  # every row once, in the default path's order
     assert [c.buffers for c in chunks] == [(0, 1), (2, 3), (3,)]  # buffer 3 spans two chunks
     assert [c.views for c in chunks] == [((0, 0), (1, 0)), ((2, 1), (3, 0)), ((4, 0), (5, 0))]
-    assert len(batched.chunk_steps(steps)) == 1
+    assert len(schedule.chunk_steps(steps)) == 1
 
 
 def jax_destination():
@@ -92,10 +92,10 @@ def test_the_switch_is_part_of_the_program_cache(path, monkeypatch):
     first = jax_amem.swap(src, jax_destination())
     path("1")
     second = jax_amem.swap(src, jax_destination())
-    monkeypatch.delenv(batched.ENV)
-    monkeypatch.setattr(batched, "DEFAULT", True)
+    monkeypatch.delenv(routes.BATCHED_ENV)
+    monkeypatch.setattr(routes, "BATCHED_DEFAULT", True)
     third = jax_amem.swap(src, jax_destination())
-    monkeypatch.setattr(batched, "DEFAULT", False)
+    monkeypatch.setattr(routes, "BATCHED_DEFAULT", False)
     fourth = jax_amem.swap(src, jax_destination())
     assert [r.route for r in (first, second, third, fourth)] == ["per-transfer", "batched", "batched", "per-transfer"]
     assert first.launches == fourth.launches > second.launches == third.launches == 1
@@ -131,7 +131,7 @@ def test_gpu_batched_many_small_jax_arrays_in_place(path):
     path("1")
     for _ in range(2):  # the second writes into the first's results
         report = jax_amem.swap(src, dst, progress=False)
-        groups = (program.GROUP_BUFFERS, count - program.GROUP_BUFFERS)  # 1024 and 976 buffers
+        groups = (schedule.GROUP_BUFFERS, count - schedule.GROUP_BUFFERS)  # 1024 and 976 buffers
         assert report.calls == 2 and report.launches == sum(math.ceil(n / MAX_BUFFERS_PER_SIDE) for n in groups)
         assert report.transports == {"device-local": report.bytes} and report.batched
         dst = report.dst  # a new dict, its keys sorted as pytrees sort them

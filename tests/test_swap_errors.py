@@ -12,7 +12,7 @@ import jax_amem
 from jax_amem import reshard
 from jax_amem.reshard import Layout, Owner
 from jax_amem.swapping import SwapError
-from jax_amem.swapping.in_process import programs as program
+from jax_amem.swapping.in_process import schedule
 
 torch = pytest.importorskip("torch")
 
@@ -134,7 +134,7 @@ def test_after_errors_a_good_swap_still_works_and_many_tensors_share_one_call(ca
 
 
 def test_progress_bar_on_request(monkeypatch, capsys):
-    monkeypatch.setattr(program, "GROUP_BYTES", 64)  # one buffer per call: the bar has steps
+    monkeypatch.setattr(schedule, "GROUP_BYTES", 64)  # one buffer per call: the bar has steps
     src = {f"p{i}": jax.device_put(jnp.full((4, 4), float(i)), jax.devices()[1]) for i in range(5)}
     dst = {name: sentinel(4, 4) for name in src}
     report = jax_amem.swap(src, dst, progress=True)
@@ -178,13 +178,13 @@ def test_an_error_after_the_first_group_waits_for_what_was_dispatched(monkeypatc
     from jax_amem.swapping.in_process.run import Sources, program_for
     from jax_amem.swapping.destinations import describe
 
-    monkeypatch.setattr(program, "ADDRESS_GROUP_BUFFERS", 1)  # one buffer per group
+    monkeypatch.setattr(schedule, "ADDRESS_GROUP_BUFFERS", 1)  # one buffer per group
     src = {f"p{i}": jnp.full((4, 4), float(i)) for i in range(3)}
     dst = {name: sentinel(4, 4) for name in src}
     jax_amem.swap(src, dst)
     compiled = program_for(Sources(src), describe(dst), None, None)
     assert len(compiled.groups) == 3
-    first = compiled.groups[0].fn
+    first = compiled.fns[0]
     dispatched, waited = [], []
     real_wait = jax.block_until_ready
 
@@ -195,8 +195,7 @@ def test_an_error_after_the_first_group_waits_for_what_was_dispatched(monkeypatc
     def fn_fails(shards):
         raise RuntimeError("RESOURCE_EXHAUSTED: out of memory (injected)")
 
-    monkeypatch.setattr(compiled.groups[0], "fn", fn_first)
-    monkeypatch.setattr(compiled.groups[1], "fn", fn_fails)
+    monkeypatch.setattr(compiled, "fns", [fn_first, fn_fails, *compiled.fns[2:]])
     monkeypatch.setattr(executor.jax, "block_until_ready", lambda x: waited.append(list(x)) or real_wait(x))
     with pytest.raises(RuntimeError, match="injected"):
         jax_amem.swap(src, dst)

@@ -5,6 +5,7 @@ small Llama into a PyTorch rollout process over NCCL, with a pause/resume betwee
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -288,20 +289,33 @@ def test_send_and_receive_refuse_the_wrong_role_and_version(tcp_store):
         nt.send({}, plan, fake_link(tcp_store, "trainer", 0), "3")
 
 
+def cpu_trainer(tcp_store):
+    """(plan, trainer link, the CPU device) for a trainer whose only source shard is on the CPU,
+    on any host: on a GPU host too the shard is off the link's cuda:0, so the sender must refuse
+    it (with jax.devices()[0], a GPU there, the checks would pass and the send would go on)."""
+    import jax
+
+    cpu = jax.devices("cpu")[0]
+    trainer = Owner(cpu.process_index, cpu.id)
+    plan = reshard.plan({"w": Layout.single((64, 32), np.float32, trainer)},
+                        {"w": Layout.single((64, 32), np.float32, (1, 0))})
+    link = fake_link(tcp_store, "trainer", 0)
+    link.owners = (trainer, Owner(1, 0))
+    return plan, link, cpu
+
+
 def test_sender_checks_sources_before_anything_moves(tcp_store):
     import jax
 
     from jax_amem.swapping import cross_host as nt
 
-    src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
-    dst = {"w": Layout.single((64, 32), np.float32, (1, 0))}
-    plan = reshard.plan(src, dst)
-    link = fake_link(tcp_store, "trainer", 0)
-    on_cpu = {"w": jax.device_put(np.ones((64, 32), np.float32), jax.devices()[0])}
-    with pytest.raises(SwapError, match="'w': the shard of owner \\(0, 0\\) is on cpu:0, not on the link's cuda:0"):
+    plan, link, cpu = cpu_trainer(tcp_store)
+    on_cpu = {"w": jax.device_put(np.ones((64, 32), np.float32), cpu)}
+    with pytest.raises(SwapError, match=re.escape(f"'w': the shard of owner ({cpu.process_index}, {cpu.id}) is on {cpu}, "
+                                                  "not on the link's cuda:0")):
         nt.send(on_cpu, plan, link, 1)
     with pytest.raises(SwapError, match="'w': the plan was made for other source layouts"):
-        nt.send({"w": jax.device_put(np.ones((64, 16), np.float32), jax.devices()[0])}, plan, link, 1)
+        nt.send({"w": jax.device_put(np.ones((64, 16), np.float32), cpu)}, plan, link, 1)
     with pytest.raises(SwapError, match="'w': the plan was made for other source layouts"):
         nt.send({}, plan, link, 1)
     assert link.sequence == {}  # nothing was offered
@@ -371,11 +385,8 @@ def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
 
     import jax_amem
 
-    src = {"w": Layout.single((64, 32), np.float32, (0, 0))}
-    dst = {"w": Layout.single((64, 32), np.float32, (1, 0))}
-    plan = reshard.plan(src, dst)
-    link = fake_link(tcp_store, "trainer", 0)
-    params = {"w": jax.device_put(np.ones((64, 32), np.float32), jax.devices()[0])}
+    plan, link, cpu = cpu_trainer(tcp_store)
+    params = {"w": jax.device_put(np.ones((64, 32), np.float32), cpu)}
     with pytest.raises(SwapError, match="needs plan= .* not rules=: nothing was sent"):
         jax_amem.swap(params, link, version=1)
     with pytest.raises(SwapError, match="needs version= .*: nothing was sent"):
@@ -383,7 +394,8 @@ def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
     with pytest.raises(SwapError, match="verify=True is not available over an NCCL link"):
         jax_amem.swap(params, link, plan=plan, version=1, verify=True)
     # The same checks as cross_host.send: here, the shard is not on the link's GPU.
-    with pytest.raises(SwapError, match="'w': the shard of owner \\(0, 0\\) is on cpu:0, not on the link's cuda:0"):
+    with pytest.raises(SwapError, match=re.escape(f"'w': the shard of owner ({cpu.process_index}, {cpu.id}) is on {cpu}, "
+                                                  "not on the link's cuda:0")):
         jax_amem.swap(params, link, plan=plan, version=1)
     n = link.sequence.get(1, 0)  # the sequence number the first offer to rollout rank 1 takes
     first_offer = control._pair(link, 0, 1, n, "header")

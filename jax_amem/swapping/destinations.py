@@ -1,14 +1,21 @@
-"""The rollout's side of a swap: PyTorch tensors by name, or a pytree of jax.Arrays.
+"""The rollout's side of a swap: what every kind of destination is to `jax_amem.swap`.
 
-Each kind checks itself against a plan (names, shapes, dtypes, devices) before any byte
-moves. PyTorch tensors give their addresses (written by address, in_process/); JAX
-arrays are donated and the results reassembled into a new pytree.
+`Destination` is the one protocol the front door knows: `swap_from` / `verify_from`. Every
+kind implements it: PyTorch tensors by name (TorchDestination) and a pytree of jax.Arrays
+(JaxDestination), both here; another process's tensors mapped through CUDA IPC
+(same_host/ipc.RemoteTensors); a trainer's NCCL link (cross_host/link.Link). `describe`
+turns what the user gave into one.
+
+The kinds this process writes itself share the in-process swap (`WrittenHere`), which asks
+of them what `InProcessDestination` declares. Each checks itself against a plan (names,
+shapes, dtypes, devices) before any byte moves. PyTorch tensors give their addresses
+(written by address); JAX arrays are donated and the results reassembled into a new pytree.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Mapping
+from typing import Mapping, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -17,15 +24,70 @@ from ..reshard import Layout, Owner
 from ..reshard.plan import Plan
 from . import torch_bridge
 from .errors import SwapError
+from .in_process import run as in_process
+from .report import NcclSwapReport, SwapReport
 from .sources import array_facts, check_live_arrays, flat_named, layout_of, shard_data, shard_positions
 
 Buffer = tuple[str, Owner]  # (destination name, owner): one buffer the executor writes
 
 
-def describe(dst):
-    """TorchDestination for a mapping of tensors, JaxDestination for a pytree of jax.Arrays;
-    another process's tensors (ipc.RemoteTensors) as they are."""
-    if getattr(dst, "kind", None) == "remote":
+@runtime_checkable
+class Destination(Protocol):
+    """Where a swap writes, as `jax_amem.swap(src_params, dst, ...)` sees it: it takes the
+    swap's arguments and returns its report, checking everything before a byte moves."""
+
+    def swap_from(self, src_params, *, rules=None, plan=None, verify=False, version=None,
+                  progress=None) -> SwapReport | NcclSwapReport:
+        """Writes `src_params` into this destination (jax_amem.swap's arguments)."""
+
+    def verify_from(self, src_params, *, rules=None, plan=None) -> int:
+        """The bytes checked equal to what a swap of `src_params` writes; SwapError naming the
+        first mismatch (jax_amem.swapping.verify)."""
+
+
+class InProcessDestination(Protocol):
+    """What the in-process swap (in_process/) asks of a destination this process writes: its
+    cache key, its checks against a plan, where its buffers are, and how they are written:
+    by address (`writes_by_address`: addresses, targets, before_writing) or by donation
+    (inputs, assemble)."""
+
+    signature: tuple          # everything its checks depend on: the plan and program cache key
+    writes_by_address: bool   # the address route; else its buffers are donated
+
+    def check_written_names(self, wanted, what: str) -> None: ...
+    def validate(self) -> None: ...
+    def layouts(self) -> dict[str, Layout]: ...
+    def buffers(self, plan: Plan, process: int) -> dict[Buffer, object]: ...
+    def shard_index(self, name: str, owner: Owner): ...
+    def addresses(self) -> tuple: ...
+    def targets(self, buffers) -> dict: ...
+    def before_writing(self, devices) -> None: ...
+    def inputs(self, order, indices) -> list: ...
+    def assemble(self, program, outputs: list): ...
+    def after(self, new_tree) -> "InProcessDestination": ...
+    def host_bytes(self, name: str, owner: Owner) -> np.ndarray: ...
+
+
+class WrittenHere:
+    """The Destination protocol of the kinds this process writes itself: the in-process swap."""
+
+    def swap_from(self, src_params, *, rules=None, plan=None, verify=False, version=None,
+                  progress=None) -> SwapReport:
+        return in_process.swap(src_params, self, rules, plan, verify, version, progress)
+
+    def verify_from(self, src_params, *, rules=None, plan=None) -> int:
+        return in_process.verify(src_params, self, rules, plan)
+
+    def check_written_names(self, wanted, what: str) -> None:
+        """Missing or extra names against the names a swap writes (`wanted`), in one message."""
+        check_names(wanted, self.signature_names(), what)
+
+
+def describe(dst) -> Destination:
+    """A Destination for what the user gave: itself when it is one (another process's
+    tensors, an NCCL link), TorchDestination for a mapping of tensors, JaxDestination for a
+    pytree of jax.Arrays."""
+    if isinstance(dst, Destination):
         return dst
     if torch_bridge.is_tensor_mapping(dst):
         return TorchDestination(dst)
@@ -86,8 +148,8 @@ def _check_shard(name: str, layout: Layout, owner: Owner, shape, dtype, where: s
 _tensor_facts = operator.attrgetter("device", "shape", "dtype")
 
 
-class TorchDestination:
-    kind = "torch"
+class TorchDestination(WrittenHere):
+    writes_by_address = True
 
     def __init__(self, tensors: Mapping):
         import torch
@@ -153,6 +215,14 @@ class TorchDestination:
             out[(name, owner)] = (tensor.data_ptr(), tensor.numel() * tensor.element_size())
         return out
 
+    def before_writing(self, devices) -> None:
+        """Work PyTorch queued on the destination GPUs (a rollout still reading the old
+        weights) finishes first."""
+        torch_bridge.wait_for_torch({d.local_hardware_id for d in devices if d.platform == "gpu"})
+
+    def assemble(self, program, outputs: list):
+        return None  # written in place by address: nothing new to hand back
+
     def after(self, new_tree):
         return self
 
@@ -167,8 +237,8 @@ class TorchDestination:
         return tensor.reshape(-1).view(torch.uint8).cpu().numpy()
 
 
-class JaxDestination:
-    kind = "jax"
+class JaxDestination(WrittenHere):
+    writes_by_address = False
 
     def __init__(self, tree):
         self.tree = tree

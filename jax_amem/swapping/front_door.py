@@ -1,18 +1,15 @@
 """The swap's front door: `swap`, `verify`, `forget`, the verbs users call.
 
-`swap` takes the destination as it is given and hands the work to where the rollout lives:
-this process (in_process/: PyTorch tensors, jax.Arrays, another process's tensors mapped
-through CUDA IPC) or another host (cross_host/: a trainer's NCCL link).
+`swap` turns the destination into a `Destination` (destinations.py) and hands it the work:
+each kind knows where its rollout lives (this process: in_process/; another host:
+cross_host/), so this door names no transport.
 """
 
 from __future__ import annotations
 
 from . import cache
-from .cross_host import Link, send
 from .destinations import describe
-from .errors import SwapError
-from .in_process import run as in_process
-from .report import NcclSwapReport, SwapReport, number_version
+from .report import NcclSwapReport, SwapReport
 
 
 def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None,
@@ -30,33 +27,18 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None,
     verify: compare per-segment checksums afterwards, SwapError naming the first mismatch.
     progress: True / False / None (auto: a tqdm bar for swaps that take more than a moment).
     """
-    if isinstance(dst, Link):
-        return _send_over(dst, src_params, rules, plan, verify, version)
-    return in_process.swap(src_params, describe(dst), rules, plan, verify, version, progress)
-
-
-def _send_over(link, src_params, rules, plan, verify, version):
-    """The NCCL transport behind `swap(params, link, plan=...)`: checks what it cannot do first."""
-    if plan is None or rules is not None:
-        raise SwapError("a swap over an NCCL link needs plan= (the global plan both sides built from the same "
-                        "layouts and rules), not rules=: nothing was sent")
-    if version is None:
-        raise SwapError("a swap over an NCCL link needs version= (the rollout's receive() passes the same one): "
-                        "nothing was sent")
-    if verify:
-        raise SwapError("verify=True is not available over an NCCL link (the bytes land in another process); "
-                        "verify on the rollout's side with jax_amem.swapping.verify: nothing was sent")
-    return send(src_params, plan, link, number_version(version))
+    return describe(dst).swap_from(src_params, rules=rules, plan=plan, verify=verify, version=version,
+                                   progress=progress)
 
 
 def verify(src_params, dst, *, rules=None, plan=None) -> int:
     """Checks that `dst` holds what a swap of `src_params` would write (per-segment checksums
     on the host); returns the bytes checked, or raises SwapError naming the first mismatch."""
-    return in_process.verify(src_params, describe(dst), rules, plan)
+    return describe(dst).verify_from(src_params, rules=rules, plan=plan)
 
 
 def forget() -> None:
-    """Drops every cached plan, program, packing and device table of the swap (each program of
-    the address route holds its tensors' addresses, never the tensors)."""
-    in_process.forget()
+    """Drops every cached plan, program, packing and device table of the swap, in process and
+    cross host (jax_amem.swapping.cache; each program of the address route holds its tensors'
+    addresses, never the tensors)."""
     cache.forget()

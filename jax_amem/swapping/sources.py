@@ -93,6 +93,16 @@ class Sources:
         array = self.arrays[name]
         return shard_data(array, shard_positions(array)[owner][0])
 
+    def locate(self, name: str, owner: Owner) -> tuple:
+        """(shard index, or None for a single-device array; its JAX device) of source `name`'s
+        shard of `owner`; SwapError when this process holds no such shard."""
+        positions = shard_positions(self.arrays[name])
+        if owner not in positions:
+            raise SwapError(f"the plan reads source {name!r} from owner {tuple(owner)}, which holds no "
+                            "addressable shard of it here (nothing was written)")
+        index, device = positions[owner]
+        return (None if len(positions) == 1 else index), device
+
 
 def prepare_view(shard, perm, dtype):
     """The sender's view of a shard: transposed by `perm`, cast to `dtype` (row-major bytes).

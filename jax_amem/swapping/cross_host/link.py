@@ -23,7 +23,9 @@ from ..._native import core
 from ...reshard import Owner
 from .. import store as S
 from ..errors import SwapError
+from ..report import NcclSwapReport, number_version
 from .packing import DEFAULT_BUCKET_BYTES, check_bucket_bytes
+from .send import send
 
 ROLES = ("trainer", "rollout")
 _generations: dict[str, int] = defaultdict(int)
@@ -104,6 +106,26 @@ class Link:
             return None
         return (f"link {self.name!r} rank {self.comm_rank}: its NCCL communicator is {state} "
                 "(jax_amem.nccl.pause): call jax_amem.nccl.resume() on both sides before swapping")
+
+    # The swap's Destination protocol (destinations.Destination): a trainer's link is where
+    # `jax_amem.swap(params, link, plan=, version=)` sends.
+    def swap_from(self, src_params, *, rules=None, plan=None, verify=False, version=None,
+                  progress=None) -> NcclSwapReport:
+        """`send` behind the front door: refuses first what a swap over a link cannot do."""
+        if plan is None or rules is not None:
+            raise SwapError("a swap over an NCCL link needs plan= (the global plan both sides built from the same "
+                            "layouts and rules), not rules=: nothing was sent")
+        if version is None:
+            raise SwapError("a swap over an NCCL link needs version= (the rollout's receive() passes the same "
+                            "one): nothing was sent")
+        if verify:
+            raise SwapError("verify=True is not available over an NCCL link (the bytes land in another process); "
+                            "verify on the rollout's side with jax_amem.swapping.verify: nothing was sent")
+        return send(src_params, plan, self, number_version(version))
+
+    def verify_from(self, src_params, *, rules=None, plan=None) -> int:
+        raise SwapError("a link cannot be verified from the trainer (the bytes land in another process): verify "
+                        "on the rollout's side with jax_amem.swapping.verify(params, its destinations, plan=...)")
 
     def _require_open(self) -> None:
         if self.closed:

@@ -1,11 +1,12 @@
 """Runs a compiled Program in this process: every source shard located before the first byte
 moves, then one jitted call per group, then a wait until the device is idle.
 
-PyTorch destinations (the "addresses" route) are written by address: the program was built
-for exactly the addresses the tensors have now (they are part of its cache key), and the
-swap holds the tensors until the copy is done. Ordering with PyTorch (CUDA): before, the swap
-waits on the host for PyTorch's current stream of each destination device (so work still
-reading the old weights finishes first); after, it blocks until XLA's work is done, so
+Destinations written by address (PyTorch tensors, another process's tensors over CUDA IPC:
+the "addresses" route) get the program built for exactly the addresses they have now (part
+of its cache key); the swap holds them until the copy is done. Before writing, the
+destination says what must finish first (`before_writing`: PyTorch's current stream of each
+destination GPU, so work still reading the old weights finishes first; nothing over IPC,
+where the rollout said it is idle); after, the swap blocks until XLA's work is done, so
 PyTorch work issued after `swap` returns sees the new values on any stream.
 
 JAX destinations are donated and come back as new arrays in the same memory.
@@ -16,25 +17,22 @@ from __future__ import annotations
 import jax
 
 from .. import report as R
-from .. import torch_bridge
 from ..sources import shard_data
 from .programs import Program
 
 
 def run(program: Program, sources, destination, show_progress: bool):
-    """Returns (the written JAX arrays in `program.order`, or [] for PyTorch destinations;
-    extra transports) once all work is done."""
-    if destination.kind in ("torch", "remote"):  # remote: the rollout said it is idle (same_host/ready_done.py)
-        if destination.kind == "torch":
-            torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
-                                         if g.device.platform == "gpu"})
-        _dispatch(program, sources, lambda group, shards, start: group.fn(shards), show_progress)
+    """Returns (the written JAX arrays in `program.order`, or [] for a destination written by
+    address; extra transports) once all work is done."""
+    if destination.writes_by_address:
+        destination.before_writing({g.device for g in program.groups})
+        _dispatch(program, sources, lambda k, shards, start: program.fns[k](shards), show_progress)
         return [], {}
     donated = destination.inputs(program.order, program.dst_indices)
     pointers = [a.unsafe_buffer_pointer() for a in donated]
 
-    def call(group, shards, start):
-        return group.fn(shards, tuple(donated[start:start + len(group.buffers)]))
+    def call(k, shards, start):
+        return program.fns[k](shards, tuple(donated[start:start + len(program.groups[k].buffers)]))
 
     outputs = _dispatch(program, sources, call, show_progress)
     landed = [o.unsafe_buffer_pointer() for o in outputs]
@@ -43,21 +41,21 @@ def run(program: Program, sources, destination, show_progress: bool):
 
 
 def _dispatch(program: Program, sources, call, show_progress: bool) -> list:
-    """Calls every group (`call(group, source shards, first buffer position)`), returns the
-    results in order once they are ready."""
+    """Calls every group (`call(group number, source shards, first buffer position)`), returns
+    the results in order once they are ready."""
     outputs = []
     bar = _progress(program, show_progress)
     start = 0
     arrays = sources.arrays
     try:
-        for group in program.groups:
+        for k, group in enumerate(program.groups):
             # Most sources are single-device arrays already on the group's device: taken as they are.
             shards = [arrays[name] if index is None else shard_data(arrays[name], index)
                       for name, index, _ in group.source_refs]
-            for k, (_, _, device) in enumerate(group.source_refs):
+            for j, (_, _, device) in enumerate(group.source_refs):
                 if device != group.device:
-                    shards[k] = jax.device_put(shards[k], group.device)
-            results = call(group, tuple(shards), start)
+                    shards[j] = jax.device_put(shards[j], group.device)
+            results = call(k, tuple(shards), start)
             start += len(group.buffers)
             outputs.extend(results)
             if bar is not None:

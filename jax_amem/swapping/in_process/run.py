@@ -7,34 +7,25 @@ writes itself (PyTorch tensors, jax.Arrays, another process's tensors mapped thr
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 
 import jax
 import numpy as np
 
 from ... import reshard
-from ..destinations import check_names
+from .. import cache
 from ..errors import SwapError
 from ..report import SwapReport, number_version
-from ..sources import Sources, shard_positions
-from . import batched as batching
-from . import executor
-from .programs import compile_program
+from ..sources import Sources
+from . import executor, routes, schedule
+from .programs import Program
 from .verify import first_mismatch, raise_on_mismatch
 
-CACHE_SIZE = 32
 AUTO_PROGRESS_BYTES = 2 << 30    # first run of a program this large shows a bar
 AUTO_PROGRESS_SECONDS = 1.0      # so does any program whose last run took longer
 
-_plans: OrderedDict = OrderedDict()
-_programs: OrderedDict = OrderedDict()
-
-
-def _remember(cache: OrderedDict, key, value):
-    cache[key] = value
-    while len(cache) > CACHE_SIZE:
-        cache.popitem(last=False)
-    return value
+_plans = cache.Lru("in-process plans")
+_programs = cache.Lru("in-process programs")
+_ready = cache.Lru("in-process programs by swap inputs")  # one lookup per swap
 
 
 def _rules_key(rules):
@@ -64,39 +55,24 @@ class _RulesKey:
         return isinstance(other, _RulesKey) and self.rules == other.rules
 
 
-_ready: dict = {}  # (sources, destination, rules or plan) -> Program: one lookup per swap
-
-
-def route_for(destination) -> tuple:
-    """How the bytes move, part of every cache key: PyTorch tensors by address (the tensors'
-    addresses included, so moved tensors get a program of their own); JAX arrays by donation,
-    batched when batched.enabled() (read on every swap)."""
-    if destination.kind in ("torch", "remote"):  # remote: another process's tensors (ipc.py)
-        return ("addresses", destination.addresses())
-    return ("batched" if batching.enabled() else "per-transfer",)
-
-
 def program_for(sources: Sources, destination, rules, plan):
     """The compiled program for these inputs: cached; on a miss, planned, checked and compiled."""
     if plan is not None and rules is not None:
         raise SwapError("give rules or plan, not both: a plan already holds its rules")
-    route = route_for(destination)
+    route = routes.choose(destination)
     how = _rules_key(rules) if plan is None else (plan.key, plan.owner, plan.planner, id(plan))
     key = (sources.signature, destination.signature, how, route)
     found = _ready.get(key)
     if found is not None and (plan is None or found.plan is plan):
         return found
-    program = resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination, route)
-    if len(_ready) >= CACHE_SIZE:
-        _ready.pop(next(iter(_ready)))
-    _ready[key] = program
-    return program
+    return _ready.put(key, resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination,
+                                           route))
 
 
 def _check_rule_names(sources: Sources, destination, rules) -> None:
-    given = destination.signature_names()
     wanted = list(dict.fromkeys(r.dst for r in rules)) if rules is not None else list(sources.arrays)
-    check_names(wanted, given, "the rules write" if rules is not None else "rules=None writes (one per source, same name)")
+    destination.check_written_names(wanted, "the rules write" if rules is not None
+                                    else "rules=None writes (one per source, same name)")
 
 
 def resolve_plan(sources: Sources, destination, rules, plan):
@@ -105,16 +81,16 @@ def resolve_plan(sources: Sources, destination, rules, plan):
             raise SwapError("give rules or plan, not both: a plan already holds its rules")
         return plan
     key = (sources.signature, destination.signature, _rules_key(rules))
-    if key in _plans:
-        _plans.move_to_end(key)
-        return _plans[key]
+    found = _plans.get(key)
+    if found is not None:
+        return found
     _check_rule_names(sources, destination, rules)
     destination.validate()
     try:
         made = reshard.plan(sources.layouts(), destination.layouts(), rules)
     except (reshard.RuleError, reshard.LayoutError, reshard.PlanError) as error:
         raise SwapError(f"the swap cannot be planned (nothing was written): {error}") from error
-    return _remember(_plans, key, made)
+    return _plans.put(key, made)
 
 
 def _check_sources(plan, sources: Sources) -> None:
@@ -129,26 +105,17 @@ def _check_sources(plan, sources: Sources) -> None:
 
 
 def resolve_program(plan, sources: Sources, destination, route: tuple = ("per-transfer",)):
+    """The compiled program of `plan` for these inputs: cached; on a miss every input is
+    checked against the plan, then scheduled (schedule.py) and compiled (one jitted call per
+    group, routes.py). `route`: routes.choose's."""
     key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature, route)
-    if key in _programs:
-        _programs.move_to_end(key)
-        return _programs[key]
+    found = _programs.get(key)
+    if found is not None:
+        return found
     destination.validate()
     _check_sources(plan, sources)
-    process = jax.process_index()
-    buffers = destination.buffers(plan, process)
-    def locate_source(name, owner):
-        positions = shard_positions(sources.arrays[name])
-        if owner not in positions:
-            raise SwapError(f"the plan reads source {name!r} from owner {tuple(owner)}, which holds no "
-                            "addressable shard of it here (nothing was written)")
-        index, device = positions[owner]
-        return (None if len(positions) == 1 else index), device
-
-    targets = destination.targets(buffers) if route[0] == "addresses" else None
-    program = compile_program(plan, buffers, locate_source, process, route[0], targets)
-    program.dst_indices = [destination.shard_index(name, owner) for name, owner in program.order]
-    return _remember(_programs, key, program)
+    made = schedule.make(plan, sources, destination, jax.process_index(), route[0])
+    return _programs.put(key, Program.build(made))
 
 
 def swap(src_params, destination, rules, plan, verify, version, progress) -> SwapReport:
@@ -164,7 +131,7 @@ def swap(src_params, destination, rules, plan, verify, version, progress) -> Swa
     written, extra = executor.run(program, sources, destination, bool(show))
     seconds = time.perf_counter() - start
     program.last_seconds = seconds
-    new_tree = destination.assemble(program, written) if destination.kind == "jax" else None
+    new_tree = destination.assemble(program, written)
     transports = dict(program.transports)
     for name, nbytes in extra.items():
         transports[name] = transports.get(name, 0) + nbytes
@@ -185,15 +152,5 @@ def verify(src_params, destination, rules, plan) -> int:
 
 
 def _verify(program, sources: Sources, destination) -> int:
-    mismatch = first_mismatch(program.plan, program, lambda n, o: np.asarray(sources.shard(n, o)),
-                              destination.host_bytes, jax.process_index())
-    raise_on_mismatch(mismatch)
+    raise_on_mismatch(first_mismatch(program, sources, destination, jax.process_index()))
     return program.nbytes
-
-
-def forget() -> None:
-    """Drops the cached plans and programs (each program of the address route holds its
-    tensors' addresses, never the tensors)."""
-    _plans.clear()
-    _programs.clear()
-    _ready.clear()

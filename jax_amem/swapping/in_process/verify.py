@@ -54,9 +54,11 @@ def _split(rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def first_mismatch(plan, program, source_bytes, destination_bytes, process: int):
-    """The first Mismatch in plan order, or None. `source_bytes(name, owner)` -> the numpy
-    shard; `destination_bytes(name, owner)` -> the destination shard's bytes (uint8)."""
+def first_mismatch(program, sources, destination, process: int):
+    """The first Mismatch in plan order of what `program` wrote from `sources` (Sources: the
+    shards, read back to the host) into `destination` (its `host_bytes(name, owner)`, uint8),
+    or None."""
+    plan = program.plan
     names, prepared = plan.dst_names, {}
     wanted = {b for g in program.groups for b in g.buffers}
     for i, row in enumerate(plan.transfers.tolist()):
@@ -67,8 +69,8 @@ def first_mismatch(plan, program, source_bytes, destination_bytes, process: int)
         src_name, perm, dtype = plan.views[row[VIEW]]
         key = (row[VIEW], src_owner)
         if key not in prepared:
-            prepared[key] = prepare_view(source_bytes(src_name, src_owner), perm, dtype).reshape(-1).view(np.uint8)
-        src, dst = prepared[key], destination_bytes(name, dst_owner)
+            prepared[key] = prepare_view(np.asarray(sources.shard(src_name, src_owner)), perm, dtype).reshape(-1).view(np.uint8)
+        src, dst = prepared[key], destination.host_bytes(name, dst_owner)
         rows = _split(plan.segments(i))
         bounds = np.cumsum(rows[:, 2])
         begin = 0

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..._native import core
 from ...reshard import Layout, Owner
-from ..destinations import _check_shard, check_disjoint, check_names
+from ..destinations import WrittenHere, _check_shard, check_disjoint, check_names
 from ..errors import SwapError
 
 FORMAT = 1
@@ -194,11 +194,11 @@ class CudaIpcMapper:
         return np.frombuffer(core.ipc.read_device(device.local_hardware_id, address, nbytes), np.uint8)
 
 
-class RemoteTensors:
-    """Another process's tensors, mapped here: a swap destination (`kind` "remote", written by
-    address like a mapping of tensors). Close it (or use `with`) to unmap."""
+class RemoteTensors(WrittenHere):
+    """Another process's tensors, mapped here: a swap destination written by address like a
+    mapping of tensors (destinations.InProcessDestination). Close it (or use `with`) to unmap."""
 
-    kind = "remote"
+    writes_by_address = True
 
     def __init__(self, descriptor, mapper=None):
         self.tensors = parse_descriptor(descriptor)
@@ -269,7 +269,7 @@ class RemoteTensors:
             raise SwapError("these RemoteTensors were closed (unmapped): open the descriptor again with "
                             "open_remote(descriptor)")
 
-    # The destination interface of the address route (destinations.TorchDestination's).
+    # The in-process destination of the address route (destinations.InProcessDestination).
     def signature_names(self):
         return list(self.tensors)
 
@@ -302,6 +302,12 @@ class RemoteTensors:
     def targets(self, buffers) -> dict:
         at = dict(zip(self.tensors, self._addresses))
         return {(name, owner): (at[name], self.tensors[name].nbytes) for name, owner in buffers}
+
+    def before_writing(self, devices) -> None:
+        pass  # the rollout said it is idle (same_host/ready_done.py) before the trainer writes
+
+    def assemble(self, program, outputs: list):
+        return None  # written in place by address: nothing new to hand back
 
     def after(self, new_tree):
         return self

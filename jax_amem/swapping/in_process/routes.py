@@ -1,0 +1,129 @@
+"""The routes: how a scheduled group (schedule.py) becomes one jitted call. Each prepares the
+source views the group needs (transpose + cast, as the plan's `views` say) and copies:
+
+- "addresses" (PyTorch tensors, another process's tensors over CUDA IPC): one
+  `segment_copy_to_addresses` per chunk writes straight into the tensors' memory, at the
+  addresses the destination gives (`data_ptr()`), on XLA's stream. Nothing is imported or
+  donated, so a call creates no JAX arrays besides one token per chunk, and XLA:CPU writes in
+  place too. Rows of at least jax_amem.copy.BULK_BYTES run as one driver copy each. The
+  addresses are attributes of the custom calls, so a program serves one set of addresses:
+  tensors that moved (a reloaded model) get a program of their own (the addresses are part of
+  its cache key). The swap holds the tensors, checks every address against its tensor before
+  the call, and blocks until the copy is done, so no address outlives its memory.
+- "per-transfer" (jax.Arrays, the default): one `segment_copy` per transfer into donated buffers.
+- "batched" (jax.Arrays, opt-in): one `segment_copy_many` per chunk into donated buffers
+  (one CUDA kernel launch each instead of one per transfer); the bytes written and the
+  in-place check are the per-transfer route's, only the number of launches changes.
+
+The batched route is chosen when a program is built (so the choice is part of the program
+cache key): JAX_AMEM_SWAP_BATCHED=1 turns it on, =0 off; unset, `BATCHED_DEFAULT` decides. It
+is off until the batched kernel is measured on a GPU:
+
+    from jax_amem.swapping.in_process import routes
+    routes.BATCHED_DEFAULT = True
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+
+from ...copy import segment_copy, segment_copy_many, segment_copy_to_addresses
+from ..errors import SwapError
+from ..sources import prepare_view
+from .schedule import Group
+
+BATCHED_ENV = "JAX_AMEM_SWAP_BATCHED"
+BATCHED_DEFAULT = False
+
+
+def choose(destination) -> tuple:
+    """The route for `destination`, as part of every program's cache key: ("addresses",
+    its addresses) for a destination written by address (moved tensors get a program of
+    their own); else ("batched",) or ("per-transfer",), by the switch (read on every swap)."""
+    if destination.writes_by_address:
+        return ("addresses", destination.addresses())
+    return ("batched" if batched_enabled() else "per-transfer",)
+
+
+def batched_enabled() -> bool:
+    """Whether programs built now use the batched route: the environment, else BATCHED_DEFAULT."""
+    value = os.environ.get(BATCHED_ENV, "").strip()
+    if value == "":
+        return bool(BATCHED_DEFAULT)
+    if value in ("0", "1"):
+        return value == "1"
+    raise SwapError(f"{BATCHED_ENV}={value!r} is not understood: set it to 1 (batched segment_copy_many calls) or 0 "
+                    f"(one segment_copy per transfer), or unset it for "
+                    f"jax_amem.swapping.in_process.routes.BATCHED_DEFAULT ({bool(BATCHED_DEFAULT)}); nothing was written")
+
+
+def jitted(group: Group, views, route: str):
+    """The jitted call of `group` on `route`: fn(source shards) -> tokens (addresses), or
+    fn(source shards, donated buffers) -> the written buffers (the donation routes).
+    `views`: the plan's (src name, perm, dtype) per view."""
+    if route == "addresses":
+        return _to_addresses(group.chunks, views, group.targets)
+    if route == "batched":
+        return _batched(group.chunks, views)
+    return _per_transfer(group.steps, views)
+
+
+class _Views:
+    """A call's prepared source views, each made once per call (traced inside the jit)."""
+
+    def __init__(self, sources, views):
+        self.sources, self.views, self.made = sources, views, {}
+
+    def __getitem__(self, key):
+        """(source operand, plan view) -> that operand transposed and cast as the view says."""
+        if key not in self.made:
+            self.made[key] = prepare_view(self.sources[key[0]], *self.views[key[1]][1:])
+        return self.made[key]
+
+
+def _to_addresses(chunks, views, targets):
+    """Sources in, one token per chunk out; `targets[position]` is the (address, bytes) of
+    the group's destination buffer at that position."""
+
+    def run(sources):
+        prepared = _Views(sources, views)
+        return tuple(segment_copy_to_addresses([prepared[k] for k in chunk.views],
+                                               [targets[b][0] for b in chunk.buffers],
+                                               [targets[b][1] for b in chunk.buffers], chunk.rows)
+                     for chunk in chunks)
+
+    return jax.jit(run)
+
+
+def _batched(chunks, views):
+    """Sources in, destination buffers donated and returned written, one segment_copy_many
+    per chunk (a buffer continued in a later chunk is that chunk's operand as written so far)."""
+
+    def run(sources, destinations):
+        out = list(destinations)
+        prepared = _Views(sources, views)
+        for chunk in chunks:
+            written = segment_copy_many([prepared[k] for k in chunk.views], [out[b] for b in chunk.buffers],
+                                        chunk.rows)
+            for position, array in zip(chunk.buffers, written):
+                out[position] = array
+        return tuple(out)
+
+    return jax.jit(run, donate_argnums=1)
+
+
+def _per_transfer(steps_per_buffer, views):
+    """Sources in, destination buffers donated and returned written, one segment_copy per step."""
+
+    def run(sources, destinations):
+        prepared = _Views(sources, views)
+        out = []
+        for buffer, steps in zip(destinations, steps_per_buffer):
+            for step in steps:
+                buffer = segment_copy(prepared[(step.source, step.view)], buffer, step.segments)
+            out.append(buffer)
+        return tuple(out)
+
+    return jax.jit(run, donate_argnums=1)
