@@ -117,6 +117,13 @@ def test_every_path_the_library_names_is_reachable():
     assert gone == {}
 
 
+@pytest.mark.parametrize("pattern", ["docs/*.md", "README.md", "notebooks/*.ipynb"])
+def test_every_path_the_docs_and_notebooks_name_is_reachable(pattern):
+    gone = sorted({f"{path.relative_to(REPO)}: {dotted}" for path in REPO.glob(pattern)
+                   for dotted in DOTTED.findall(path.read_text()) if not reachable(dotted.rstrip("."))})
+    assert gone == []
+
+
 def test_no_text_names_the_old_swap_package():
     old = re.compile(r"jax_amem\.swap\.[A-Za-z_]|jax_amem/swap/[a-z_]+\.py|from jax_amem\.swap import")
     hits = []

@@ -1,0 +1,64 @@
+"""The swap's one cache policy (jax_amem.swapping.cache) and its one `forget()`, and the
+Destination protocol every kind of destination implements (the front door's only contract)."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import jax_amem
+from jax_amem import reshard
+from jax_amem.reshard import Layout
+from jax_amem.swapping import cache, forget
+from jax_amem.swapping.cross_host import Link, pairs
+from jax_amem.swapping.destinations import Destination, JaxDestination, TorchDestination, describe
+from jax_amem.swapping.same_host.ipc import RemoteTensors
+
+# The seven caches of the swap, by what they hold: three in process, four cross host.
+CACHES = {"in-process plans", "in-process programs", "in-process programs by swap inputs",
+          "cross-host packings", "cross-host sender programs", "cross-host receiver programs (JAX)",
+          "cross-host unpack tables (PyTorch receiver, on the device)"}
+
+
+def test_least_recently_used_goes_first(monkeypatch):
+    monkeypatch.setattr(cache, "ENTRIES", 3)
+    lru = cache.Lru("test")
+    try:
+        for k in "abc":
+            lru.put(k, k.upper())
+        assert lru.get("a") == "A"          # a is now the most recently used
+        lru.put("d", "D")                   # evicts b, the least recently used
+        assert [lru.get(k) for k in "abcd"] == ["A", None, "C", "D"] and len(lru) == 3
+        lru.put("c", "C2")                  # a new value for a key: no eviction, now the newest
+        lru.put("e", "E")                   # evicts a (c and d were used after it)
+        assert [lru.get(k) for k in "acde"] == [None, "C2", "D", "E"]
+    finally:
+        cache._every.remove(lru)
+
+
+def test_every_cache_of_the_swap_is_one_policy_and_forget_empties_them_all():
+    assert CACHES <= set(cache.sizes())
+    forget()
+    src = {"w": jnp.arange(12.0).reshape(3, 4)}
+    jax_amem.swap(src, {"w": jnp.zeros((3, 4))})
+    trainer, rollout = (0, jax.devices("cpu")[0].id), (1, 0)
+    plan = reshard.plan({"w": Layout.single((3, 4), np.float32, trainer)},
+                        {"w": Layout.single((3, 4), np.float32, rollout)})
+    pairs.packing(plan, plan.owner_id(trainer), plan.owner_id(rollout), 4096)
+    filled = {name for name, n in cache.sizes().items() if n}
+    assert {"in-process plans", "in-process programs", "in-process programs by swap inputs",
+            "cross-host packings"} <= filled
+    forget()
+    assert {name: n for name, n in cache.sizes().items() if n} == {}
+
+
+def test_every_kind_of_destination_is_a_destination():
+    """The front door dispatches on the protocol alone: each kind implements it, and what is
+    not one (a pytree, a mapping of tensors) is described as one."""
+    torch = pytest.importorskip("torch")
+    for kind in (TorchDestination, JaxDestination, RemoteTensors, Link):
+        assert issubclass(kind, Destination), kind
+    assert not isinstance({"w": jnp.zeros(3)}, Destination)
+    assert isinstance(describe({"w": jnp.zeros(3)}), JaxDestination)
+    assert isinstance(describe({"w": torch.zeros(3)}), TorchDestination)
