@@ -20,6 +20,10 @@ struct IpcMemHandle {
 constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;     // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 constexpr int kPointerAttributeDeviceOrdinal = 9;         // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr int kPointerAttributeIsLegacyIpcCapable = 10;   // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+constexpr int kPointerAttributeRangeStart = 11;           // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR (reserved range)
+constexpr int kPointerAttributeRangeSize = 12;            // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr int kPointerAttributeMappingSize = 18;          // CU_POINTER_ATTRIBUTE_MAPPING_SIZE
+constexpr int kPointerAttributeMappingBaseAddress = 19;   // CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
 constexpr CUresult kErrorInvalidContext = 201;            // CUDA_ERROR_INVALID_CONTEXT
 
 // One pointer per driver entry point jax-amem calls. Filled once by Driver().
@@ -32,6 +36,7 @@ struct DriverApi {
   CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* context, CUdevice device);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device);
+  CUresult (*cuDevicePrimaryCtxGetState)(CUdevice device, unsigned* flags, int* active);
   CUresult (*cuCtxPushCurrent)(CUcontext context);
   CUresult (*cuCtxPopCurrent)(CUcontext* context);
   CUresult (*cuCtxSynchronize)();
