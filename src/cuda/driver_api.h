@@ -58,7 +58,8 @@ struct DriverApi {
   CUresult (*cuStreamQuery)(CUstream stream);  // 0 when done, 600 (not ready) while running
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
-  // CUDA IPC (swap/ipc.py): export an allocation, map another process's into this one.
+  // CUDA IPC (cuda/ipc.cc): export an allocation, map another process's into this one;
+  // and what the driver knows of a pointer (cuda/pointers.cc, cuda/ipc.cc).
   CUresult (*cuIpcGetMemHandle)(IpcMemHandle* handle, CUdeviceptr pointer);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr* pointer, IpcMemHandle handle, unsigned flags);
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr pointer);
@@ -73,7 +74,9 @@ const DriverApi* Driver(std::string* why = nullptr);
 // Status for a driver call: "<what>: <driver's error name and text>".
 Status Check(CUresult result, const char* what);
 
-// Makes `ordinal`'s primary context current for the lifetime of the guard.
+// Makes `ordinal`'s primary context current for the lifetime of the guard. Retaining it
+// creates it when the device has none yet (hundreds of MiB of device memory): use it only for
+// a device the process works on.
 class ScopedDeviceContext {
  public:
   explicit ScopedDeviceContext(int ordinal);
