@@ -3,6 +3,8 @@
 // Operands: (src: any array, dst: any array, segments: uint32[n, 6], copy::Segment rows as
 // uint32 pairs). Result: the destination, aliased to `dst` (input_output_aliases={1: 0}), so
 // the copy writes in place. Caller: jax_amem.copy.segment_copy.
+#include <utility>
+
 #include "copy/copy_cpu.h"
 #include "copy/copy_cuda.h"
 #include "ffi/buffers.h"
@@ -40,20 +42,18 @@ ffi::Error SegmentCopyCuda(CUstream stream, ffi::AnyBuffer src, ffi::AnyBuffer d
       rows.count));
 }
 
-XLA_FFI_DEFINE_HANDLER(kSegmentCopyCpu, SegmentCopyCpu,
-                       ffi::Ffi::Bind()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .Ret<ffi::AnyBuffer>());
+// The operands and result both handlers take, after what precedes them (CUDA: the stream).
+template <typename Binding>
+auto CopyCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::Buffer<ffi::U32>>()
+      .template Ret<ffi::AnyBuffer>();
+}
 
+XLA_FFI_DEFINE_HANDLER(kSegmentCopyCpu, SegmentCopyCpu, CopyCall(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER(kSegmentCopyCuda, SegmentCopyCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .Ret<ffi::AnyBuffer>());
+                       CopyCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
 
 }  // namespace
 

@@ -5,6 +5,8 @@
 // dst_index, src_offset, dst_offset, bytes, 0) as uint32 pairs. Results: one per destination,
 // aliased to it (input_output_aliases), so every destination is written in place.
 // Caller: jax_amem.copy.segment_copy_many.
+#include <utility>
+
 #include "copy/copy_cpu.h"
 #include "copy/copy_cuda.h"
 #include "ffi/buffers.h"
@@ -72,20 +74,16 @@ ffi::Error SegmentCopyManyCuda(CUstream stream, ffi::Buffer<ffi::U32> segments,
   return ToFfiError(copy::LaunchBufferSegmentCopy(stream, pointers, rows.data, rows.count));
 }
 
-XLA_FFI_DEFINE_HANDLER(kSegmentCopyManyCpu, SegmentCopyManyCpu,
-                       ffi::Ffi::Bind()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<int64_t>("sources"));
+// The operands, results and attribute both handlers take, after what precedes them (CUDA: the stream).
+template <typename Binding>
+auto ManyCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::Buffer<ffi::U32>>().RemainingArgs().RemainingRets().template Attr<int64_t>(
+      "sources");
+}
 
+XLA_FFI_DEFINE_HANDLER(kSegmentCopyManyCpu, SegmentCopyManyCpu, ManyCall(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER(kSegmentCopyManyCuda, SegmentCopyManyCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<int64_t>("sources"));
+                       ManyCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 // device copy. Caller: jax_amem.copy.segment_copy_to_addresses, which also bounds each
 // destination by its allocation on CUDA when the program is built.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "copy/copy_cpu.h"
@@ -136,24 +137,21 @@ ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> seg
   return ToFfiError(copy::LaunchBufferSegmentCopy(stream, pointers, rows.data, rows.count));
 }
 
-XLA_FFI_DEFINE_HANDLER(kSegmentCopyToAddressesCpu, SegmentCopyToAddressesCpu,
-                       ffi::Ffi::Bind()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .RemainingArgs()
-                           .Attr<ffi::Span<const int64_t>>("addresses")
-                           .Attr<ffi::Span<const int64_t>>("destination_bytes")
-                           .Attr<ffi::Span<const int64_t>>("bulk")
-                           .Ret<ffi::BufferR0<ffi::U8>>());
+// The operands, attributes and result both handlers take, after what precedes them (CUDA: the stream).
+template <typename Binding>
+auto AddressCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::Buffer<ffi::U32>>()
+      .RemainingArgs()
+      .template Attr<ffi::Span<const int64_t>>("addresses")
+      .template Attr<ffi::Span<const int64_t>>("destination_bytes")
+      .template Attr<ffi::Span<const int64_t>>("bulk")
+      .template Ret<ffi::BufferR0<ffi::U8>>();
+}
 
+XLA_FFI_DEFINE_HANDLER(kSegmentCopyToAddressesCpu, SegmentCopyToAddressesCpu,
+                       AddressCall(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER(kSegmentCopyToAddressesCuda, SegmentCopyToAddressesCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .RemainingArgs()
-                           .Attr<ffi::Span<const int64_t>>("addresses")
-                           .Attr<ffi::Span<const int64_t>>("destination_bytes")
-                           .Attr<ffi::Span<const int64_t>>("bulk")
-                           .Ret<ffi::BufferR0<ffi::U8>>());
+                       AddressCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
 
 }  // namespace
 
