@@ -1,7 +1,10 @@
-"""Registers the core's XLA FFI targets with JAX, for the "cpu" and "CUDA" platforms.
+"""The core's XLA FFI targets: registered with JAX, and named for their callers.
 
-Registration only records handler addresses; it does not start a backend, so
-it is safe at import time.
+The C++ module lists its targets (`_core.ffi.targets()`: each src/ffi/<target>.cc registers
+itself), so a target's name is written once, in C++. This module binds each name to an
+attribute, `jax_amem_segment_copy` -> `SEGMENT_COPY`, and registers every handler with
+`jax.ffi` for its platforms ("cpu", "CUDA"). Registration only records handler addresses; it
+does not start a backend, so it is safe at import time.
 """
 
 from __future__ import annotations
@@ -10,11 +13,11 @@ import jax
 
 from ._native import core
 
-SEGMENT_COPY = "jax_amem_segment_copy"
-SEGMENT_COPY_MANY = "jax_amem_segment_copy_many"
-SEGMENT_COPY_TO_ADDRESSES = "jax_amem_segment_copy_to_addresses"
-NCCL_SEND_BUCKET = "jax_amem_nccl_send_bucket"  # swapping/cross_host/send.py
-NCCL_RECV_BUCKET = "jax_amem_nccl_recv_bucket"  # swapping/cross_host/receive_jax.py
+PREFIX = "jax_amem_"
+TARGETS: dict = core.ffi.targets()  # {name: {platform: handler capsule}}
+
+for _name in TARGETS:
+    globals()[_name.removeprefix(PREFIX).upper()] = _name
 
 _registered = False
 
@@ -23,7 +26,7 @@ def register_targets() -> None:
     global _registered
     if _registered:
         return
-    for name, by_platform in core.ffi.targets().items():
+    for name, by_platform in TARGETS.items():
         for platform, capsule in by_platform.items():
             jax.ffi.register_ffi_target(name, capsule, platform=platform)
     _registered = True

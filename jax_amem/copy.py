@@ -16,20 +16,44 @@ from ._native import core
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
 MAX_BUFFERS_PER_SIDE = core.copy.MAX_BUFFERS_PER_SIDE
+# Addresses user memory can have: below lies the null page and what Linux never maps, above
+# no user-space address of x86-64 or AArch64 (src/copy/segments.h).
+MIN_ADDRESS = core.copy.MIN_ADDRESS
+ADDRESS_LIMIT = core.copy.ADDRESS_LIMIT
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 def _nbytes(x) -> int:
     return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
 
 
+def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray:
+    """`segments` as an (n, width) int64 array, checked before anything reads it: rows of one
+    of `widths` columns, integers only (floats would be truncated, wide ints wrapped)."""
+    try:
+        table = np.asarray(segments)
+    except ValueError as error:  # rows of different lengths
+        raise ValueError(f"segment rows must all have {' or '.join(map(str, widths))} columns "
+                         f"{columns}: {error}") from None
+    if table.size == 0:
+        return np.zeros((0, widths[-1]), np.int64)
+    if table.ndim != 2 or table.shape[1] not in widths:
+        raise ValueError(f"segment rows must have {' or '.join(map(str, widths))} columns {columns}; "
+                         f"got an array of shape {table.shape}")
+    if table.dtype.kind not in "iu" or (table.dtype.kind == "u" and table.max() > _INT64_MAX):
+        raise ValueError(f"segment rows must be integers that fit int64; got {table.dtype} values, "
+                         f"such as row 0: {table[0].tolist()}. Round them on purpose (astype) if meant")
+    return np.ascontiguousarray(table, dtype=np.int64)
+
+
 def prepare_segments(segments, src_bytes: int, dst_bytes: int,
                      max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
     """Validates a table of (src_offset, dst_offset, bytes) rows and splits long rows.
 
-    Raises ValueError naming the first row that is out of bounds, empty, or that
-    overlaps another row's destination bytes.
+    Raises ValueError for rows that are not three integers, and naming the first row that is
+    out of bounds, empty, or that overlaps another row's destination bytes.
     """
-    table = np.ascontiguousarray(np.asarray(segments, dtype=np.int64).reshape(-1, 3))
+    table = _integer_rows(segments, "(src_offset, dst_offset, bytes)", (3,))
     return core.copy.prepare_segments(table, int(src_bytes), int(dst_bytes), int(max_piece))
 
 
@@ -72,10 +96,9 @@ def prepare_buffer_segments(segments, src_bytes, dst_bytes,
                             max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
     """As prepare_segments, for rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0])
     between several buffers whose sizes are `src_bytes` and `dst_bytes` (lists)."""
-    table = np.asarray(segments, dtype=np.int64)
-    if table.ndim == 2 and table.shape[1] == 5:
+    table = _integer_rows(segments, "(src_index, dst_index, src_offset, dst_offset, bytes[, 0])", (5, 6))
+    if table.shape[1] == 5:
         table = np.concatenate([table, np.zeros((len(table), 1), np.int64)], axis=1)
-    table = np.ascontiguousarray(table.reshape(-1, 6))
     return core.copy.prepare_buffer_segments(table, [int(b) for b in src_bytes],
                                              [int(b) for b in dst_bytes], int(max_piece))
 
@@ -114,37 +137,129 @@ def split_bulk(rows: np.ndarray, bulk_bytes: int) -> tuple[np.ndarray, np.ndarra
     return np.ascontiguousarray(rows[long]), np.ascontiguousarray(rows[~long])
 
 
+def _integers(values, what: str) -> list[int]:
+    """`values` (a sequence, an array, or one value) as Python ints; floats, bools and anything
+    else refused, so that nothing is truncated or wrapped on its way to int64."""
+    if isinstance(values, np.ndarray):
+        values = values.reshape(-1).tolist()
+    elif np.ndim(values) == 0:
+        values = [values]
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{what}[{i}] is {value!r}: give integers")
+        out.append(int(value))
+    return out
+
+
+def _checked_destinations(addresses, sizes) -> None:
+    for d, (address, size) in enumerate(zip(addresses, sizes)):
+        if size < 0:
+            raise ValueError(f"destination {d} has a negative size ({size} bytes)")
+        if size > 0 and not MIN_ADDRESS <= address < ADDRESS_LIMIT:
+            raise ValueError(f"destination {d}: address {address:#x} cannot be memory of this process "
+                             f"(user memory lies in [{MIN_ADDRESS:#x}, {ADDRESS_LIMIT:#x})); give a "
+                             "tensor's data_ptr() or an address an IPC handle was opened at")
+
+
+def _write_ends(rows: np.ndarray, count: int) -> np.ndarray:
+    """Per destination, the end of the farthest byte its rows write (0: none)."""
+    ends = np.zeros(count, np.int64)
+    np.maximum.at(ends, rows[:, 1], rows[:, 3] + rows[:, 4])
+    return ends
+
+
+def _checked_alignment(srcs, addresses, rows: np.ndarray, alignment) -> None:
+    """Each destination's address is a multiple of `alignment`; None: of the largest item size
+    among the sources that write into it."""
+    if alignment is None:
+        itemsizes = np.array([np.dtype(s.dtype).itemsize for s in srcs], np.int64)
+        needed = np.ones(len(addresses), np.int64)
+        np.maximum.at(needed, rows[:, 1], itemsizes[rows[:, 0]])
+    else:
+        if isinstance(alignment, bool) or not isinstance(alignment, (int, np.integer)) or alignment < 1:
+            raise ValueError(f"alignment must be a positive integer, got {alignment!r}")
+        needed = np.full(len(addresses), int(alignment), np.int64)
+    for d, address in enumerate(addresses):
+        if address % int(needed[d]):
+            raise ValueError(f"destination {d}: address {address:#x} is not a multiple of {int(needed[d])} "
+                             "(the item size of the sources written into it; pass alignment= to say "
+                             "otherwise)")
+
+
+def _platform(srcs) -> str:
+    """Where the call will run: the sources' platform; inside `jit` (tracers), JAX's default."""
+    for source in srcs:
+        sharding = getattr(source, "sharding", None)
+        if sharding is not None and not isinstance(source, jax.core.Tracer):
+            return next(iter(sharding.device_set)).platform
+    return jax.default_backend()
+
+
+def _bounded_by_allocations(addresses, ends: np.ndarray) -> None:
+    """On CUDA: every destination's rows end inside the device memory that holds its address
+    (its cudaMalloc allocation, or the mapped run of a virtual-memory reservation)."""
+    for d, (address, end) in enumerate(zip(addresses, ends.tolist())):
+        if end == 0:
+            continue
+        try:
+            extent = core.cuda.extent_at(address, end)
+        except RuntimeError as error:
+            raise ValueError(f"destination {d} (address {address:#x}): {error}") from None
+        if extent < end:
+            raise ValueError(f"destination {d}: rows write {end} bytes from address {address:#x}, but "
+                             f"its allocation ends {extent} bytes after that address: the rows or "
+                             "destination_bytes are larger than the tensor's memory")
+
+
 def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
-                              bulk_bytes: int | None = None) -> jax.Array:
+                              bulk_bytes: int | None = None, alignment: int | None = None) -> jax.Array:
     """Copies rows (src_index, dst_index, src_offset, dst_offset, bytes) from the arrays `srcs`
     into memory XLA does not own: destination d is `destination_bytes[d]` bytes at address
     `addresses[d]` on the sources' device (a PyTorch tensor's `data_ptr()`, a buffer opened
     through CUDA IPC). One custom call; on CUDA one kernel launch for the short rows and one
-    driver copy per row of at least `bulk_bytes` (None: BULK_BYTES, read at each call). Returns a token (a uint8 scalar whose value
-    means nothing): the copy is done when the token is ready.
+    driver copy per row of at least `bulk_bytes` (None: BULK_BYTES, read at each call). Returns
+    a token (a uint8 scalar whose value means nothing): the copy is done when the token is ready.
 
-    The caller keeps the destination memory alive and unused by others until then; nothing
-    here can check an address, only the sizes it is given. At most MAX_BUFFERS_PER_SIDE
-    sources and destinations per call; `segments` must be concrete.
+    Checked before anything runs (ValueError naming the input): addresses and sizes are
+    integers, sizes not negative, each address of a non-empty destination in
+    [MIN_ADDRESS, ADDRESS_LIMIT) and a multiple of `alignment` (None: the largest item size of
+    the sources written into it), the rows in bounds of the sizes given. On CUDA each
+    destination's rows must also end inside the device memory that holds its address (asked
+    of the driver once, when the call is traced or built, not at each run).
+    What cannot be checked on the CPU: whether an address is memory of this process, and how
+    far it extends. There, a wrong address or a size past the end of a buffer writes over other
+    memory or kills the process; the caller answers for them. On CUDA, sub-allocated memory
+    (PyTorch's caching allocator) is bounded by its block, not by the tensor. Inside `jit` the
+    platform is JAX's default backend.
+
+    The caller keeps the destination memory alive and unused by others until the token is
+    ready. At most MAX_BUFFERS_PER_SIDE sources and destinations per call; `segments` must be
+    concrete.
     """
     _ffi.register_targets()
     srcs = list(srcs)
     if not srcs:
         raise ValueError("segment_copy_to_addresses needs at least one source array")
-    addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
-    sizes = np.asarray(destination_bytes, dtype=np.int64).reshape(-1)
-    if len(addresses) != len(sizes):
-        raise ValueError(f"{len(addresses)} addresses but {len(sizes)} destination sizes: give one of each")
-    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(addresses) > MAX_BUFFERS_PER_SIDE:
-        raise ValueError(f"{len(srcs)} sources and {len(addresses)} destinations: at most "
+    address_list = _integers(addresses, "addresses")
+    size_list = _integers(destination_bytes, "destination_bytes")
+    if len(address_list) != len(size_list):
+        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
+    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
+        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
                          f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
+    _checked_destinations(address_list, size_list)
     src_bytes = [_nbytes(s) for s in srcs]
-    rows = prepare_buffer_segments(segments, src_bytes, sizes.tolist(), max_piece=_WHOLE)
+    rows = prepare_buffer_segments(segments, src_bytes, size_list, max_piece=_WHOLE)
+    _checked_alignment(srcs, address_list, rows, alignment)
+    if _platform(srcs) == "gpu":
+        _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
     bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
-    table = prepare_buffer_segments(short, src_bytes, sizes.tolist())
+    table = prepare_buffer_segments(short, src_bytes, size_list)
     # Not has_side_effect: an effect would keep every call of the jitted function off JAX's C++
     # dispatch path (5x the dispatch time for a few thousand operands). The token is what keeps
     # the call alive: return it from the jitted function (or use it) and wait for it.
     call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY_TO_ADDRESSES, jax.ShapeDtypeStruct((), np.uint8))
     operand = _table_beside(srcs[0], table.view(np.uint32))
-    return call(operand, *srcs, addresses=addresses, destination_bytes=sizes, bulk=bulk.reshape(-1))
+    return call(operand, *srcs, addresses=np.array(address_list, np.int64),
+                destination_bytes=np.array(size_list, np.int64), bulk=bulk.reshape(-1))

@@ -253,15 +253,13 @@ class Layout:
         shape) gives each device's process; else `device // devices_per_process`;
         else process 0 for all.
         """
-        from .from_jax import mesh_layout  # local import: from_jax imports this module
-        return mesh_layout(device_ids, axis_names, spec, shape, dtype, processes, devices_per_process)
+        return _mesh_layout(device_ids, axis_names, spec, shape, dtype, processes, devices_per_process)
 
     @classmethod
     def from_sharding(cls, sharding, shape, dtype) -> "Layout":
         """The layout of a JAX sharding (NamedSharding analytically, any other through
         `devices_indices_map`)."""
-        from .from_jax import sharding_layout
-        return sharding_layout(sharding, shape, dtype)
+        return _sharding_layout(sharding, shape, dtype)
 
     @classmethod
     def of(cls, array) -> "Layout":
@@ -302,7 +300,105 @@ def _split_layout(shape, dtype, owners, splits: dict[int, int], what: str) -> "L
     spec = [None] * len(shape)
     for dim in splits:
         spec[dim % len(shape)] = f"split{dim}"
-    from .from_jax import mesh_layout
-    base = mesh_layout(ids, names, tuple(spec), shape, dtype, processes=np.zeros_like(ids))
-    # mesh_layout lists owners in the mesh's row-major order, which is `owners`' order here.
+    base = _mesh_layout(ids, names, tuple(spec), shape, dtype, processes=np.zeros_like(ids))
+    # _mesh_layout lists owners in the mesh's row-major order, which is `owners`' order here.
     return Layout(shape, dtype, owners, base.starts, base.sizes, base.box_of_owner)
+
+
+# -- from JAX meshes and shardings: the mesh computation needs only an array of device ids and
+# the axis names, so a layout over thousands of devices is computed without those devices.
+
+def _spec_axes(spec, ndim: int, axis_names: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The mesh axes that split each tensor dimension, checked."""
+    entries = tuple(spec) if spec is not None else ()
+    if len(entries) > ndim:
+        raise LayoutError(f"PartitionSpec {spec} has {len(entries)} entries for a tensor of rank {ndim}")
+    used: set[str] = set()
+    axes = []
+    for dim in range(ndim):
+        entry = entries[dim] if dim < len(entries) else None
+        if entry is None:
+            names: tuple = ()
+        elif isinstance(entry, str):
+            names = (entry,)
+        elif isinstance(entry, (tuple, list)):
+            names = tuple(entry)
+        else:
+            raise LayoutError(f"PartitionSpec {spec}: entry {entry!r} for dimension {dim} is not a mesh "
+                              "axis name, a tuple of them, or None (UNCONSTRAINED specs have no layout)")
+        for name in names:
+            if name not in axis_names:
+                raise LayoutError(f"PartitionSpec {spec} names mesh axis {name!r}, which the mesh "
+                                  f"(axes {axis_names}) does not have")
+            if name in used:
+                raise LayoutError(f"PartitionSpec {spec} uses mesh axis {name!r} twice")
+            used.add(name)
+        axes.append(names)
+    return axes
+
+
+def _mesh_layout(device_ids, axis_names, spec, shape, dtype, processes=None,
+                 devices_per_process: int | None = None) -> Layout:
+    ids = np.asarray(device_ids, dtype=np.int64)
+    axis_names = tuple(axis_names)
+    if ids.ndim != len(axis_names):
+        raise LayoutError(f"mesh of shape {ids.shape} needs {ids.ndim} axis names, got {axis_names}")
+    if len(np.unique(ids)) != ids.size:
+        raise LayoutError("the mesh names a device id twice")
+    if processes is not None:
+        procs = np.asarray(processes, dtype=np.int64)
+        if procs.shape != ids.shape:
+            raise LayoutError(f"processes has shape {procs.shape}; the mesh has shape {ids.shape}: "
+                              "give a process for every device of the mesh")
+    elif devices_per_process:
+        procs = ids // int(devices_per_process)
+    else:
+        procs = np.zeros_like(ids)
+    shape = tuple(int(n) for n in shape)
+    sizes_of_axis = dict(zip(axis_names, ids.shape))
+    coords = np.indices(ids.shape).reshape(ids.ndim, -1).T  # (devices, mesh axes), row-major
+    n = ids.size
+    starts = np.zeros((n, len(shape)), dtype=np.int64)
+    extents = np.zeros((n, len(shape)), dtype=np.int64)
+    for dim, names in enumerate(_spec_axes(spec, len(shape), axis_names)):
+        index = np.zeros(n, dtype=np.int64)
+        parts = 1
+        for name in names:  # the first named axis is the most significant
+            axis = axis_names.index(name)
+            index = index * sizes_of_axis[name] + coords[:, axis]
+            parts *= sizes_of_axis[name]
+        chunk = -(-shape[dim] // parts) if parts else 0
+        lo = np.minimum(index * chunk, shape[dim])
+        starts[:, dim] = lo
+        extents[:, dim] = np.minimum(lo + chunk, shape[dim]) - lo
+    if not shape:  # a scalar: one box, every device a replica
+        boxes, box_of_owner = np.zeros((1, 0), np.int64), np.zeros(n, np.int64)
+    else:
+        boxes, box_of_owner = np.unique(np.concatenate([starts, extents], axis=1), axis=0,
+                                        return_inverse=True)
+    owners = list(zip(procs.reshape(-1).tolist(), ids.reshape(-1).tolist()))
+    return Layout(shape, dtype, owners, boxes[:, :len(shape)], boxes[:, len(shape):],
+                  np.asarray(box_of_owner).reshape(-1))
+
+
+def _sharding_layout(sharding, shape, dtype) -> Layout:
+    import jax
+
+    shape = tuple(int(n) for n in shape)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        devices = np.asarray(sharding.mesh.devices)
+        ids = np.vectorize(lambda d: d.id, otypes=[np.int64])(devices)
+        procs = np.vectorize(lambda d: d.process_index, otypes=[np.int64])(devices)
+        return _mesh_layout(ids, sharding.mesh.axis_names, sharding.spec, shape, dtype, processes=procs)
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return Layout.single(shape, dtype, (device.process_index, device.id))
+    boxes = {}
+    for device, index in sharding.devices_indices_map(shape).items():
+        start, size = [], []
+        for s, n in zip(index, shape):
+            lo, hi, _ = s.indices(n)
+            start.append(lo)
+            size.append(max(hi - lo, 0))
+        boxes[(device.process_index, device.id)] = (start, size)
+    return Layout.from_boxes(shape, dtype, boxes)

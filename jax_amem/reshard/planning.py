@@ -10,11 +10,12 @@ options) and the owner; a failure leaves the cache as it was.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Mapping
 
 from .from_jax import layouts_of
-from .layout import Layout, Owner
+from .layout import Layout, LayoutError, Owner
 from .lowering import lower
 from .plan import Plan
 from .problem import Problem
@@ -51,6 +52,9 @@ class Planner:
     def __init__(self, sources, destinations, rules=None, *, split_bytes: int = DEFAULT_SPLIT_BYTES):
         src = _as_layouts(sources, "sources")
         dst = _as_layouts(destinations, "destinations")
+        for name, layout in [*src.items(), *dst.items()]:  # byte offsets are int64 from here on
+            if math.prod(layout.shape) * layout.dtype.itemsize >= 2**63:
+                raise LayoutError(f"tensor {name!r} of shape {layout.shape} ({layout.dtype}) has more bytes than int64 counts")
         pieces = lower(rules, src, dst)
         if split_bytes < 1:
             raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")

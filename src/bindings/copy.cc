@@ -65,6 +65,8 @@ void BindCopy(nb::module_& root) {
       "segments writing the same destination byte) and splits long segments into pieces "
       "that balance one kernel launch. Raises ValueError naming the first bad row.");
   m.attr("MAX_BUFFERS_PER_SIDE") = copy::kMaxBuffersPerSide;
+  m.attr("MIN_ADDRESS") = copy::kMinAddress;
+  m.attr("ADDRESS_LIMIT") = copy::kAddressLimit;
   m.def(
       "prepare_buffer_segments",
       [](SegmentArray segments, std::vector<int64_t> src_bytes, std::vector<int64_t> dst_bytes,

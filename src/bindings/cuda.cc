@@ -4,13 +4,11 @@
 #include "bindings/bindings.h"
 #include "bindings/driver_helpers.h"
 #include "cuda/driver_api.h"
+#include "cuda/pointers.h"
 
 namespace nb = nanobind;
 
 namespace amem::bindings {
-namespace {
-
-}  // namespace
 
 void BindCuda(nb::module_& root) {
   nb::module_ m = root.def_submodule("cuda", "CUDA driver API, loaded at run time");
@@ -38,6 +36,18 @@ void BindCuda(nb::module_& root) {
         return count;
       },
       "Number of CUDA devices visible to this process.");
+  m.def(
+      "extent_at",
+      [](uint64_t address, uint64_t limit) {
+        uint64_t bytes = 0;
+        Raise(cuda::ExtentAt(address, limit, &bytes));
+        return bytes;
+      },
+      nb::arg("address"), nb::arg("limit") = uint64_t{1} << 62,
+      "Bytes from `address` to the end of the device memory that holds it: its cudaMalloc "
+      "allocation, or the mapped pieces of a virtual-memory reservation (expandable segments, "
+      "pools) that follow it without a gap, walked until `limit`. RuntimeError when the driver "
+      "does not know the address. Creates no CUDA context.");
   m.def(
       "mem_get_info",
       [](int ordinal) {

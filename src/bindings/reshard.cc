@@ -24,13 +24,38 @@ Out ToNumpy(std::vector<int64_t> values, size_t columns) {
   return Out(owned->data(), {owned->size() / columns, columns}, owner);
 }
 
-// Rows of an array, after checking it has `columns` columns (1: a vector).
-int64_t Rows(const In& a, size_t columns, const char* name) {
-  const size_t total = a.size();
-  if (columns == 0 || total % columns != 0 || (a.ndim() == 2 && a.shape(1) != columns)) {
-    throw nb::value_error((std::string("reshard.plan: array ") + name + " has the wrong shape").c_str());
+// A field of the problem: an int64 C-contiguous array of `columns` columns (1: a vector),
+// read by name so that Python and C++ never depend on an order of arguments.
+struct Field {
+  const int64_t* data;
+  int64_t rows;
+};
+
+Field Get(const nb::dict& problem, const char* name, size_t columns) {
+  if (!problem.contains(name)) {
+    throw nb::key_error((std::string("reshard.plan: the problem has no field ") + name).c_str());
   }
-  return static_cast<int64_t>(total / columns);
+  In array;
+  if (!nb::try_cast(problem[name], array, /*convert=*/false)) {
+    throw nb::type_error((std::string("reshard.plan: field ") + name +
+                          " must be a C-contiguous int64 numpy array").c_str());
+  }
+  const size_t total = array.size();
+  if (total % columns != 0 || (array.ndim() == 2 && array.shape(1) != columns)) {
+    throw nb::value_error((std::string("reshard.plan: field ") + name + " has the wrong shape").c_str());
+  }
+  return {array.data(), static_cast<int64_t>(total / columns)};
+}
+
+// The field, after checking it has `rows` rows.
+const int64_t* GetRows(const nb::dict& problem, const char* name, size_t columns, int64_t rows) {
+  Field field = Get(problem, name, columns);
+  if (field.rows != rows) {
+    throw nb::value_error((std::string("reshard.plan: field ") + name + " has " +
+                           std::to_string(field.rows) + " rows, not " + std::to_string(rows))
+                              .c_str());
+  }
+  return field.data;
 }
 
 }  // namespace
@@ -40,49 +65,43 @@ void BindReshard(nb::module_& root) {
   m.attr("RANK") = reshard::kRank;
   m.def(
       "plan",
-      [](In owners, In layout_shape, In box_begin, In box_start, In box_size, In rep_begin, In rep_owner,
-         In src_layout, In dst_layout, In dst_itemsize, In view_src, In view_perm, In view_itemsize,
-         In piece_dst, In piece_view, In piece_dst_start, In piece_src_start, In piece_size,
-         int64_t split_bytes, int64_t owner) {
+      [](const nb::dict& problem, int64_t split_bytes, int64_t owner) {
         constexpr size_t R = reshard::kRank;
         reshard::Problem pb;
-        pb.owners = owners.data();
-        pb.num_owners = Rows(owners, 2, "owners");
-        pb.layout_shape = layout_shape.data();
-        pb.num_layouts = Rows(layout_shape, R, "layout_shape");
-        if (Rows(box_begin, 1, "box_begin") != pb.num_layouts + 1) throw nb::value_error("box_begin length");
-        pb.box_begin = box_begin.data();
-        pb.box_start = box_start.data();
-        pb.num_boxes = Rows(box_start, R, "box_start");
-        if (Rows(box_size, R, "box_size") != pb.num_boxes) throw nb::value_error("box_size rows");
-        pb.box_size = box_size.data();
-        if (Rows(rep_begin, 1, "rep_begin") != pb.num_boxes + 1) throw nb::value_error("rep_begin length");
-        pb.rep_begin = rep_begin.data();
-        pb.rep_owner = rep_owner.data();
-        pb.num_reps = Rows(rep_owner, 1, "rep_owner");
-        pb.src_layout = src_layout.data();
-        pb.num_src = Rows(src_layout, 1, "src_layout");
-        pb.dst_layout = dst_layout.data();
-        pb.num_dst = Rows(dst_layout, 1, "dst_layout");
-        if (Rows(dst_itemsize, 1, "dst_itemsize") != pb.num_dst) throw nb::value_error("dst_itemsize length");
-        pb.dst_itemsize = dst_itemsize.data();
-        pb.view_src = view_src.data();
-        pb.num_views = Rows(view_src, 1, "view_src");
-        if (Rows(view_perm, R, "view_perm") != pb.num_views || Rows(view_itemsize, 1, "view_itemsize") != pb.num_views) {
-          throw nb::value_error("view arrays differ in length");
-        }
-        pb.view_perm = view_perm.data();
-        pb.view_itemsize = view_itemsize.data();
-        pb.num_pieces = Rows(piece_dst, 1, "piece_dst");
-        if (Rows(piece_view, 1, "piece_view") != pb.num_pieces || Rows(piece_dst_start, R, "piece_dst_start") != pb.num_pieces ||
-            Rows(piece_src_start, R, "piece_src_start") != pb.num_pieces || Rows(piece_size, R, "piece_size") != pb.num_pieces) {
-          throw nb::value_error("piece arrays differ in length");
-        }
-        pb.piece_dst = piece_dst.data();
-        pb.piece_view = piece_view.data();
-        pb.piece_dst_start = piece_dst_start.data();
-        pb.piece_src_start = piece_src_start.data();
-        pb.piece_size = piece_size.data();
+        Field owners = Get(problem, "owners", 2);
+        pb.owners = owners.data;
+        pb.num_owners = owners.rows;
+        Field layout_shape = Get(problem, "layout_shape", R);
+        pb.layout_shape = layout_shape.data;
+        pb.num_layouts = layout_shape.rows;
+        pb.box_begin = GetRows(problem, "box_begin", 1, pb.num_layouts + 1);
+        Field box_start = Get(problem, "box_start", R);
+        pb.box_start = box_start.data;
+        pb.num_boxes = box_start.rows;
+        pb.box_size = GetRows(problem, "box_size", R, pb.num_boxes);
+        pb.rep_begin = GetRows(problem, "rep_begin", 1, pb.num_boxes + 1);
+        Field rep_owner = Get(problem, "rep_owner", 1);
+        pb.rep_owner = rep_owner.data;
+        pb.num_reps = rep_owner.rows;
+        Field src_layout = Get(problem, "src_layout", 1);
+        pb.src_layout = src_layout.data;
+        pb.num_src = src_layout.rows;
+        Field dst_layout = Get(problem, "dst_layout", 1);
+        pb.dst_layout = dst_layout.data;
+        pb.num_dst = dst_layout.rows;
+        pb.dst_itemsize = GetRows(problem, "dst_itemsize", 1, pb.num_dst);
+        Field view_src = Get(problem, "view_src", 1);
+        pb.view_src = view_src.data;
+        pb.num_views = view_src.rows;
+        pb.view_perm = GetRows(problem, "view_perm", R, pb.num_views);
+        pb.view_itemsize = GetRows(problem, "view_itemsize", 1, pb.num_views);
+        Field piece_dst = Get(problem, "piece_dst", 1);
+        pb.piece_dst = piece_dst.data;
+        pb.num_pieces = piece_dst.rows;
+        pb.piece_view = GetRows(problem, "piece_view", 1, pb.num_pieces);
+        pb.piece_dst_start = GetRows(problem, "piece_dst_start", R, pb.num_pieces);
+        pb.piece_src_start = GetRows(problem, "piece_src_start", R, pb.num_pieces);
+        pb.piece_size = GetRows(problem, "piece_size", R, pb.num_pieces);
         if (split_bytes < 1) throw nb::value_error("split_bytes must be >= 1");
         pb.split_bytes = split_bytes;
         reshard::PlanTables tables;
@@ -95,8 +114,10 @@ void BindReshard(nb::module_& root) {
         return std::make_pair(ToNumpy(std::move(tables.transfers), reshard::kTransferColumns),
                               ToNumpy(std::move(tables.blocks), reshard::kBlockColumns));
       },
-      "Plans the problem laid out by jax_amem.reshard.problem (owner < 0: the global plan). "
-      "Returns (transfers (T, 7), blocks (B, 9)) int64.");
+      nb::arg("problem"), nb::arg("split_bytes"), nb::arg("owner"),
+      "Plans the problem laid out by jax_amem.reshard.problem: `problem` maps each field's name "
+      "(owners, layout_shape, box_begin, ...) to a C-contiguous int64 array; owner < 0: the "
+      "global plan. Returns (transfers (T, 7), blocks (B, 9)) int64.");
 }
 
 }  // namespace amem::bindings

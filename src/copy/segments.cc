@@ -16,8 +16,8 @@ std::string Row(int64_t index, const Segment& s) {
 
 }  // namespace
 
-Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_bytes,
-                        int64_t dst_bytes) {
+Status CheckSegmentsInBounds(const Segment* segments, int64_t count, int64_t src_bytes,
+                             int64_t dst_bytes) {
   for (int64_t i = 0; i < count; ++i) {
     const Segment& s = segments[i];
     if (s.bytes <= 0) return Status::Error(Row(i, s) + ": bytes must be positive");
@@ -29,6 +29,14 @@ Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_byte
       return Status::Error(Row(i, s) + ": writes outside the destination buffer of " +
                            std::to_string(dst_bytes) + " bytes");
     }
+  }
+  return Status::Ok();
+}
+
+Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_bytes,
+                        int64_t dst_bytes) {
+  if (Status bounded = CheckSegmentsInBounds(segments, count, src_bytes, dst_bytes); !bounded.ok()) {
+    return bounded;
   }
   std::vector<int64_t> order(count);
   std::iota(order.begin(), order.end(), 0);
@@ -56,9 +64,9 @@ std::string BufferRow(int64_t index, const BufferSegment& s) {
 
 }  // namespace
 
-Status ValidateBufferSegments(const BufferSegment* segments, int64_t count,
-                              const std::vector<int64_t>& src_bytes,
-                              const std::vector<int64_t>& dst_bytes) {
+Status CheckBufferSegmentsInBounds(const BufferSegment* segments, int64_t count,
+                                   const std::vector<int64_t>& src_bytes,
+                                   const std::vector<int64_t>& dst_bytes) {
   const auto sources = static_cast<int64_t>(src_bytes.size());
   const auto destinations = static_cast<int64_t>(dst_bytes.size());
   if (sources > kMaxBuffersPerSide || destinations > kMaxBuffersPerSide) {
@@ -85,6 +93,16 @@ Status ValidateBufferSegments(const BufferSegment* segments, int64_t count,
                            std::to_string(s.dst_index) + " of " +
                            std::to_string(dst_bytes[s.dst_index]) + " bytes");
     }
+  }
+  return Status::Ok();
+}
+
+Status ValidateBufferSegments(const BufferSegment* segments, int64_t count,
+                              const std::vector<int64_t>& src_bytes,
+                              const std::vector<int64_t>& dst_bytes) {
+  if (Status bounded = CheckBufferSegmentsInBounds(segments, count, src_bytes, dst_bytes);
+      !bounded.ok()) {
+    return bounded;
   }
   std::vector<int64_t> order(count);
   std::iota(order.begin(), order.end(), 0);

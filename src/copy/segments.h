@@ -24,9 +24,13 @@ static_assert(sizeof(Segment) == 3 * sizeof(int64_t), "Segment must be three pac
 // mix of segment sizes. A multiple of 16 so that split points keep alignment.
 constexpr int64_t kMaxPieceBytes = 256 * 1024;
 
-// Checks that every segment is inside both buffers, has positive length, and
-// that no two segments write the same destination byte (parallel writers
-// would race). The message names the first offending row.
+// Checks that every segment is inside both buffers and has positive length: what a copy
+// needs to stay inside its memory. The message names the first offending row.
+Status CheckSegmentsInBounds(const Segment* segments, int64_t count, int64_t src_bytes,
+                             int64_t dst_bytes);
+
+// CheckSegmentsInBounds, and no two segments write the same destination byte
+// (parallel writers would race). The message names the first offending row.
 Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_bytes,
                         int64_t dst_bytes);
 
@@ -51,8 +55,19 @@ static_assert(sizeof(BufferSegment) == 6 * sizeof(int64_t), "BufferSegment must 
 // receives the pointers as a launch parameter (8 KiB), not through memory.
 constexpr int64_t kMaxBuffersPerSide = 512;
 
-// As ValidateSegments, per buffer: indices in range, every row inside its two
-// buffers, no two rows writing the same byte of one destination buffer.
+// Destination addresses a copy by address accepts: below 64 KiB lies the null page and what
+// Linux never maps (vm.mmap_min_addr), and user-space addresses of x86-64 and AArch64 (57-bit
+// at most, negative values none) stay below 2^56. Anything else is not memory of this process.
+constexpr int64_t kMinAddress = int64_t{1} << 16;
+constexpr int64_t kAddressLimit = int64_t{1} << 56;
+
+// As CheckSegmentsInBounds, per buffer: at most kMaxBuffersPerSide buffers a side, indices
+// in range, the sixth column 0, every row inside its two buffers.
+Status CheckBufferSegmentsInBounds(const BufferSegment* segments, int64_t count,
+                                   const std::vector<int64_t>& src_bytes,
+                                   const std::vector<int64_t>& dst_bytes);
+
+// CheckBufferSegmentsInBounds, and no two rows write the same byte of one destination buffer.
 Status ValidateBufferSegments(const BufferSegment* segments, int64_t count,
                               const std::vector<int64_t>& src_bytes,
                               const std::vector<int64_t>& dst_bytes);

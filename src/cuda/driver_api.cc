@@ -43,6 +43,7 @@ Loaded LoadDriver() {
   ok &= Bind(library, "cuDeviceGetAttribute", a.cuDeviceGetAttribute, w);
   ok &= Bind(library, "cuDevicePrimaryCtxRetain", a.cuDevicePrimaryCtxRetain, w);
   ok &= Bind(library, "cuDevicePrimaryCtxRelease_v2", a.cuDevicePrimaryCtxRelease, w);
+  ok &= Bind(library, "cuDevicePrimaryCtxGetState", a.cuDevicePrimaryCtxGetState, w);
   ok &= Bind(library, "cuCtxPushCurrent_v2", a.cuCtxPushCurrent, w);
   ok &= Bind(library, "cuCtxPopCurrent_v2", a.cuCtxPopCurrent, w);
   ok &= Bind(library, "cuCtxSynchronize", a.cuCtxSynchronize, w);

@@ -20,6 +20,10 @@ struct IpcMemHandle {
 constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;     // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 constexpr int kPointerAttributeDeviceOrdinal = 9;         // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr int kPointerAttributeIsLegacyIpcCapable = 10;   // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+constexpr int kPointerAttributeRangeStart = 11;           // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR (reserved range)
+constexpr int kPointerAttributeRangeSize = 12;            // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr int kPointerAttributeMappingSize = 18;          // CU_POINTER_ATTRIBUTE_MAPPING_SIZE
+constexpr int kPointerAttributeMappingBaseAddress = 19;   // CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
 constexpr CUresult kErrorInvalidContext = 201;            // CUDA_ERROR_INVALID_CONTEXT
 
 // One pointer per driver entry point jax-amem calls. Filled once by Driver().
@@ -32,6 +36,7 @@ struct DriverApi {
   CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* context, CUdevice device);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device);
+  CUresult (*cuDevicePrimaryCtxGetState)(CUdevice device, unsigned* flags, int* active);
   CUresult (*cuCtxPushCurrent)(CUcontext context);
   CUresult (*cuCtxPopCurrent)(CUcontext* context);
   CUresult (*cuCtxSynchronize)();
@@ -53,7 +58,8 @@ struct DriverApi {
   CUresult (*cuStreamQuery)(CUstream stream);  // 0 when done, 600 (not ready) while running
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes);
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes);
-  // CUDA IPC (swap/ipc.py): export an allocation, map another process's into this one.
+  // CUDA IPC (cuda/ipc.cc): export an allocation, map another process's into this one;
+  // and what the driver knows of a pointer (cuda/pointers.cc, cuda/ipc.cc).
   CUresult (*cuIpcGetMemHandle)(IpcMemHandle* handle, CUdeviceptr pointer);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr* pointer, IpcMemHandle handle, unsigned flags);
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr pointer);
@@ -68,7 +74,9 @@ const DriverApi* Driver(std::string* why = nullptr);
 // Status for a driver call: "<what>: <driver's error name and text>".
 Status Check(CUresult result, const char* what);
 
-// Makes `ordinal`'s primary context current for the lifetime of the guard.
+// Makes `ordinal`'s primary context current for the lifetime of the guard. Retaining it
+// creates it when the device has none yet (hundreds of MiB of device memory): use it only for
+// a device the process works on.
 class ScopedDeviceContext {
  public:
   explicit ScopedDeviceContext(int ordinal);

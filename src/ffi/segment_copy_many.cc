@@ -1,0 +1,92 @@
+// jax_amem_segment_copy_many: rows between many arrays, one call (one kernel launch on CUDA).
+//
+// Operands: (segments: uint32[n, 12], sources..., destinations...); attribute `sources` says
+// how many operands after the table are sources. Rows are copy::BufferSegment (src_index,
+// dst_index, src_offset, dst_offset, bytes, 0) as uint32 pairs. Results: one per destination,
+// aliased to it (input_output_aliases), so every destination is written in place.
+// Caller: jax_amem.copy.segment_copy_many.
+#include <utility>
+
+#include "copy/copy_cpu.h"
+#include "copy/copy_cuda.h"
+#include "ffi/buffers.h"
+#include "ffi/rows.h"
+#include "ffi/target.h"
+
+namespace ffi = xla::ffi;
+
+namespace amem::ffi_adapter {
+namespace {
+
+constexpr char kWhat[] = "segment_copy_many";  // in messages: the Python function that calls it
+
+ffi::Error SegmentCopyManyCpu(ffi::Buffer<ffi::U32> segments, ffi::RemainingArgs args,
+                              ffi::RemainingRets rets, int64_t sources) {
+  ManyBuffers buffers;
+  if (ffi::Error decoded = DecodeManyBuffers(args, rets, sources, kWhat, &buffers); decoded.failure()) {
+    return decoded;
+  }
+  if (ffi::Error whole = WholeRows<copy::BufferSegment>(segments, kWhat); whole.failure()) return whole;
+  const auto rows = RowsOf<copy::BufferSegment>(segments);
+  if (ffi::Error bounded = InBounds(rows, buffers.source_bytes, buffers.destination_bytes);
+      bounded.failure()) {
+    return bounded;
+  }
+  std::vector<const char*> from;
+  std::vector<char*> to;
+  for (const ffi::AnyBuffer& source : buffers.sources) {
+    from.push_back(static_cast<const char*>(source.untyped_data()));
+  }
+  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
+    KeepUnwrittenBytesOnHost(buffers.inputs[d], buffers.outputs[d]);
+    to.push_back(static_cast<char*>(buffers.outputs[d].untyped_data()));
+  }
+  copy::CopyBufferSegmentsOnHost(from.data(), to.data(), rows.data, rows.count);
+  return ffi::Error::Success();
+}
+
+// The table is in device memory: the kernel skips rows outside the buffers. The number of
+// buffers is still checked: the kernel takes their pointers by value, kMaxBuffersPerSide a side.
+ffi::Error SegmentCopyManyCuda(CUstream stream, ffi::Buffer<ffi::U32> segments,
+                               ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t sources) {
+  ManyBuffers buffers;
+  if (ffi::Error decoded = DecodeManyBuffers(args, rets, sources, kWhat, &buffers); decoded.failure()) {
+    return decoded;
+  }
+  if (static_cast<int64_t>(buffers.sources.size()) > copy::kMaxBuffersPerSide ||
+      static_cast<int64_t>(buffers.outputs.size()) > copy::kMaxBuffersPerSide) {
+    return ffi::Error::InvalidArgument(std::string(kWhat) + ": more than " +
+                                       std::to_string(copy::kMaxBuffersPerSide) +
+                                       " buffers on one side; split the call");
+  }
+  copy::BufferPointers pointers{};
+  for (size_t s = 0; s < buffers.sources.size(); ++s) {
+    pointers.sources[s] = static_cast<const char*>(buffers.sources[s].untyped_data());
+  }
+  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
+    if (ffi::Error kept = KeepUnwrittenBytesOnDevice(stream, buffers.inputs[d], buffers.outputs[d]);
+        kept.failure()) {
+      return kept;
+    }
+    pointers.destinations[d] = static_cast<char*>(buffers.outputs[d].untyped_data());
+  }
+  const auto rows = RowsOf<copy::BufferSegment>(segments);
+  return ToFfiError(copy::LaunchBufferSegmentCopy(stream, pointers, rows.data, rows.count));
+}
+
+// The operands, results and attribute both handlers take, after what precedes them (CUDA: the stream).
+template <typename Binding>
+auto ManyCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::Buffer<ffi::U32>>().RemainingArgs().RemainingRets().template Attr<int64_t>(
+      "sources");
+}
+
+XLA_FFI_DEFINE_HANDLER(kSegmentCopyManyCpu, SegmentCopyManyCpu, ManyCall(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER(kSegmentCopyManyCuda, SegmentCopyManyCuda,
+                       ManyCall(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
+
+}  // namespace
+
+AMEM_FFI_TARGET(segment_copy_many, kSegmentCopyManyCpu, kSegmentCopyManyCuda);
+
+}  // namespace amem::ffi_adapter

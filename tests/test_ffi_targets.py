@@ -1,0 +1,49 @@
+"""The FFI targets register themselves in C++ (src/ffi/target.h) and reach JAX through the
+list the module exports: every target with the platforms it has a handler for, named once."""
+
+import jax
+import numpy as np
+import pytest
+
+from jax_amem import _ffi
+from jax_amem._native import core
+
+EXPECTED = {
+    "jax_amem_segment_copy": {"cpu", "CUDA"},
+    "jax_amem_segment_copy_many": {"cpu", "CUDA"},
+    "jax_amem_segment_copy_to_addresses": {"cpu", "CUDA"},
+    "jax_amem_nccl_send_bucket": {"CUDA"},  # NCCL has no CPU path
+    "jax_amem_nccl_recv_bucket": {"CUDA"},
+}
+
+
+def test_the_module_lists_every_target_with_its_platforms():
+    targets = core.ffi.targets()
+    assert {name: set(platforms) for name, platforms in targets.items()} == EXPECTED
+
+
+def test_each_target_is_an_attribute_of_ffi_named_after_it():
+    for name in EXPECTED:
+        assert getattr(_ffi, name.removeprefix("jax_amem_").upper()) == name
+
+
+def test_registered_targets_run_on_the_cpu():
+    _ffi.register_targets()
+    _ffi.register_targets()  # idempotent
+    rows = np.array([[0, 4, 4]], np.int64).view(np.uint32)
+    call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY, jax.ShapeDtypeStruct((8,), np.uint8),
+                            input_output_aliases={1: 0})
+    out = call(np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), rows)
+    assert np.asarray(out).tolist() == [0, 0, 0, 0, 0, 1, 2, 3]
+
+
+def test_a_raw_table_of_partial_rows_is_refused_on_the_cpu():
+    """The handler reads host tables and checks only memory safety: whole rows, in bounds."""
+    _ffi.register_targets()
+    call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY, jax.ShapeDtypeStruct((8,), np.uint8),
+                            input_output_aliases={1: 0})
+    with pytest.raises(Exception, match="not a multiple of 6"):
+        call(np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), np.zeros(5, np.uint32))
+    outside = np.array([[0, 4, 8]], np.int64).view(np.uint32)
+    with pytest.raises(Exception, match="writes outside the destination buffer of 8 bytes"):
+        call(np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), outside)
