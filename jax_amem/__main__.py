@@ -30,6 +30,10 @@ def cmd_report(args) -> int:
     print(f"GPUs visible to the driver: {status.device_count}")
     print(f"NCCL interposer: {'active' if jax_amem.nccl.is_installed() else jax_amem.nccl.status()}")
     print(f"JAX devices: {jax.devices()}")
+    if not status.usable:
+        print(f"no GPU features here ({status.why_not()}): this report can show what a pause would "
+              "tag, copy to host and delete, and the NCCL interposer's state; the device memory a "
+              "pause frees needs a GPU to measure (docs/benchmarks.md has H200 figures)")
     print("\nthis process: what jax_amem.pause() would free (nothing tagged yet)")
     print(memory_view.would_free())
     if not args.no_example:
