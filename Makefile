@@ -28,7 +28,7 @@ endif
 
 # The venv with what building needs (build-system requires) and the package's dependencies.
 $(VENV)/.base: pyproject.toml $(CONSTRAINTS) scripts/deps.py
-	@echo "== $(VENV): making it from $(PYTHON) and installing the build requirements"
+	@echo "== $(VENV): making it from $(PYTHON) and installing the build requirements and jax (a minute or two on first use)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) scripts/deps.py build runtime > $(VENV)/requirements.txt
@@ -37,7 +37,7 @@ $(VENV)/.base: pyproject.toml $(CONSTRAINTS) scripts/deps.py
 
 # One extra's packages (demo, test, ...), less WITHOUT.
 $(VENV)/.extra-%: $(VENV)/.base
-	@echo "== $(VENV): installing the '$*' extra$(if $(strip $(WITHOUT)), without $(WITHOUT))"
+	@echo "== $(VENV): installing the '$*' extra$(if $(strip $(WITHOUT)), without $(WITHOUT)): $$($(PY) scripts/deps.py $* --without "$(WITHOUT)" | sed 's/[<>=!~].*//' | tr '\n' ' ')(a few minutes on first use)"
 	$(PY) scripts/deps.py $* --without "$(WITHOUT)" > $(VENV)/requirements-$*.txt
 	$(PY) -m pip install -q -c $(CONSTRAINTS) -r $(VENV)/requirements-$*.txt
 	touch $@
