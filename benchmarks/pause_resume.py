@@ -195,10 +195,13 @@ def main(argv=None) -> dict:
         print(row("bytes freed", "n/a (no GPU)"))
     print(row("pause seconds (offload+delete+trim)", f"{pause_s:.3f}"))
     print(row("resume seconds (allocate+reload)", f"{resume_s:.3f}"))
+    # The bandwidth goal is a GPU goal (a copy over PCIe against the pinned copy's speed); on CPU
+    # both sides are host memcpys and the ratio only shows the machinery runs.
+    bandwidth_goal = f">={GOAL_BANDWIDTH}" if gpu else "GPU only"
     print(row("offload GB/s vs pinned D2H copy", f"{offload:.1f}", f"{down:.1f}", offload / down,
-              f">={GOAL_BANDWIDTH}"))
+              bandwidth_goal))
     print(row("reload GB/s vs pinned H2D copy", f"{reload:.1f}", f"{up:.1f}", reload / up,
-              f">={GOAL_BANDWIDTH}"))
+              bandwidth_goal))
     print(row("offload GB/s vs jax.device_put(pinned_host)", f"{offload:.1f}", f"{jax_down:.1f}",
               offload / jax_down))
     if not args.no_step_time:

@@ -3,7 +3,7 @@
     python -P benchmarks/segment_copy.py [--gib 2] [--pieces 1,64,4096]
 
 Prints a table: for each way of cutting the same bytes into segments, the
-achieved bandwidth of jax_amem.segment_copy, the ceiling (XLA's own copy of
+achieved bandwidth of jax_amem.copy.segment_copy, the ceiling (XLA's own copy of
 the same bytes, `x ^ 1` fused into one pass, on the same device) and the ratio.
 Payload bandwidth counts bytes copied once (not read + write).
 """
@@ -46,7 +46,7 @@ def run(total_bytes: int, piece_counts: list[int], repeats: int) -> list[dict]:
     for pieces in piece_counts:
         size = (total_bytes // pieces) // 16 * 16
         table = np.array([(i * size, i * size, size) for i in range(pieces)], dtype=np.int64)
-        copy_fn = jax.jit(lambda s, d, table=table: jax_amem.segment_copy(s, d, table),
+        copy_fn = jax.jit(lambda s, d, table=table: jax_amem.copy.segment_copy(s, d, table),
                           donate_argnums=1)
         seconds = timed(lambda state: (state[0], copy_fn(*state)), (src, dst), repeats=repeats)
         dst = jnp.zeros(words, jnp.uint32)

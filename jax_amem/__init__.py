@@ -13,9 +13,9 @@ from .memory import allocator as _allocator
 _allocator.configure_at_import()  # XLA's cuda_async allocator, so pause can return its pool
 
 from . import _ffi
-from .copy import segment_copy, prepare_segments
+from . import copy  # the byte mover's primitives, by their module: jax_amem.copy.segment_copy
 from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
-from .platform import gpu_status, require_gpu
+from .platform import gpu_status  # and jax_amem.platform.require_gpu, for code that builds on it
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
 from .swapping import SwapError, SwapReport, swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
@@ -26,29 +26,17 @@ __version__ = "0.1.0"
 
 _ffi.register_targets()
 
+# The public API on one page: what a user calls, then what a user names (to annotate, to catch).
+# Primitives stay in their modules: jax_amem.copy (segment_copy, prepare_segments),
+# jax_amem.platform (require_gpu), jax_amem.reshard (layouts, plans, rules in detail).
 __all__ = [
-    "GpuUnavailableError",
-    "JaxAmemError",
-    "Layout",
-    "NativeCoreMissingError",
-    "Owner",
-    "PauseError",
-    "PauseInfo",
-    "Restored",
+    # verbs
+    "pause", "resume", "paused", "is_paused", "memory_report",
+    "swap", "plan", "to_torch",
+    "nccl", "rules",
     "gpu_status",
-    "is_paused",
-    "memory_report",
-    "pause",
-    "paused",
-    "plan",
-    "prepare_segments",
-    "require_gpu",
-    "reshard",
-    "resume",
-    "rules",
-    "segment_copy",
-    "swap",
-    "SwapError",
-    "SwapReport",
-    "to_torch",
+    # types a user names
+    "Layout", "Owner", "PauseInfo", "Restored", "SwapReport",
+    # errors
+    "JaxAmemError", "GpuUnavailableError", "NativeCoreMissingError", "PauseError", "SwapError",
 ]

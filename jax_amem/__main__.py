@@ -21,7 +21,7 @@ def cmd_report(args) -> int:
     import jax_amem
     import jax
 
-    from .rl import memory_view
+    from .demo import memory_view
 
     status = jax_amem.gpu_status()
     print(f"jax-amem {jax_amem.__version__}, jax {jax.__version__}")
@@ -30,6 +30,10 @@ def cmd_report(args) -> int:
     print(f"GPUs visible to the driver: {status.device_count}")
     print(f"NCCL interposer: {'active' if jax_amem.nccl.is_installed() else jax_amem.nccl.status()}")
     print(f"JAX devices: {jax.devices()}")
+    if not status.usable:
+        print(f"no GPU features here ({status.why_not()}): this report can show what a pause would "
+              "tag, copy to host and delete, and the NCCL interposer's state; the device memory a "
+              "pause frees needs a GPU to measure (docs/benchmarks.md has H200 figures)")
     print("\nthis process: what jax_amem.pause() would free (nothing tagged yet)")
     print(memory_view.would_free())
     if not args.no_example:
@@ -37,14 +41,15 @@ def cmd_report(args) -> int:
         try:
             print(memory_view.example_cycle())
         except ImportError as error:
-            print(f"no example ({error}): it needs flax and optax (the `test` extra)")
+            print(f"no example ({error}): it builds the demo's trainer, which needs the `demo` extra "
+                  "(pip install 'jax-amem[demo]', or `make demo`)")
     return 0
 
 
 def cmd_demo(args) -> int:
-    from . import demo
+    from .demo import cli
 
-    return demo.main(args)
+    return cli.main(args)
 
 
 def cmd_run(args) -> int:
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jax_amem", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     demo_parser = sub.add_parser("demo", help="run the main job: the RL loop (docs/demo.md)")
-    from .demo import add_arguments as add_demo_arguments
+    from .demo.cli import add_arguments as add_demo_arguments
 
     add_demo_arguments(demo_parser)
     report_parser = sub.add_parser("report", help="what this machine offers, what a pause would free")

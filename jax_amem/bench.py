@@ -23,7 +23,22 @@ def _find(name: str) -> Path | None:
     return None
 
 
+# What a run without a GPU can and cannot show, said before the tables so that a CPU figure is
+# not read as a GPU one (or as a failure).
+CPU_NOTE = """no GPU here ({why}): a CPU run shows that every benchmark runs end to end and what the
+host-side paths cost (copy loops, planning, the swap's fixed cost on tiny tensors). It cannot show
+the figures the goals are about: device memory freed by a pause, offload/reload against the
+pinned PCIe copy, NCCL pause/resume, the swap against the GPU's device copy. Those benchmarks say
+"skipped" or mark their goals "GPU only" here; their GPU figures are in docs/benchmarks.md.
+"""
+
+
 def run_all() -> int:
+    import jax_amem
+
+    status = jax_amem.gpu_status()
+    if not status.usable:
+        print(CPU_NOTE.format(why=status.why_not()))
     missing = []
     for name in BENCHMARKS:
         path = _find(name)

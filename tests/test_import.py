@@ -30,7 +30,7 @@ def test_require_gpu_raises_a_clear_error_without_gpu():
     if status.usable:
         pytest.skip("a GPU is present")
     with pytest.raises(jax_amem.GpuUnavailableError, match=r"my_feature needs an NVIDIA GPU: .+"):
-        jax_amem.require_gpu("my_feature")
+        jax_amem.platform.require_gpu("my_feature")
 
 
 def test_cuda_helpers_raise_runtime_error_without_driver():

@@ -35,21 +35,23 @@ def test_demo_quick_runs_the_loop_and_prints_the_summary():
 
 
 def demo_configs(*argv):
-    from jax_amem import __main__ as cli, demo
+    import argparse
 
-    parser = cli.argparse.ArgumentParser()
-    demo.add_arguments(parser)
-    return demo._configs(parser.parse_args(list(argv)))
+    from jax_amem.demo import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return cli._configs(parser.parse_args(list(argv)))
 
 
 def test_demo_flags_change_the_preset():
-    from jax_amem import rl
+    from jax_amem import demo
 
-    assert demo_configs() == rl.DEFAULT and demo_configs("--quick") == rl.QUICK
+    assert demo_configs() == demo.DEFAULT and demo_configs("--quick") == demo.QUICK
     policy, loop = demo_configs("--quick", "--iterations", "3", "--check-every", "2", "--seed", "5")
-    assert policy == rl.QUICK[0]
+    assert policy == demo.QUICK[0]
     assert (loop.iterations, loop.check_every, loop.seed) == (3, 2, 5)
-    assert loop.learning_rate == rl.QUICK[1].learning_rate
+    assert loop.learning_rate == demo.QUICK[1].learning_rate
 
 
 @pytest.mark.parametrize("flag, value, message", [

@@ -15,17 +15,17 @@ pytest.importorskip("optax")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from jax_amem import rl  # noqa: E402
-from jax_amem.rl.summary import first_and_last  # noqa: E402
+from jax_amem import demo  # noqa: E402
+from jax_amem.demo.summary import first_and_last  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("never_left_paused")
 
 
 @pytest.fixture(scope="module")
 def quick_run():
-    policy, loop = rl.QUICK
+    policy, loop = demo.QUICK
     seen = []
-    result = rl.run(policy, loop, on_start=lambda r: seen.append("start"),
+    result = demo.run(policy, loop, on_start=lambda r: seen.append("start"),
                     on_iteration=lambda i, r: seen.append(i))
     return result, seen
 
@@ -41,10 +41,10 @@ def test_a_short_run_learns(quick_run):
 
 def test_every_iteration_ran_every_phase(quick_run):
     result, seen = quick_run
-    n = rl.QUICK[1].iterations
+    n = demo.QUICK[1].iterations
     assert seen == ["start", *range(n)]
     assert len(result.rewards) == len(result.losses) == len(result.pauses) == len(result.swaps) == n
-    for phase in rl.PHASES:
+    for phase in demo.PHASES:
         assert len(result.phase_seconds[phase]) == n and min(result.phase_seconds[phase]) >= 0
     assert not jax_amem.is_paused()
 
@@ -67,7 +67,7 @@ def test_every_swap_wrote_all_the_parameters(quick_run):
 
 def test_the_logits_agreed_at_every_check(quick_run):
     result, _ = quick_run
-    n, every = rl.QUICK[1].iterations, rl.QUICK[1].check_every
+    n, every = demo.QUICK[1].iterations, demo.QUICK[1].check_every
     expected = sorted({i for i in range(n) if (i + 1) % every == 0} | {n - 1})
     assert [c.iteration for c in result.checks] == expected
     assert result.checks_ok
@@ -75,21 +75,21 @@ def test_the_logits_agreed_at_every_check(quick_run):
 
 def test_the_summary_reports_what_happened(quick_run):
     result, _ = quick_run
-    text = rl.summary_table(result)
+    text = demo.summary_table(result)
     first, last = first_and_last(result.rewards)
     assert f"first 6: {first:.3f}   last 6: {last:.3f}" in text
-    for phase in rl.PHASES:
+    for phase in demo.PHASES:
         assert f"\n{phase:<10}" in text
     assert "logits check: OK" in text and "swap (jax_amem.swap): 60 swaps" in text
     assert "memory during rollout" in text and f"LlamaForCausalLM on {result.rollout_device}" in text
 
 
 def test_a_batch_that_does_not_split_over_the_devices_is_refused():
-    policy, loop = rl.QUICK
+    policy, loop = demo.QUICK
     with pytest.raises(ValueError, match=r"3 prompts x 3 samples = 9\) must divide evenly over the 8"):
-        rl.run(policy, dataclasses.replace(loop, prompts_per_iteration=3, group_size=3))
+        demo.run(policy, dataclasses.replace(loop, prompts_per_iteration=3, group_size=3))
 
 
 def test_a_vocabulary_too_small_for_the_task_is_refused():
     with pytest.raises(ValueError, match="vocabulary of at least 12 tokens, got 10"):
-        rl.run(rl.PolicyConfig(vocab_size=10), rl.QUICK[1])
+        demo.run(demo.PolicyConfig(vocab_size=10), demo.QUICK[1])

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from jax_amem import reshard  # noqa: E402
-from jax_amem.rl import PolicyConfig, loop, policy, rollout, sharding, weights  # noqa: E402
-from jax_amem.rl.loop import LOGITS_TOLERANCE  # noqa: E402
+from jax_amem.demo import PolicyConfig, loop, policy, rollout, sharding, weights  # noqa: E402
+from jax_amem.demo.loop import LOGITS_TOLERANCE  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("never_left_paused")
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from jax_amem.rl.summary import first_and_last, sparkline
-from jax_amem.rl.task import BOS, SEP, SortTask
-from jax_amem.rl.train import group_advantages
+from jax_amem.demo.summary import first_and_last, sparkline
+from jax_amem.demo.task import BOS, SEP, SortTask
+from jax_amem.demo.train import group_advantages
 
 
 def prompt(*digits):

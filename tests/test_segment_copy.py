@@ -41,7 +41,7 @@ def test_matches_numpy_for_random_segments(data, src_len, dst_len):
     src = rng.integers(0, 256, src_len, dtype=np.uint8)
     dst = rng.integers(0, 256, dst_len, dtype=np.uint8)
     segments = data.draw(disjoint_segments(src_len, dst_len))
-    got = jax_amem.segment_copy(jnp.asarray(src), jnp.asarray(dst), segments)
+    got = jax_amem.copy.segment_copy(jnp.asarray(src), jnp.asarray(dst), segments)
     np.testing.assert_array_equal(np.asarray(got), numpy_oracle(src, dst, segments))
 
 
@@ -51,29 +51,29 @@ def test_mixed_dtypes_and_shapes_inside_jit_with_donation():
     # Row 1 of src (6 floats = 24 bytes) into the start of dst; element 23 into the last slot.
     segments = [(24, 0, 24), (23 * 4, 14 * 4, 4)]
     expected = numpy_oracle(np.asarray(src), np.asarray(dst), segments)
-    step = jax.jit(lambda s, d: jax_amem.segment_copy(s, d, segments), donate_argnums=1)
+    step = jax.jit(lambda s, d: jax_amem.copy.segment_copy(s, d, segments), donate_argnums=1)
     np.testing.assert_array_equal(np.asarray(step(src, dst)), expected)
 
 
 def test_long_segments_are_split_into_pieces_and_copied_whole():
     n = 3 * jax_amem.copy.MAX_PIECE_BYTES + 40
     src = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
-    table = jax_amem.prepare_segments([(0, 0, n)], n, n)
+    table = jax_amem.copy.prepare_segments([(0, 0, n)], n, n)
     assert len(table) == 4 and table[:, 2].sum() == n
-    got = jax_amem.segment_copy(jnp.asarray(src), jnp.zeros(n, jnp.uint8), [(0, 0, n)])
+    got = jax_amem.copy.segment_copy(jnp.asarray(src), jnp.zeros(n, jnp.uint8), [(0, 0, n)])
     np.testing.assert_array_equal(np.asarray(got), src)
 
 
 def test_zero_segments_and_zero_size_buffers():
     src = jnp.zeros((0,), jnp.float32)
     dst = jnp.ones((0, 3), jnp.float32)
-    assert jax_amem.segment_copy(src, dst, np.zeros((0, 3), np.int64)).shape == (0, 3)
+    assert jax_amem.copy.segment_copy(src, dst, np.zeros((0, 3), np.int64)).shape == (0, 3)
     dst = jnp.ones(4, jnp.float32)
-    np.testing.assert_array_equal(np.asarray(jax_amem.segment_copy(src, dst, [])), np.ones(4))
+    np.testing.assert_array_equal(np.asarray(jax_amem.copy.segment_copy(src, dst, [])), np.ones(4))
 
 
 def test_offsets_beyond_32_bits_survive_the_table_encoding():
-    table = jax_amem.prepare_segments([(2**33 + 16, 2**34, 16)], 2**35, 2**35)
+    table = jax_amem.copy.prepare_segments([(2**33 + 16, 2**34, 16)], 2**35, 2**35)
     assert table.tolist() == [[2**33 + 16, 2**34, 16]]
 
 
@@ -91,13 +91,13 @@ def test_bad_segments_name_the_row_and_leave_dst_untouched(segments, message):
     src = jnp.arange(64, dtype=jnp.uint8)
     dst = jnp.full(32, 7, jnp.uint8)
     with pytest.raises(ValueError, match=message):
-        jax_amem.segment_copy(src, dst, segments)
+        jax_amem.copy.segment_copy(src, dst, segments)
     np.testing.assert_array_equal(np.asarray(dst), np.full(32, 7))
 
 
 def test_bad_table_shape_is_rejected():
     with pytest.raises(ValueError):
-        jax_amem.prepare_segments(np.zeros((2, 2), np.int64), 8, 8)
+        jax_amem.copy.prepare_segments(np.zeros((2, 2), np.int64), 8, 8)
 
 
 def test_sharded_destination_outside_shard_map_is_rejected():
@@ -107,7 +107,7 @@ def test_sharded_destination_outside_shard_map_is_rejected():
     if len(jax.devices()) == 1:
         pytest.skip("one device only")
     with pytest.raises(ValueError, match="sharded over"):
-        jax_amem.segment_copy(jnp.zeros(4, jnp.uint8), dst, [(0, 0, 4)])
+        jax_amem.copy.segment_copy(jnp.zeros(4, jnp.uint8), dst, [(0, 0, 4)])
 
 
 @pytest.mark.gpu
@@ -120,7 +120,7 @@ def test_gpu_matches_cpu_inside_jit():
     # Aligned, misaligned, long (split into pieces) and tiny segments together.
     segments = [(0, 0, 4 * 1024 * 1024), (4 * 1024 * 1024 + 3, 4 * 1024 * 1024 + 1, 1001),
                 (12, 8 * 1024 * 1024 + 4, 8), (5, 8 * 1024 * 1024 + 1, 3)]
-    step = jax.jit(lambda s, d: jax_amem.segment_copy(s, d, segments), donate_argnums=1)
+    step = jax.jit(lambda s, d: jax_amem.copy.segment_copy(s, d, segments), donate_argnums=1)
     on_gpu = step(jax.device_put(src, gpu), jax.device_put(dst, gpu))
     on_cpu = step(jax.device_put(src, cpu), jax.device_put(dst, cpu))
     assert on_gpu.devices() == {gpu}

@@ -19,7 +19,7 @@ def block_bytes(blocks: np.ndarray) -> np.ndarray:
 
 
 def expand(blocks: np.ndarray) -> np.ndarray:
-    """The (n, 3) rows (src_offset, dst_offset, bytes) of `jax_amem.segment_copy`."""
+    """The (n, 3) rows (src_offset, dst_offset, bytes) of `jax_amem.copy.segment_copy`."""
     blocks = np.asarray(blocks, dtype=np.int64).reshape(-1, 9)
     count = blocks[:, N1] * blocks[:, N0]
     which = np.repeat(np.arange(len(blocks)), count)

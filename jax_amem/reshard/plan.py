@@ -15,7 +15,7 @@ This is the contract with the swap executor. A plan holds:
   transfer copy from the view's shard held by src_owner into the destination
   shard (the box `dst_layouts[name].shard_box(dst_owner)`) held by dst_owner.
   `plan.segments(i)` expands transfer i into (src_offset, dst_offset, bytes)
-  rows for `jax_amem.segment_copy`.
+  rows for `jax_amem.copy.segment_copy`.
 
 Every destination element of every destination shard is written by exactly one
 block row (`check()` proves it).

@@ -10,10 +10,23 @@ See docs/demo.md.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import sys
 
-MISSING_HINT = ("the demo needs flax, optax, torch and transformers (the `test` extra): "
-                "pip install 'jax-amem[test]', or run `make demo`")
+# The `demo` extra of pyproject.toml (tests/test_packaging.py keeps the two equal): the library
+# itself needs none of them.
+DEMO_PACKAGES = ("flax", "optax", "torch", "transformers", "tqdm")
+
+
+def missing_packages() -> list[str]:
+    """The demo's packages that are not installed here."""
+    return [name for name in DEMO_PACKAGES if importlib.util.find_spec(name) is None]
+
+
+def missing_message(missing) -> str:
+    return (f"jax-amem demo: {', '.join(missing)} not installed. The demo needs the `demo` extra "
+            "(flax, optax, torch, transformers, tqdm), which the library does not: "
+            "pip install 'jax-amem[demo]', or run `make demo` from the repository, which installs it.")
 
 
 def add_arguments(parser) -> None:
@@ -26,7 +39,7 @@ def add_arguments(parser) -> None:
 
 
 def _configs(args):
-    from .rl import DEFAULT, QUICK
+    from .config import DEFAULT, QUICK
 
     policy, loop = QUICK if getattr(args, "quick", False) else DEFAULT
     changes = {name: value for name, value in (
@@ -64,12 +77,14 @@ class _Progress:
 
 
 def main(args) -> int:
-    try:
-        from . import rl
-    except ImportError as error:
-        print(f"jax-amem demo: {error}: {MISSING_HINT}", file=sys.stderr)
+    missing = missing_packages()
+    if missing:
+        print(missing_message(missing), file=sys.stderr)
         return 2
     import jax
+
+    from .loop import run
+    from .summary import summary_table
 
     policy, loop = _configs(args)
     device = jax.devices()[0]
@@ -77,8 +92,8 @@ def main(args) -> int:
           f"{loop.iterations} iterations", flush=True)
     progress = _Progress(loop.iterations, not getattr(args, "no_progress", False))
     try:
-        result = rl.run(policy, loop, on_start=progress.on_start, on_iteration=progress.on_iteration)
+        result = run(policy, loop, on_start=progress.on_start, on_iteration=progress.on_iteration)
     finally:
         progress.close()
-    print(rl.summary_table(result), flush=True)
+    print(summary_table(result), flush=True)
     return 0 if result.checks_ok else 1
