@@ -18,6 +18,7 @@ from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
 from .platform import gpu_status, require_gpu
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
+from .process_pause import reserve
 from .swap import SwapError, SwapReport, swap, to_torch  # `swap` the function; jax_amem/swap/ its package
 from . import reshard
 from .reshard import Layout, Owner, plan, rules
@@ -43,6 +44,7 @@ __all__ = [
     "plan",
     "prepare_segments",
     "require_gpu",
+    "reserve",
     "reshard",
     "resume",
     "rules",
