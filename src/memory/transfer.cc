@@ -52,10 +52,20 @@ Status EnqueueDevice(int ordinal, const std::vector<const Transfer*>& copies, Di
   cuda::ScopedDeviceContext context(ordinal);
   if (!context.status().ok()) return context.status();
   Status status = StreamFor(ordinal, stream);
+  // Rows that continue the previous one on both sides go as one copy: fewer, larger
+  // copies keep the engine at its bound (pause places shards in device-address order).
+  Transfer merged{};
   for (const Transfer* t : copies) {
     if (!status.ok()) break;
-    status = Enqueue(*api, *t, direction, *stream);
+    if (merged.bytes != 0 && merged.device_address + merged.bytes == t->device_address &&
+        merged.host_address + merged.bytes == t->host_address) {
+      merged.bytes += t->bytes;
+      continue;
+    }
+    if (merged.bytes != 0) status = Enqueue(*api, merged, direction, *stream);
+    merged = *t;
   }
+  if (status.ok() && merged.bytes != 0) status = Enqueue(*api, merged, direction, *stream);
   return status;
 }
 
