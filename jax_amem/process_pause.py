@@ -55,6 +55,7 @@ class PauseInfo:
     device_free_after: dict
     staging_seconds: float = 0.0   # placing the kept shards in the pinned pool (growth included)
     allocate_seconds: float = 0.0  # of which making new pinned blocks: 0 after reserve()
+    copy_seconds: float = 0.0      # the device -> host copies alone
     release_seconds: float = 0.0   # delete, return the pool to the driver, check, collect if needed
     collections: int = 0           # gc.collect() calls this pause needed (0 unless a buffer was
                                    # still referenced outside its array, e.g. a DLPack view)
@@ -307,6 +308,7 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
             pool_returned=returned, pool_note=note, nccl_paused=nccl_module is not None,
             device_free_before=free_before, device_free_after=free_after,
             staging_seconds=times.staging_seconds, allocate_seconds=times.allocate_seconds,
+            copy_seconds=times.copy_seconds,
             release_seconds=release_seconds, collections=released.collections)
         _state = _PausedState(keep_tree, keep_slots, drop_tree, drop_slots, kept, dropped,
                               nccl_module, info)
