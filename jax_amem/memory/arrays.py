@@ -75,6 +75,11 @@ def index_key(index) -> tuple:
     return tuple((s.start, s.stop, s.step) for s in index)
 
 
+@functools.lru_cache(maxsize=None)
+def _bits(dtype) -> int:
+    return jax.dtypes.itemsize_bits(dtype)  # slow (ml_dtypes' finfo): once per dtype
+
+
 def buffer_bytes(data: jax.Array) -> int:
     """Bytes of one single-device buffer.
 
@@ -83,7 +88,7 @@ def buffer_bytes(data: jax.Array) -> int:
     XLA CPU: 16 int4 values in 8 bytes, reported as 16); copying the reported
     size would run past the buffer.
     """
-    bits = jax.dtypes.itemsize_bits(data.dtype)
+    bits = _bits(data.dtype)
     if bits < 8:
         return (int(np.prod(data.shape, dtype=np.int64)) * bits + 7) // 8
     return data.on_device_size_in_bytes()
@@ -136,12 +141,12 @@ class OffloadTimes:
 def offload(arrays: Sequence[jax.Array], pool) -> tuple[list[Offloaded], OffloadTimes]:
     """Copies every distinct shard of each array into `pool`; the arrays stay intact.
 
-    Waits for XLA's work on the arrays first. On error the pool's placements
-    are returned and nothing else has changed.
+    Waits for XLA's work on the arrays first. The copies start as soon as the
+    shards are placed; the arrays' specs are read while they run. On error the
+    pool's placements are returned and nothing else has changed.
     """
     datas = jax.block_until_ready([physical(x) for x in arrays])
     chosen, every = _distinct_shards(datas)
-    specs = [describe(x, data, shards) for x, data, shards in zip(arrays, datas, every)]
     buffers = [_buffer(shard) for _, _, shard in chosen]
     grown_before = pool.stats()["grow_seconds"]
     start = time.perf_counter()
@@ -151,8 +156,12 @@ def offload(arrays: Sequence[jax.Array], pool) -> tuple[list[Offloaded], Offload
     table = [(device_ordinal(shard.device), pointer, address, nbytes)
              for (_, _, shard), (pointer, nbytes), address in zip(chosen, buffers, addresses)]
     try:
-        core.memory.copy_to_host(np.array(table, dtype=np.int64).reshape(-1, 4))
-    except Exception:
+        started = core.memory.start_copy_to_host(np.array(table, dtype=np.int64).reshape(-1, 4))
+        try:
+            specs = [describe(x, data, shards) for x, data, shards in zip(arrays, datas, every)]
+        finally:
+            core.memory.wait_copies(started)
+    except BaseException:
         pool.release_all()
         raise
     times = OffloadTimes(placed - start, allocate_seconds, time.perf_counter() - placed)
@@ -238,19 +247,31 @@ def allocate(specs: Sequence[ArraySpec]) -> list[jax.Array]:
         raise
 
 
+# Arrays per batch of reload copies: the first copies start while later arrays are read.
+RELOAD_BATCH = 64
+
+
 def reload(offloaded: Sequence[Offloaded], targets: Sequence[jax.Array]) -> None:
     """Copies each offloaded array's bytes into every addressable shard of its target."""
-    table = []
-    for item, target in zip(offloaded, targets):
-        for shard in target.addressable_shards:
-            address, nbytes = item.shards[index_key(shard.index)]
-            pointer, target_bytes = _buffer(shard)
-            if target_bytes != nbytes:
-                raise RuntimeError(
-                    f"a restored shard holds {target_bytes} bytes where {nbytes} were saved "
-                    f"(array of shape {item.spec.shape}, {item.spec.dtype}); its layout changed")
-            table.append((device_ordinal(shard.device), pointer, address, nbytes))
-    core.memory.copy_to_device(np.array(table, dtype=np.int64).reshape(-1, 4))
+    started: set[int] = set()
+    try:
+        for first in range(0, len(offloaded), RELOAD_BATCH):
+            table = []
+            for item, target in zip(offloaded[first:first + RELOAD_BATCH],
+                                    targets[first:first + RELOAD_BATCH]):
+                for shard in target.addressable_shards:
+                    address, nbytes = item.shards[index_key(shard.index)]
+                    pointer, target_bytes = _buffer(shard)
+                    if target_bytes != nbytes:
+                        raise RuntimeError(
+                            f"a restored shard holds {target_bytes} bytes where {nbytes} were "
+                            f"saved (array of shape {item.spec.shape}, {item.spec.dtype}); its "
+                            "layout changed")
+                    table.append((device_ordinal(shard.device), pointer, address, nbytes))
+            started.update(core.memory.start_copy_to_device(
+                np.array(table, dtype=np.int64).reshape(-1, 4)))
+    finally:
+        core.memory.wait_copies(sorted(started))  # no copy may run on after we return
 
 
 def finish(spec: ArraySpec, data: jax.Array) -> jax.Array:

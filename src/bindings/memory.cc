@@ -48,6 +48,19 @@ void Copy(const TransferTable& table, memory::Direction direction) {
   Raise(status);
 }
 
+std::vector<int> Start(const TransferTable& table, memory::Direction direction) {
+  std::vector<memory::Transfer> transfers = Decode(table);
+  std::vector<int> started;
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = memory::StartBatch(transfers, direction, &started);
+    if (!status.ok()) memory::WaitBatch(started);  // nothing may run on after the error
+  }
+  Raise(status);
+  return started;
+}
+
 nb::dict StatsDict(const memory::PoolStats& s) {
   nb::dict d;
   d["pinned"] = s.pinned;
@@ -120,6 +133,26 @@ void BindMemory(nb::module_& root) {
   m.def(
       "copy_to_device", [](TransferTable table) { Copy(table, memory::Direction::kToDevice); },
       nb::arg("transfers"), "Copies each row host -> device and returns when all are done.");
+  m.def(
+      "start_copy_to_host", [](TransferTable table) { return Start(table, memory::Direction::kToHost); },
+      nb::arg("transfers"),
+      "copy_to_host without the wait: returns the GPU ordinals to pass to wait_copies() (always "
+      "call it), so host work can overlap the copies. Host rows are copied before it returns.");
+  m.def(
+      "start_copy_to_device",
+      [](TransferTable table) { return Start(table, memory::Direction::kToDevice); },
+      nb::arg("transfers"), "copy_to_device without the wait (see start_copy_to_host).");
+  m.def(
+      "wait_copies",
+      [](const std::vector<int>& ordinals) {
+        Status status;
+        {
+          nb::gil_scoped_release release;
+          status = memory::WaitBatch(ordinals);
+        }
+        Raise(status);
+      },
+      nb::arg("ordinals"), "Returns when every copy started on these GPUs has finished.");
   m.def(
       "device_pool_usage",
       [](int ordinal) {
