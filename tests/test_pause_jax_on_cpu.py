@@ -66,7 +66,7 @@ PINNED_POOL_WITHOUT_JAX_ON_GPU = textwrap.dedent("""
 def run_child(script, *args):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-P", "-c", script, *args], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, (f"child exited with {done.returncode} (-11 is SIGSEGV):\n"
                                   f"{done.stderr[-3000:]}")
