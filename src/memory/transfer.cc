@@ -52,20 +52,13 @@ Status EnqueueDevice(int ordinal, const std::vector<const Transfer*>& copies, Di
   cuda::ScopedDeviceContext context(ordinal);
   if (!context.status().ok()) return context.status();
   Status status = StreamFor(ordinal, stream);
-  // Rows that continue the previous one on both sides go as one copy: fewer, larger
-  // copies keep the engine at its bound (pause places shards in device-address order).
-  Transfer merged{};
+  // One copy per row. Rows are not merged even when both sides are contiguous: a copy may not
+  // span two allocations (two pool blocks, or two buffers of XLA's pool), and the H200 refused
+  // such merged copies with "invalid argument".
   for (const Transfer* t : copies) {
     if (!status.ok()) break;
-    if (merged.bytes != 0 && merged.device_address + merged.bytes == t->device_address &&
-        merged.host_address + merged.bytes == t->host_address) {
-      merged.bytes += t->bytes;
-      continue;
-    }
-    if (merged.bytes != 0) status = Enqueue(*api, merged, direction, *stream);
-    merged = *t;
+    status = Enqueue(*api, *t, direction, *stream);
   }
-  if (status.ok() && merged.bytes != 0) status = Enqueue(*api, merged, direction, *stream);
   return status;
 }
 
