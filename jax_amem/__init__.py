@@ -18,6 +18,7 @@ from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
 from .platform import gpu_status  # and jax_amem.platform.require_gpu, for code that builds on it
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
+from .process_pause import reserve  # grow the pinned pool ahead, off the switch
 from .swapping import SwapError, SwapReport, swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
 from . import reshard
 from .reshard import Layout, Owner, plan, rules
@@ -31,7 +32,7 @@ _ffi.register_targets()
 # jax_amem.platform (require_gpu), jax_amem.reshard (layouts, plans, rules in detail).
 __all__ = [
     # verbs
-    "pause", "resume", "paused", "is_paused", "memory_report",
+    "pause", "resume", "paused", "is_paused", "reserve", "memory_report",
     "swap", "plan", "to_torch",
     "nccl", "rules",
     "gpu_status",

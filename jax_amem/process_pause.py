@@ -8,6 +8,9 @@
         ...
     state, cache = p.keep, p.drop
 
+    jax_amem.reserve(keep=state)                     # ahead, in the background: the first
+                                                     # pause then pins nothing
+
 Why new arrays: a jax.Array owns its buffer and cannot be re-pointed at new
 memory, so pause deletes the arrays it was given (any later use raises JAX's
 own "Array has been deleted" error, never reads freed memory) and resume returns
@@ -18,7 +21,6 @@ back bit-identical; dropped arrays come back zero-filled (see docs/pause.md).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import threading
 import time
 import warnings
@@ -28,7 +30,7 @@ import jax
 
 from ._native import core
 from .errors import JaxAmemError
-from .memory import allocator, arrays as array_io, staging
+from .memory import allocator, arrays as array_io, release as releasing, staging
 
 
 class PauseError(JaxAmemError):
@@ -44,13 +46,19 @@ class PauseInfo:
     bytes_kept: int          # device bytes of the kept arrays (every replica)
     bytes_offloaded: int     # bytes copied to host (one copy per distinct shard)
     bytes_dropped: int       # device bytes of the dropped arrays
-    offload_seconds: float
+    offload_seconds: float   # staging + the device -> host copies
     seconds: float           # the whole pause
     pool_returned: bool      # the allocator's idle memory went back to the driver
     pool_note: str           # why not, and how to fix it, when it did not
     nccl_paused: bool
     device_free_before: dict  # CUDA ordinal -> free bytes (cuMemGetInfo); empty without GPU
     device_free_after: dict
+    staging_seconds: float = 0.0   # placing the kept shards in the pinned pool (growth included)
+    allocate_seconds: float = 0.0  # of which making new pinned blocks: 0 after reserve()
+    copy_seconds: float = 0.0      # the device -> host copies alone
+    release_seconds: float = 0.0   # delete, return the pool to the driver, check, collect if needed
+    collections: int = 0           # gc.collect() calls this pause needed (0 unless a buffer was
+                                   # still referenced outside its array, e.g. a DLPack view)
 
     @property
     def bytes_freed(self) -> int:
@@ -73,6 +81,7 @@ class Restored:
     reload_seconds: float
     seconds: float
     nccl_resumed: bool
+    allocate_seconds: float = 0.0  # the new device arrays (one jitted program per device group)
 
     @property
     def reload_gb_per_s(self) -> float:
@@ -190,27 +199,39 @@ def _nccl_to_pause(enabled: bool):
 
 # ----------------------------------------------------------------- GPU memory
 
-def _local_gpu_ordinals() -> list[int]:
+def _local_gpus() -> dict:
+    """CUDA ordinal -> JAX device, for the GPUs this process's JAX uses (empty on its CPU platform)."""
     try:
         devices = jax.local_devices(backend="gpu")
     except RuntimeError:
-        return []
-    return sorted({d.local_hardware_id for d in devices})
+        return {}
+    return {d.local_hardware_id: d for d in devices}
 
 
 def _free_bytes(ordinal: int) -> int:
     return core.cuda.mem_get_info(ordinal)[0]
 
 
-def _return_pool(ordinals, status) -> tuple[bool, str, dict]:
-    """Gives the allocator's idle memory back; (returned, note, free bytes per device)."""
-    if not ordinals:
-        return True, "no GPU: nothing to return", {}
-    if status.needs_trim:
-        free = allocator.return_pool_to_driver(ordinals, _free_bytes, core.cuda.trim_memory_pool)
-        return True, "", free
-    problem = allocator.pool_return_problem(status)
-    return not problem, problem, {o: _free_bytes(o) for o in ordinals}
+def _bytes_in_use(gpus: dict, status):
+    """in_use(ordinal): bytes live buffers hold, from the allocator, or None where it cannot say."""
+    def in_use(ordinal):
+        if status.needs_trim:  # cuda_async: the device's memory pool
+            return core.memory.device_pool_usage(ordinal)[1]
+        return (gpus[ordinal].memory_stats() or {}).get("bytes_in_use")  # BFC
+    return in_use
+
+
+def _trim(status):
+    return core.cuda.trim_memory_pool if status.needs_trim else (lambda ordinal: None)
+
+
+def _deleted_bytes(specs) -> dict:
+    """Device bytes the arrays of `specs` hold, per CUDA ordinal."""
+    total: dict[int, int] = {}
+    for spec in specs:
+        for ordinal, nbytes in spec.bytes_by_ordinal:
+            total[ordinal] = total.get(ordinal, 0) + nbytes
+    return total
 
 
 # ----------------------------------------------------------------- pause / resume
@@ -222,8 +243,10 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
     drop: a pytree of jax.Arrays whose contents are not needed; resume() returns them zeroed.
     nccl: also pause every NCCL communicator jax_amem tracks (collective: every rank must
           pause) when jax_amem.nccl is built and installed.
-    Every array in keep and drop is deleted. Raises PauseError, with nothing changed, on a
-    second pause, a non-array or deleted leaf, or an array both kept and dropped.
+    Every array in keep and drop is deleted; no garbage collection runs unless a buffer is
+    still referenced outside its array (PauseInfo.collections). Call reserve() ahead so the
+    first pause pins nothing. Raises PauseError, with nothing changed, on a second pause, a
+    non-array or deleted leaf, or an array both kept and dropped.
     """
     global _state
     with _lock:
@@ -236,14 +259,16 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
         kept_arrays, keep_slots = _distinct(keep_leaves)
         dropped_arrays, drop_slots = _distinct(drop_leaves)
         nccl_module = _nccl_to_pause(nccl)
-        ordinals = _local_gpu_ordinals()
+        status = allocator.allocator_status()
+        gpus = _local_gpus()
+        ordinals = sorted(gpus)
         free_before = {o: _free_bytes(o) for o in ordinals}
 
         jax.block_until_ready(dropped_arrays)
         pool = staging.staging_pool()
         offload_start = time.perf_counter()
         try:
-            kept = array_io.offload(kept_arrays, pool)
+            kept, times = array_io.offload(kept_arrays, pool)
         except Exception as error:
             raise PauseError(f"pause could not copy the kept arrays to host memory: {error}. "
                              "Nothing was paused or deleted.") from error
@@ -256,12 +281,21 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
                 pool.release_all()
                 raise
 
+        release_start = time.perf_counter()
+        in_use = _bytes_in_use(gpus, status)
+        deleted = _deleted_bytes([o.spec for o in kept] + dropped)
+        limit = {}
+        for o in ordinals:
+            now = in_use(o)
+            if now is not None:
+                limit[o] = now - deleted.get(o, 0)
         for x in kept_arrays + dropped_arrays:
             x.delete()
         del kept_arrays, dropped_arrays, keep_leaves, drop_leaves
-        gc.collect()
-        status = allocator.allocator_status()
-        returned, note, free_after = _return_pool(ordinals, status)
+        released = releasing.release(ordinals, limit, in_use, _trim(status))
+        returned, note = _pool_returned(ordinals, status, released)
+        free_after = {o: _free_bytes(o) for o in ordinals}
+        release_seconds = time.perf_counter() - release_start
         if note and ordinals:
             warnings.warn(note, RuntimeWarning, stacklevel=2)
 
@@ -272,10 +306,29 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
             bytes_dropped=sum(s.device_bytes for s in dropped),
             offload_seconds=offload_seconds, seconds=time.perf_counter() - start,
             pool_returned=returned, pool_note=note, nccl_paused=nccl_module is not None,
-            device_free_before=free_before, device_free_after=free_after)
+            device_free_before=free_before, device_free_after=free_after,
+            staging_seconds=times.staging_seconds, allocate_seconds=times.allocate_seconds,
+            copy_seconds=times.copy_seconds,
+            release_seconds=release_seconds, collections=released.collections)
         _state = _PausedState(keep_tree, keep_slots, drop_tree, drop_slots, kept, dropped,
                               nccl_module, info)
         return info
+
+
+def _pool_returned(ordinals, status, released) -> tuple[bool, str]:
+    """(the allocator's idle memory went back, why not and how to fix it)."""
+    if not ordinals:
+        return True, "no GPU: nothing to return"
+    if released.still_held:
+        held = ", ".join(f"GPU {o}: {n / 2**20:.1f} MiB" for o, n in sorted(released.still_held.items()))
+        return False, (f"after deleting the arrays and collecting garbage, buffers are still in use "
+                       f"({held}): something outside JAX's arrays holds them (a DLPack export such "
+                       "as a torch view, or an array aliased by another). Drop those references "
+                       "before pause().")
+    if status.needs_trim:
+        return True, ""
+    problem = allocator.pool_return_problem(status)
+    return not problem, problem
 
 
 def resume() -> Restored:
@@ -290,10 +343,12 @@ def resume() -> Restored:
         state = _state
         if state is None:
             raise PauseError("not paused: resume() needs a pause() (or use jax_amem.paused()).")
+        _wait_for_reservations()
         start = time.perf_counter()
         specs = [o.spec for o in state.kept] + state.dropped
         try:
             datas = array_io.allocate(specs)
+            allocate_seconds = time.perf_counter() - start
         except Exception as error:
             need = sum(s.device_bytes for s in specs)
             raise PauseError(
@@ -318,7 +373,7 @@ def resume() -> Restored:
         keep = jax.tree_util.tree_unflatten(state.keep_tree, [restored[i] for i in state.keep_slots])
         drop = jax.tree_util.tree_unflatten(state.drop_tree, [zeroed[i] for i in state.drop_slots])
         result = Restored(keep, drop, sum(o.host_bytes for o in state.kept), reload_seconds,
-                          time.perf_counter() - start, state.nccl is not None)
+                          time.perf_counter() - start, state.nccl is not None, allocate_seconds)
         if state.nccl is not None:
             try:
                 state.nccl.resume()
@@ -329,6 +384,83 @@ def resume() -> Restored:
                 failure.restored = result
                 raise failure from error
         return result
+
+
+class Reservation:
+    """What reserve() started: the staging pool grown, and resume's programs compiled, ahead.
+
+    `bytes` is the host memory the kept shards need; `wait()` blocks until the work is done (and
+    raises PauseError if it failed), `done()` says whether it is. `pool_seconds` and
+    `compile_seconds` are what the work took, off the critical path (None until done).
+    """
+
+    def __init__(self, sizes: list, specs: list):
+        self.bytes = sum(sizes)
+        self.pool_seconds: float | None = None
+        self.compile_seconds: float | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(sizes, specs),
+                                        name="jax_amem.reserve", daemon=True)
+        self._thread.start()
+
+    def _run(self, sizes, specs) -> None:
+        try:
+            start = time.perf_counter()
+            staging.staging_pool().reserve(sizes)
+            self.pool_seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            array_io.prepare_allocation(specs)
+            self.compile_seconds = time.perf_counter() - start
+        except BaseException as error:  # reported by wait(); pause() then tries itself
+            self._error = error
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> "Reservation":
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise PauseError(f"reserve() could not prepare the pause: {self._error}. Nothing is "
+                             "lost: pause() will allocate what it needs itself.") from self._error
+        return self
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running"
+        return (f"Reservation({staging.human(self.bytes)}, {state}, pool_seconds="
+                f"{self.pool_seconds}, compile_seconds={self.compile_seconds})")
+
+
+_reservations: list[Reservation] = []
+
+
+def reserve(keep=None, drop=None, *, wait: bool = False) -> Reservation:
+    """Prepares a later `pause(keep=..., drop=...)` ahead, off the critical path.
+
+    On background threads: grows the pinned staging pool to hold `keep` (blocks of up to 1 GiB
+    pinned on worker threads; pinning 17 GiB takes ~3.4 s on the H200, which a first pause
+    without it pays inside the switch), and
+    compiles the program resume() allocates `keep` and `drop` with. The arrays are only read
+    (shapes, shardings, shard sizes), never copied nor deleted; training may go on meanwhile.
+    Call it once the trainer state exists, before the first pause; again if the state grows.
+    wait=True returns when the work is done. Raises PauseError for the leaves pause() refuses.
+    """
+    _, keep_leaves = _flatten(keep, "keep")
+    _, drop_leaves = _flatten(drop, "drop")
+    _check_disjoint(keep_leaves, drop_leaves)
+    kept, _ = _distinct(keep_leaves)
+    dropped, _ = _distinct(drop_leaves)
+    sizes = array_io.staging_sizes(kept)
+    specs = [array_io.describe(x, array_io.physical(x)) for x in kept + dropped]
+    reservation = Reservation(sizes, specs)
+    with _lock:
+        _reservations[:] = [r for r in _reservations if not r.done()] + [reservation]
+    return reservation.wait() if wait else reservation
+
+
+def _wait_for_reservations() -> None:
+    """resume() waits for reserve()'s compilation rather than compile the same program again."""
+    for reservation in list(_reservations):
+        reservation._thread.join()
 
 
 class paused:  # noqa: N801  (used as a context manager, like contextlib's)

@@ -63,15 +63,6 @@ def test_configure_after_jax_started_changes_nothing(monkeypatch):
     assert VAR not in os.environ and status.allocator == "default"
 
 
-def test_trimming_repeats_until_free_memory_stops_growing():
-    free = {0: iter([100, 150, 180, 180, 999]), 1: iter([50, 50])}
-    trims = []
-    result = allocator.return_pool_to_driver(
-        [0, 1], free_bytes=lambda o: next(free[o]), trim=trims.append, wait_s=0)
-    assert result == {0: 180, 1: 50}
-    assert trims == [0, 0, 0, 0, 1, 1]
-
-
 def test_memory_report_without_gpu_says_so_and_prints():
     if jax_amem.gpu_status().driver_available:
         pytest.skip("a CUDA driver is present")

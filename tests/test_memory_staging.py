@@ -8,6 +8,7 @@ from jax_amem.memory import staging
 
 ALIGN = core.memory.PLACEMENT_ALIGNMENT
 CHUNK = core.memory.CHUNK_GRANULARITY
+BLOCK = core.memory.BLOCK_BYTES
 
 
 def test_placements_are_aligned_disjoint_and_reused_after_release():
@@ -17,8 +18,10 @@ def test_placements_are_aligned_disjoint_and_reused_after_release():
     assert all(a % ALIGN == 0 for a in first)
     assert [b - a for a, b in zip(first, first[1:])] == [ALIGN, 2 * ALIGN, 0, ALIGN]
     stats = pool.stats()
-    assert stats == {"pinned": False, "reserved_bytes": CHUNK, "in_use_bytes": 5 * ALIGN,
-                     "high_water_bytes": 5 * ALIGN, "chunk_count": 1, "chunk_allocations": 1}
+    assert stats.pop("grow_seconds") > 0
+    assert stats == {"pinned": False, "method": "plain", "reserved_bytes": CHUNK,
+                     "in_use_bytes": 5 * ALIGN, "high_water_bytes": 5 * ALIGN, "chunk_count": 1,
+                     "chunk_allocations": 1}
     pool.release_all()
     assert pool.place(sizes) == first  # same addresses: nothing new allocated
     assert pool.stats()["chunk_allocations"] == 1
@@ -34,6 +37,39 @@ def test_the_pool_grows_by_one_chunk_for_what_does_not_fit():
     assert stats["reserved_bytes"] == CHUNK + 2 * CHUNK  # the rest (1.5 chunks) rounded up
     assert len(set(addresses)) == 3
     assert stats["high_water_bytes"] == CHUNK // 4 + CHUNK + CHUNK // 2
+
+
+def test_growth_packs_blocks_of_at_most_one_gib_and_gives_a_larger_buffer_its_own():
+    pool = core.memory.StagingPool(False)  # plain memory is mapped lazily: no RAM is touched
+    addresses = pool.place([BLOCK // 2, BLOCK // 2, BLOCK // 2, 2 * BLOCK + 1])
+    stats = pool.stats()
+    assert stats["chunk_count"] == 3 and stats["chunk_allocations"] == 3
+    assert stats["reserved_bytes"] == BLOCK + BLOCK // 2 + 2 * BLOCK + CHUNK
+    assert addresses[1] - addresses[0] == BLOCK // 2  # the first two share one block
+    pool.release_all()
+    pool.free()
+
+
+def test_reserve_grows_ahead_so_that_the_same_placement_makes_nothing():
+    pool = core.memory.StagingPool(False)
+    sizes = [3 * CHUNK // 2, 300, BLOCK // 2, BLOCK // 2 + ALIGN, 5]
+    pool.reserve(sizes)
+    reserved = pool.stats()
+    assert reserved["in_use_bytes"] == 0 and reserved["chunk_allocations"] == 2
+    pool.reserve(sizes)  # already there: nothing more
+    addresses = pool.place(sizes)
+    after = pool.stats()
+    assert after["chunk_allocations"] == 2 and after["reserved_bytes"] == reserved["reserved_bytes"]
+    assert len(set(addresses)) == len(sizes)
+    pool.release_all()
+    pool.free()
+
+
+def test_an_unknown_pinned_method_is_refused_by_name_and_nothing_is_made():
+    pool = core.memory.StagingPool(True, "bogus")
+    with pytest.raises(RuntimeError, match="unknown pinned memory method 'bogus'.*'registered'"):
+        pool.place([100])
+    assert pool.stats()["reserved_bytes"] == 0
 
 
 def test_free_is_refused_while_in_use_and_returns_everything_after():

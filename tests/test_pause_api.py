@@ -107,7 +107,7 @@ def test_a_failed_offload_changes_nothing(monkeypatch):
     def broken(_table):
         raise RuntimeError("cuMemcpyDtoHAsync (offload): CUDA error 700")
 
-    monkeypatch.setattr(core.memory, "copy_to_host", broken)
+    monkeypatch.setattr(core.memory, "start_copy_to_host", broken)
     with pytest.raises(jax_amem.PauseError, match="could not copy.*Nothing was paused or deleted"):
         jax_amem.pause(keep=[x])
     assert live(x) and not jax_amem.is_paused()
@@ -134,13 +134,13 @@ def test_a_failed_allocation_on_resume_stays_paused_and_can_be_retried(monkeypat
 def test_a_failed_reload_stays_paused_and_can_be_retried(monkeypatch):
     x = jnp.arange(8.0)
     jax_amem.pause(keep=[x])
-    real = core.memory.copy_to_device
-    monkeypatch.setattr(core.memory, "copy_to_device",
+    real = core.memory.start_copy_to_device
+    monkeypatch.setattr(core.memory, "start_copy_to_device",
                         lambda table: (_ for _ in ()).throw(RuntimeError("copy failed")))
     with pytest.raises(jax_amem.PauseError, match="could not copy the kept arrays back"):
         jax_amem.resume()
     assert jax_amem.is_paused()
-    monkeypatch.setattr(core.memory, "copy_to_device", real)
+    monkeypatch.setattr(core.memory, "start_copy_to_device", real)
     np.testing.assert_array_equal(np.asarray(jax_amem.resume().keep[0]), np.arange(8.0))
 
 

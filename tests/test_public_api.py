@@ -5,7 +5,7 @@ import inspect
 
 import jax_amem
 
-VERBS = {"pause", "resume", "paused", "is_paused", "memory_report", "swap", "plan", "to_torch",
+VERBS = {"pause", "resume", "paused", "is_paused", "reserve", "memory_report", "swap", "plan", "to_torch",
          "nccl", "rules", "gpu_status"}
 TYPES = {"Layout", "Owner", "PauseInfo", "Restored", "SwapReport"}
 ERRORS = {"JaxAmemError", "GpuUnavailableError", "NativeCoreMissingError", "PauseError", "SwapError"}

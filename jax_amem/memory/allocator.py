@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 
 ALLOCATOR_VARIABLE = "XLA_PYTHON_CLIENT_ALLOCATOR"
 OPT_OUT_VARIABLE = "JAX_AMEM_CONFIGURE_ALLOCATOR"
@@ -105,27 +104,3 @@ def pool_return_problem(status: AllocatorStatus | None = None) -> str:
     return (f"XLA's allocator is '{status.allocator}' ({status.note}): it keeps its pool "
             f"after arrays are deleted, so pause() freed the arrays but not the pool. To fix it, "
             f"{HOW_TO_FIX}.")
-
-
-def return_pool_to_driver(ordinals, free_bytes, trim, attempts: int = 5,
-                          wait_s: float = 0.01) -> dict[int, int]:
-    """Trims each device's memory pool until its free memory stops growing.
-
-    XLA frees a deleted array's buffer once the work using it has finished,
-    which may be a moment after `delete()` returns; trimming again picks those
-    bytes up. `trim(ordinal)` and `free_bytes(ordinal)` are injected so the
-    loop is testable without a GPU. Returns the free bytes per device at the end.
-    """
-    free = {}
-    for ordinal in ordinals:
-        before = -1
-        for attempt in range(attempts):
-            trim(ordinal)
-            now = free_bytes(ordinal)
-            if now <= before:
-                break
-            before = now
-            if attempt + 1 < attempts:
-                time.sleep(wait_s)
-        free[ordinal] = max(before, 0)
-    return free

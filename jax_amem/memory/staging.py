@@ -1,14 +1,24 @@
 """The process's one host staging pool: pinned memory on GPU machines, plain memory elsewhere.
 
-Pinning is slow (~2 GB/s) and copies into pinned memory are fast (~55 GB/s), so
-the pool is allocated on the first pause, grown only when a pause needs more,
-reused by every later pause, and given back only by `release_pinned_pool()`.
+Pinning is slow (~2 GB/s on one thread) and copies into pinned memory are fast
+(~55 GB/s), so the pool is allocated on the first pause (or ahead of it by
+`jax_amem.reserve()`), in blocks of up to 1 GiB made on worker threads, grown
+only when a pause needs more, reused by every later pause, and given back only
+by `release_pinned_pool()`.
+
+The pool is pinned only when JAX may use a GPU. On a GPU host where JAX runs on
+its CPU platform (JAX_PLATFORMS=cpu) nothing retains a CUDA context, and pinned
+memory made there died with the context the driver call had retained: the next
+pause wrote into unmapped memory (SIGSEGV, issue 12). Plain memory serves CPU
+arrays as well, and the C++ pool also keeps the context retained while it holds
+pinned blocks.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 import threading
 
 from .._native import core
@@ -27,6 +37,8 @@ class PoolStats:
     high_water_bytes: int   # the most ever in use at once
     chunk_count: int
     chunk_allocations: int  # chunks ever allocated: flat while the pool is reused
+    method: str = "plain"   # how the memory was made: plain, registered, hostalloc
+    grow_seconds: float = 0.0  # total time spent making the pool's blocks
 
     def __str__(self) -> str:
         kind = "pinned" if self.pinned else "host"
@@ -43,9 +55,25 @@ def human(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+GPU_PLATFORMS = ("cuda", "gpu")
+
+
+def jax_may_use_gpu() -> bool:
+    """False when JAX is limited to other platforms (JAX_PLATFORMS=cpu) or started without a GPU."""
+    import jax
+    from jax._src import xla_bridge
+
+    platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+    if platforms:
+        return any(p.strip() in GPU_PLATFORMS for p in platforms.split(","))
+    if xla_bridge._backends:
+        return any(name in GPU_PLATFORMS for name in xla_bridge._backends)
+    return True  # not started yet: JAX will use the GPU the driver shows
+
+
 def _wants_pinned() -> bool:
     available, _ = core.cuda.driver_status()
-    return available and core.cuda.device_count() > 0
+    return available and core.cuda.device_count() > 0 and jax_may_use_gpu()
 
 
 def staging_pool() -> StagingPool:
@@ -61,7 +89,9 @@ def pool_stats() -> PoolStats:
     """Size and use of the staging pool (all zeros before the first pause)."""
     with _lock:
         if _pool is None:
-            return PoolStats(_wants_pinned(), 0, 0, 0, 0, 0)
+            pinned = _wants_pinned()
+            method = os.environ.get("JAX_AMEM_PINNED_MEMORY") or "registered"
+            return PoolStats(pinned, 0, 0, 0, 0, 0, method if pinned else "plain")
         return PoolStats(**_pool.stats())
 
 

@@ -48,6 +48,19 @@ void Copy(const TransferTable& table, memory::Direction direction) {
   Raise(status);
 }
 
+std::vector<int> Start(const TransferTable& table, memory::Direction direction) {
+  std::vector<memory::Transfer> transfers = Decode(table);
+  std::vector<int> started;
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = memory::StartBatch(transfers, direction, &started);
+    if (!status.ok()) memory::WaitBatch(started);  // nothing may run on after the error
+  }
+  Raise(status);
+  return started;
+}
+
 nb::dict StatsDict(const memory::PoolStats& s) {
   nb::dict d;
   d["pinned"] = s.pinned;
@@ -56,6 +69,8 @@ nb::dict StatsDict(const memory::PoolStats& s) {
   d["high_water_bytes"] = s.high_water_bytes;
   d["chunk_count"] = s.chunk_count;
   d["chunk_allocations"] = s.chunk_allocations;
+  d["method"] = s.method;
+  d["grow_seconds"] = s.grow_seconds;
   return d;
 }
 
@@ -65,10 +80,14 @@ void BindMemory(nb::module_& root) {
   nb::module_ m = root.def_submodule("memory", "Host staging pool and offload/reload copies");
   m.attr("PLACEMENT_ALIGNMENT") = memory::kPlacementAlignment;
   m.attr("CHUNK_GRANULARITY") = memory::kChunkGranularity;
+  m.attr("BLOCK_BYTES") = memory::kBlockBytes;
 
   nb::class_<memory::StagingPool>(m, "StagingPool",
                                   "Reusable host staging memory (pinned on GPU machines).")
-      .def(nb::init<bool>(), nb::arg("pinned"))
+      .def(nb::init<bool, const std::string&>(), nb::arg("pinned"), nb::arg("method") = "",
+           "method: how pinned memory is made, 'registered' (mmap + huge pages + "
+           "cuMemHostRegister) or 'hostalloc' (cuMemHostAlloc); '' = JAX_AMEM_PINNED_MEMORY "
+           "or 'registered'.")
       .def(
           "place",
           [](memory::StagingPool& pool, const std::vector<size_t>& sizes) {
@@ -83,6 +102,19 @@ void BindMemory(nb::module_& root) {
           },
           nb::arg("sizes"),
           "Host addresses for buffers of these sizes (all or none); grows the pool if needed.")
+      .def(
+          "reserve",
+          [](memory::StagingPool& pool, const std::vector<size_t>& sizes) {
+            Status status;
+            {
+              nb::gil_scoped_release release;  // runs on a background thread of jax_amem.reserve
+              status = pool.Reserve(sizes);
+            }
+            Raise(status);
+          },
+          nb::arg("sizes"),
+          "Grows the pool (blocks made on worker threads) so that place(sizes) needs no new "
+          "memory; places nothing.")
       .def("release_all", &memory::StagingPool::ReleaseAll,
            "Returns every placement; the memory stays reserved for reuse.")
       .def(
@@ -91,7 +123,7 @@ void BindMemory(nb::module_& root) {
       .def(
           "stats", [](const memory::StagingPool& pool) { return StatsDict(pool.Stats()); },
           "{pinned, reserved_bytes, in_use_bytes, high_water_bytes, chunk_count, "
-          "chunk_allocations}");
+          "chunk_allocations, method, grow_seconds}");
 
   m.def(
       "copy_to_host", [](TransferTable table) { Copy(table, memory::Direction::kToHost); },
@@ -101,6 +133,26 @@ void BindMemory(nb::module_& root) {
   m.def(
       "copy_to_device", [](TransferTable table) { Copy(table, memory::Direction::kToDevice); },
       nb::arg("transfers"), "Copies each row host -> device and returns when all are done.");
+  m.def(
+      "start_copy_to_host", [](TransferTable table) { return Start(table, memory::Direction::kToHost); },
+      nb::arg("transfers"),
+      "copy_to_host without the wait: returns the GPU ordinals to pass to wait_copies() (always "
+      "call it), so host work can overlap the copies. Host rows are copied before it returns.");
+  m.def(
+      "start_copy_to_device",
+      [](TransferTable table) { return Start(table, memory::Direction::kToDevice); },
+      nb::arg("transfers"), "copy_to_device without the wait (see start_copy_to_host).");
+  m.def(
+      "wait_copies",
+      [](const std::vector<int>& ordinals) {
+        Status status;
+        {
+          nb::gil_scoped_release release;
+          status = memory::WaitBatch(ordinals);
+        }
+        Raise(status);
+      },
+      nb::arg("ordinals"), "Returns when every copy started on these GPUs has finished.");
   m.def(
       "device_pool_usage",
       [](int ordinal) {

@@ -70,6 +70,8 @@ Loaded LoadDriver() {
   ok &= Bind(library, "cuIpcCloseMemHandle", a.cuIpcCloseMemHandle, w);
   ok &= Bind(library, "cuMemGetAddressRange_v2", a.cuMemGetAddressRange, w);
   ok &= Bind(library, "cuPointerGetAttribute", a.cuPointerGetAttribute, w);
+  ok &= Bind(library, "cuMemHostRegister_v2", a.cuMemHostRegister, w);
+  ok &= Bind(library, "cuMemHostUnregister", a.cuMemHostUnregister, w);
   if (!ok) return loaded;
   CUresult init = a.cuInit(0);
   if (init != kSuccess) {

@@ -65,6 +65,9 @@ struct DriverApi {
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr pointer);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr* base, size_t* bytes, CUdeviceptr pointer);
   CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr pointer);
+  // Pinning memory we mapped ourselves (memory/host_blocks.cc).
+  CUresult (*cuMemHostRegister)(void* pointer, size_t bytes, unsigned flags);
+  CUresult (*cuMemHostUnregister)(void* pointer);
 };
 
 // The loaded table, or nullptr when the driver is missing; `why` then says

@@ -1,100 +1,116 @@
 #include "memory/staging_pool.h"
 
-#include <cstdlib>
+#include <chrono>
 #include <string>
-
-#include "cuda/driver_api.h"
 
 namespace amem::memory {
 namespace {
 
 size_t RoundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
+HostBlockKind ChooseKind(bool pinned, const std::string& method, Status* status) {
+  if (!pinned) return HostBlockKind::kPlain;
+  HostBlockKind kind = HostBlockKind::kRegistered;
+  *status = ParsePinnedKind(method, &kind);
+  return kind;
+}
+
 }  // namespace
 
-StagingPool::StagingPool(bool pinned) : pinned_(pinned) {}
+StagingPool::StagingPool(bool pinned, const std::string& method)
+    : pinned_(pinned), blocks_(ChooseKind(pinned, method, &method_status_)) {}
 
 StagingPool::~StagingPool() {
+  std::lock_guard<std::mutex> growth(growth_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (Chunk& chunk : chunks_) FreeChunk(chunk);
+  for (Chunk& chunk : chunks_) {
+    HostBlock block{chunk.base, chunk.size};
+    blocks_.Free(block);
+  }
 }
 
-Status StagingPool::AllocateChunk(size_t bytes, Chunk* chunk) {
-  chunk->size = RoundUp(bytes, kChunkGranularity);
-  chunk->used = 0;
-  if (!pinned_) {
-    chunk->base = static_cast<char*>(std::aligned_alloc(kPlacementAlignment, chunk->size));
-    if (chunk->base == nullptr) {
-      return Status::Error("the host staging pool could not allocate " +
-                           std::to_string(chunk->size) + " bytes of host memory");
-    }
-    return Status::Ok();
-  }
-  std::string why;
-  const cuda::DriverApi* api = cuda::Driver(&why);
-  if (api == nullptr) return Status::Error(why);
-  // Portable: the pages count as pinned for every context, so one pool serves all GPUs.
-  cuda::ScopedDeviceContext context(0);
-  if (!context.status().ok()) return context.status();
-  void* base = nullptr;
-  Status status = cuda::Check(api->cuMemHostAlloc(&base, chunk->size, cuda::kMemHostAllocPortable),
-                              "cuMemHostAlloc for the pinned staging pool");
-  if (!status.ok()) {
-    return Status::Error(status.message() + " (asked for " + std::to_string(chunk->size) +
-                         " bytes of pinned host memory)");
-  }
-  chunk->base = static_cast<char*>(base);
-  return Status::Ok();
-}
-
-void StagingPool::FreeChunk(Chunk& chunk) {
-  if (chunk.base == nullptr) return;
-  if (pinned_) {
-    const cuda::DriverApi* api = cuda::Driver();
-    if (api != nullptr) api->cuMemFreeHost(chunk.base);
-  } else {
-    std::free(chunk.base);
-  }
-  chunk.base = nullptr;
-}
-
-Status StagingPool::Place(const std::vector<size_t>& sizes, std::vector<uintptr_t>* addresses) {
-  std::lock_guard<std::mutex> lock(mutex_);
+StagingPool::Layout StagingPool::Plan(const std::vector<size_t>& sizes) const {
+  Layout layout;
+  layout.slots.resize(sizes.size());
   std::vector<size_t> cursors;
   for (const Chunk& chunk : chunks_) cursors.push_back(chunk.used);
-  addresses->assign(sizes.size(), 0);
-  // First pass: bump-place into the existing chunks; remember what did not fit.
-  std::vector<size_t> leftovers;
-  size_t leftover_bytes = 0;
   size_t current = 0;
+  // New blocks: one open block of up to kBlockBytes filled in order; a buffer
+  // larger than that gets a block of its own.
+  size_t open = SIZE_MAX, open_used = 0;
+  std::vector<size_t> new_used;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const size_t need = RoundUp(sizes[i], kPlacementAlignment);
     while (current < chunks_.size() && cursors[current] + need > chunks_[current].size) ++current;
     if (current < chunks_.size()) {
-      (*addresses)[i] = reinterpret_cast<uintptr_t>(chunks_[current].base + cursors[current]);
+      layout.slots[i] = {current, cursors[current]};
       cursors[current] += need;
+    } else if (need >= kBlockBytes) {
+      layout.slots[i] = {chunks_.size() + new_used.size(), 0};
+      new_used.push_back(need);
     } else {
-      leftovers.push_back(i);
-      leftover_bytes += need;
+      if (open == SIZE_MAX || open_used + need > kBlockBytes) {
+        open = new_used.size();
+        new_used.push_back(0);
+        open_used = 0;
+      }
+      layout.slots[i] = {chunks_.size() + open, open_used};
+      open_used += need;
+      new_used[open] = open_used;
     }
   }
-  // Second pass: one new chunk for the rest. Nothing changes if it cannot be had.
-  Chunk fresh;
-  if (!leftovers.empty()) {
-    Status allocated = AllocateChunk(leftover_bytes, &fresh);
-    if (!allocated.ok()) return allocated;
-    ++chunk_allocations_;
-    for (size_t i : leftovers) {
-      (*addresses)[i] = reinterpret_cast<uintptr_t>(fresh.base + fresh.used);
-      fresh.used += RoundUp(sizes[i], kPlacementAlignment);
-    }
+  for (size_t used : new_used) layout.new_blocks.push_back(RoundUp(used, kChunkGranularity));
+  return layout;
+}
+
+Status StagingPool::Grow(const std::vector<size_t>& block_sizes) {
+  if (block_sizes.empty()) return Status::Ok();
+  if (!method_status_.ok()) return method_status_;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<HostBlock> made;
+  Status status = blocks_.Allocate(block_sizes, &made);
+  if (!status.ok()) return status;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const HostBlock& block : made) chunks_.push_back(Chunk{block.base, block.size, 0});
+  chunk_allocations_ += made.size();
+  grow_seconds_ += seconds;
+  return Status::Ok();
+}
+
+Status StagingPool::Place(const std::vector<size_t>& sizes, std::vector<uintptr_t>* addresses) {
+  std::lock_guard<std::mutex> growth(growth_mutex_);
+  Layout layout;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    layout = Plan(sizes);
   }
-  for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].used = cursors[c];
-  if (fresh.base != nullptr) chunks_.push_back(fresh);
+  // Nothing changes if the new blocks cannot be had.
+  Status grown = Grow(layout.new_blocks);
+  if (!grown.ok()) return grown;
+  std::lock_guard<std::mutex> lock(mutex_);
+  addresses->assign(sizes.size(), 0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto [chunk, offset] = layout.slots[i];
+    (*addresses)[i] = reinterpret_cast<uintptr_t>(chunks_[chunk].base + offset);
+    const size_t end = offset + RoundUp(sizes[i], kPlacementAlignment);
+    if (end > chunks_[chunk].used) chunks_[chunk].used = end;
+  }
   size_t in_use = 0;
   for (const Chunk& chunk : chunks_) in_use += chunk.used;
   if (in_use > high_water_) high_water_ = in_use;
   return Status::Ok();
+}
+
+Status StagingPool::Reserve(const std::vector<size_t>& sizes) {
+  std::lock_guard<std::mutex> growth(growth_mutex_);
+  Layout layout;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    layout = Plan(sizes);
+  }
+  return Grow(layout.new_blocks);
 }
 
 void StagingPool::ReleaseAll() {
@@ -103,6 +119,7 @@ void StagingPool::ReleaseAll() {
 }
 
 Status StagingPool::Free() {
+  std::lock_guard<std::mutex> growth(growth_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const Chunk& chunk : chunks_) {
     if (chunk.used != 0) {
@@ -111,7 +128,10 @@ Status StagingPool::Free() {
           "jax_amem.resume() before releasing it");
     }
   }
-  for (Chunk& chunk : chunks_) FreeChunk(chunk);
+  for (Chunk& chunk : chunks_) {
+    HostBlock block{chunk.base, chunk.size};
+    blocks_.Free(block);
+  }
   chunks_.clear();
   return Status::Ok();
 }
@@ -120,6 +140,7 @@ PoolStats StagingPool::Stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   PoolStats stats;
   stats.pinned = pinned_;
+  stats.method = HostBlockKindName(blocks_.kind());
   for (const Chunk& chunk : chunks_) {
     stats.reserved_bytes += chunk.size;
     stats.in_use_bytes += chunk.used;
@@ -127,6 +148,7 @@ PoolStats StagingPool::Stats() const {
   stats.high_water_bytes = high_water_;
   stats.chunk_count = chunks_.size();
   stats.chunk_allocations = chunk_allocations_;
+  stats.grow_seconds = grow_seconds_;
   return stats;
 }
 

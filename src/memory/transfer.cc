@@ -52,6 +52,9 @@ Status EnqueueDevice(int ordinal, const std::vector<const Transfer*>& copies, Di
   cuda::ScopedDeviceContext context(ordinal);
   if (!context.status().ok()) return context.status();
   Status status = StreamFor(ordinal, stream);
+  // One copy per row. Rows are not merged even when both sides are contiguous: a copy may not
+  // span two allocations (two pool blocks, or two buffers of XLA's pool), and the H200 refused
+  // such merged copies with "invalid argument".
   for (const Transfer* t : copies) {
     if (!status.ok()) break;
     status = Enqueue(*api, *t, direction, *stream);
@@ -67,7 +70,9 @@ Status SynchronizeDevice(int ordinal, CUstream stream) {
 
 }  // namespace
 
-Status CopyBatch(const std::vector<Transfer>& transfers, Direction direction) {
+Status StartBatch(const std::vector<Transfer>& transfers, Direction direction,
+                  std::vector<int>* started) {
+  started->clear();
   std::map<int, std::vector<const Transfer*>> by_device;
   for (const Transfer& t : transfers) {
     if (t.bytes == 0) continue;
@@ -82,20 +87,33 @@ Status CopyBatch(const std::vector<Transfer>& transfers, Direction direction) {
     }
   }
   // Enqueue every device before waiting on any, so the devices copy concurrently.
-  std::map<int, CUstream> enqueued;
   Status first_error;
   for (const auto& [ordinal, copies] : by_device) {
     CUstream stream = nullptr;
     Status status = EnqueueDevice(ordinal, copies, direction, &stream);
-    if (stream != nullptr) enqueued[ordinal] = stream;
-    if (!status.ok() && first_error.ok()) first_error = status;
-  }
-  // Wait for all, even after an error: no copy may still run when we return.
-  for (const auto& [ordinal, stream] : enqueued) {
-    Status status = SynchronizeDevice(ordinal, stream);
+    if (stream != nullptr) started->push_back(ordinal);
     if (!status.ok() && first_error.ok()) first_error = status;
   }
   return first_error;
+}
+
+Status WaitBatch(const std::vector<int>& ordinals) {
+  Status first_error;
+  for (int ordinal : ordinals) {
+    CUstream stream = nullptr;
+    Status status = StreamFor(ordinal, &stream);
+    if (status.ok()) status = SynchronizeDevice(ordinal, stream);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
+}
+
+Status CopyBatch(const std::vector<Transfer>& transfers, Direction direction) {
+  std::vector<int> started;
+  Status status = StartBatch(transfers, direction, &started);
+  // Wait for all, even after an error: no copy may still run when we return.
+  Status waited = WaitBatch(started);
+  return status.ok() ? waited : status;
 }
 
 }  // namespace amem::memory

@@ -29,4 +29,11 @@ enum class Direction { kToHost, kToDevice };
 
 Status CopyBatch(const std::vector<Transfer>& transfers, Direction direction);
 
+// CopyBatch in two halves, so the caller can do host work while the copies run:
+// StartBatch enqueues (host rows are copied at once) and lists the devices it
+// enqueued on, also when it fails part-way; WaitBatch(those) must follow, always.
+Status StartBatch(const std::vector<Transfer>& transfers, Direction direction,
+                  std::vector<int>* started);
+Status WaitBatch(const std::vector<int>& ordinals);
+
 }  // namespace amem::memory

@@ -1,0 +1,68 @@
+// Large blocks of host memory for the staging pool, made on worker threads.
+//
+// Why: pinning host memory on one thread runs at ~2 GB/s (FACTS.md), so the
+// first pause of a 17 GiB trainer state spent ~10 s there. Separate blocks are
+// faulted in and registered with the driver concurrently, and transparent huge
+// pages make the kernel fault (and the driver walk) 512x fewer pages.
+//
+// Kinds:
+//   plain       aligned host memory, no driver (machines where JAX has no GPU)
+//   registered  mmap + madvise(MADV_HUGEPAGE) + cuMemHostRegister (the default)
+//   hostalloc   cuMemHostAlloc (the driver's own allocation; kept as the fallback
+//               and for the comparison in benchmarks/pause_resume.py)
+// Pinned kinds are portable (valid for every context); the caller keeps device
+// 0's primary context retained while pinned blocks exist (HostBlocks does).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace amem::memory {
+
+enum class HostBlockKind { kPlain, kRegistered, kHostAlloc };
+
+// "plain", "registered", "hostalloc".
+const char* HostBlockKindName(HostBlockKind kind);
+// Parses a name above; "" means the default pinned kind (registered, or
+// JAX_AMEM_PINNED_MEMORY when set). Unknown names are an error naming the choices.
+Status ParsePinnedKind(const std::string& name, HostBlockKind* kind);
+
+struct HostBlock {
+  char* base = nullptr;
+  size_t size = 0;
+};
+
+// Makes and frees blocks of one kind, and holds device 0's primary context
+// while any pinned block exists: freeing memory the driver pinned after its
+// context died faults the process (issue 12: a GPU host with JAX on its CPU
+// platform, where nothing else retains the context).
+class HostBlocks {
+ public:
+  explicit HostBlocks(HostBlockKind kind) : kind_(kind) {}
+  ~HostBlocks();
+  HostBlocks(const HostBlocks&) = delete;
+  HostBlocks& operator=(const HostBlocks&) = delete;
+
+  HostBlockKind kind() const { return kind_; }
+  bool pinned() const { return kind_ != HostBlockKind::kPlain; }
+
+  // One block per size (each a multiple of 2 MiB), made concurrently on up to
+  // `max_threads` threads; all or none: on error nothing stays allocated.
+  Status Allocate(const std::vector<size_t>& sizes, std::vector<HostBlock>* blocks,
+                  int max_threads = 8);
+  void Free(HostBlock& block);
+
+ private:
+  Status MakeOne(size_t size, HostBlock* block);
+  Status RetainContext();
+  void ReleaseContextIfUnused();
+
+  const HostBlockKind kind_;
+  size_t live_pinned_blocks_ = 0;  // guarded by the owner's growth lock
+  bool context_retained_ = false;
+};
+
+}  // namespace amem::memory
