@@ -10,6 +10,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from . import fragments as F
 from .layout import Layout, region_text
 from .rule_types import Part, Piece, Rule
 
@@ -39,7 +40,32 @@ def _part_view(part: Part, dst: str, sources: Mapping[str, Layout]):
         raise RuleError(f"destination {dst!r}: transpose {part.transpose} is not a permutation of the "
                         f"{len(rest)} axes of source {part.src!r} after index {part.index}")
     perm = tuple(range(k)) + tuple(k + p for p in inner)
-    return layout, perm, tuple(rest[p] for p in inner)
+    view_shape = tuple(rest[p] for p in inner)
+    if part.shape is not None:
+        shape = tuple(int(n) for n in part.shape)
+        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(view_shape, dtype=np.int64)):
+            raise RuleError(f"destination {dst!r}: part {part.src!r} has shape {view_shape} after index "
+                            f"{part.index} and transpose {part.transpose}; it cannot be reshaped to {shape} "
+                            "(the element counts differ)")
+        view_shape = shape
+    return layout, perm, view_shape
+
+
+def _reshaped_pieces(part: Part, layout: Layout, dst: str, start, limit, dst_start) -> list[Piece]:
+    """Pieces for the box [start, limit) of a reshaped part, placed at `dst_start`."""
+    frags = F.reshape([F.whole(part.src, layout.shape, part.index, part.transpose, part.cast)],
+                      _part_view_before_reshape(part, layout), part.shape)
+    frags = F.slice_box(frags, start, limit)
+    for axis, offset in enumerate(dst_start):
+        if offset:
+            frags = F.shift(frags, axis, offset)
+    return F.to_pieces(dst, frags, {part.src: layout.ndim})
+
+
+def _part_view_before_reshape(part: Part, layout: Layout) -> tuple[int, ...]:
+    rest = layout.shape[len(part.index):]
+    inner = range(len(rest)) if part.transpose is None else part.transpose
+    return tuple(rest[p] for p in inner)
 
 
 def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) -> list[Piece]:
@@ -76,6 +102,10 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
                 dst_start[axis] = offset
                 src_start[len(part.index) + axis] = group * step
             offset += step
+            if part.shape is not None:
+                limit = [a + n for a, n in zip(src_start[len(part.index):], size)]
+                pieces.extend(_reshaped_pieces(part, layout, dst, src_start[len(part.index):], limit, dst_start))
+                continue
             pieces.append(Piece(dst, tuple(dst_start), tuple(size), part.src, tuple(src_start),
                                 None if perm == tuple(range(len(perm))) else perm, part.cast))
     if offset != total:

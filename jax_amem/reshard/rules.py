@@ -3,6 +3,7 @@
     rules.Rule.copy("dst", "src", transpose=(1, 0), cast="bfloat16")
     rules.Rule.concat("qkv", [Part("q"), Part("k"), Part("v")], axis=0, groups=tp)
     rules.hf_llama(num_layers, tp=2, fused_qkv=True)
+    rules.from_function(convert, params)     # from the user's own checkpoint exporter
 
 See rule_types for the data, hf for the ready Hugging Face tables.
 """
@@ -10,8 +11,9 @@ See rule_types for the data, hf for the ready Hugging Face tables.
 from .hf import FUSED, GLOBAL_WEIGHTS, LLAMA_LAYER_WEIGHTS, QKV_BIASES, hf_llama, hf_qwen2
 from .lowering import RuleError, check_coverage, identity_rules, lower
 from .rule_types import Part, Piece, Rule
+from .trace import TraceError, from_function, trace_count
 
 __all__ = [
     "FUSED", "GLOBAL_WEIGHTS", "LLAMA_LAYER_WEIGHTS", "QKV_BIASES", "Part", "Piece", "Rule",
-    "RuleError", "check_coverage", "hf_llama", "hf_qwen2", "identity_rules", "lower",
+    "RuleError", "TraceError", "check_coverage", "from_function", "trace_count", "hf_llama", "hf_qwen2", "identity_rules", "lower",
 ]
