@@ -103,3 +103,27 @@ def test_a_computing_primitive_is_refused_naming_it_and_its_output():
         rules.from_function(lambda p: {"b": jnp.broadcast_to(p["x"][:1], (6, 4))}, tree)
     with pytest.raises(rules.TraceError, match=r"output 'zeros' is a constant"):
         rules.from_function(lambda p: {"zeros": jnp.zeros((2,))}, tree)
+
+
+def test_mapping_errors_name_expectation_origin_and_closest_names():
+    """A MaxText-style tree given to hf_llama: the error says what it expected, who expected it,
+    that hf_llama wants a Flax-style tree, and the closest names."""
+    f32 = np.float32
+    src = {"layers/attn/q/kernal": reshard.Layout.single((2, 8, 8), f32, (0, 0))}
+    dst = {"model.layers.0.self_attn.q_proj.weight": reshard.Layout.single((8, 8), f32, (0, 1))}
+    rule_list = [r for r in rules.hf_llama(1) if r.dst in dst]
+    with pytest.raises(reshard.RuleError) as error:
+        reshard.plan(src, dst, rule_list)
+    text = str(error.value)
+    for needed in ("'model.layers.0.self_attn.q_proj.weight'", "expected source 'layers/attn/q/kernel'",
+                   "rules.hf_llama", "Flax-style tree", "closest source names: 'layers/attn/q/kernal'"):
+        assert needed in text, (needed, text)
+    with pytest.raises(reshard.RuleError, match=r"writes destination 'model.layers.0.self_attn.q_proj.weight'.*"
+                                                r"closest destination names: 'model.layers.0.self_attn.q_proj.weigth'"):
+        reshard.plan(src, {"model.layers.0.self_attn.q_proj.weigth": dst["model.layers.0.self_attn.q_proj.weight"]},
+                     rule_list)
+    with pytest.raises(reshard.RuleError, match=r"preset 'qwen3' \(source='maxtext', layout='hf'\) expects the layer "
+                                                r"stack 'decoder/layers/self_attention/query/kernel'.*Flax-style"):
+        rules.qwen3({"layers": {"attn": {"q": {"kernel": np.zeros((2, 8, 8), f32)}}}}, source="maxtext")
+    with pytest.raises(reshard.RuleError, match=r"unknown family 'qwen'.*did you mean 'qwen3'"):
+        rules.preset("qwen", {})

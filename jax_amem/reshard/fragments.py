@@ -215,7 +215,7 @@ def reshape(frags, old, new) -> list[Fragment]:
 # -- to the planner's pieces ----------------------------------------------------------------
 
 
-def to_pieces(dst: str, frags, source_ranks) -> list[Piece]:
+def to_pieces(dst: str, frags, source_ranks, origin: str = "") -> list[Piece]:
     """Pieces for destination `dst`: the source permuted so that each fragment's source axes
     sit under the destination axes they run along (trailing axes aligned)."""
     out = []
@@ -236,7 +236,7 @@ def to_pieces(dst: str, frags, source_ranks) -> list[Piece]:
         perm = [p if p >= 0 else next(rest) for p in perm]
         identity = perm == list(range(r))
         out.append(Piece(dst, f.vstart, f.vsize, f.src, tuple(f.sstart[a] for a in perm),
-                         None if identity else tuple(perm), f.dtype))
+                         None if identity else tuple(perm), f.dtype, origin))
     return out
 
 

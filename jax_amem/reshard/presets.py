@@ -221,7 +221,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         table = LAYER_WEIGHTS if stack else GLOBAL_WEIGHTS
         parts = [part(lg, (stack or "") + table[lg][column], () if layer is None else (layer,)) for lg in logicals]
         groups = tp if layout == "vllm" and len(parts) > 1 else 1
-        return Rule.concat(dst, parts, axis=axis, groups=groups)
+        return Rule.concat(dst, parts, axis=axis, groups=groups, origin=who)
 
     rules = []
     stacks = STACKS[source]

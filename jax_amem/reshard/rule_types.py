@@ -20,7 +20,7 @@ Three levels, each plain frozen data:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Rule:
     parts: tuple[Part, ...]
     axis: int = 0
     groups: int = 1
+    origin: str = field(default="", compare=False)  # the preset / function that wrote it (for errors)
 
     @classmethod
     def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None,
@@ -47,8 +48,8 @@ class Rule:
         return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast, shape),))
 
     @classmethod
-    def concat(cls, dst: str, parts, axis: int = 0, groups: int = 1) -> "Rule":
-        return cls(dst, tuple(parts), axis, groups)
+    def concat(cls, dst: str, parts, axis: int = 0, groups: int = 1, origin: str = "") -> "Rule":
+        return cls(dst, tuple(parts), axis, groups, origin)
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,4 @@ class Piece:
     src_start: tuple[int, ...]
     perm: tuple[int, ...] | None = None
     dtype: str | None = None
+    origin: str = field(default="", compare=False)  # the rule / function that made it (for errors)

@@ -102,6 +102,7 @@ def _trace(convert, params, names, cast) -> list[Piece]:
     dtypes = {n: np.dtype(leaf.dtype).name for n, leaf in names.items()}
     inputs = [_Sym([F.whole(n, names[n].shape)], tuple(names[n].shape), dtypes[n]) for n in src_names]
     outs = _Interpreter(dtypes, out_names).run(closed.jaxpr, closed.consts, inputs, top=True)
+    origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
     pieces = []
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
@@ -110,7 +111,7 @@ def _trace(convert, params, names, cast) -> list[Piece]:
         frags = value.frags
         if cast is not None and np.dtype(value.dtype) != np.dtype(cast):
             frags = F.cast(frags, np.dtype(cast).name, dtypes)
-        pieces.extend(F.to_pieces(name, frags, ranks))
+        pieces.extend(F.to_pieces(name, frags, ranks, origin))
     return pieces
 
 
