@@ -127,3 +127,30 @@ def test_mapping_errors_name_expectation_origin_and_closest_names():
         rules.qwen3({"layers": {"attn": {"q": {"kernel": np.zeros((2, 8, 8), f32)}}}}, source="maxtext")
     with pytest.raises(reshard.RuleError, match=r"unknown family 'qwen'.*did you mean 'qwen3'"):
         rules.preset("qwen", {})
+
+
+def test_from_layer_function_traces_one_layer_and_equals_the_whole_function():
+    rng = np.random.default_rng(3)
+    tree = {"decoder": {"layers": {"query": rng.standard_normal((3, D, H, HD)).astype(np.float32),
+                                   "wi": rng.standard_normal((3, 2, D, 6)).astype(np.float32)}},
+            "embed": rng.standard_normal((10, D)).astype(np.float32)}
+
+    def layer(p):
+        return {"q_proj.weight": p["query"].reshape(D, -1).T,
+                **{f"experts.{e}.w.weight": p["wi"][e].T for e in range(2)}}
+
+    def whole(p):
+        out = {"embed": p["embed"]}
+        for i in range(3):
+            one = {k: v[i] for k, v in p["decoder"]["layers"].items()}
+            out.update({f"model.layers.{i}.{k}": v for k, v in layer(one).items()})
+        return out
+
+    before = rules.trace_count()
+    pieces = rules.from_function(lambda p: {"embed": p["embed"]}, tree) + \
+        rules.from_layer_function(layer, tree, "decoder/layers", "model.layers.{}.")
+    assert rules.trace_count() == before + 2       # one trace for the globals, one for a layer
+    want = {k: np.asarray(v) for k, v in whole(tree).items()}
+    plan_and_run(shard_tree(tree), want, pieces)
+    again = rules.from_layer_function(layer, tree, "decoder/layers", "model.layers.{}.")
+    assert rules.trace_count() == before + 2 and again == pieces[1:]

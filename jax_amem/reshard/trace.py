@@ -90,6 +90,47 @@ def from_function(convert, params, *, cast: str | None = None) -> list[Piece]:
     return pieces
 
 
+def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
+                        cast: str | None = None) -> list[Piece]:
+    """Rules for a scanned layer stack, tracing one layer only.
+
+    `params[stack]` (a '/'-separated key path) holds every layer stacked on axis 0;
+    `convert_layer(layer) -> {name: array}` converts one layer (the tree with axis 0
+    removed). Layer i's outputs are named `prefix.format(i) + name`. The trace runs once
+    and is replicated over the layers, so planning a 60-layer model costs one layer's trace.
+    Cached like `from_function`; combine with `from_function` for the tensors outside the stack.
+    """
+    import jax
+
+    layers = params
+    for key in stack.split("/"):
+        layers = layers[key]
+    one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(tuple(x.shape[1:]), np.dtype(x.dtype)), layers)
+    counts = {int(x.shape[0]) for x in jax.tree_util.tree_leaves(layers)}
+    if len(counts) != 1:
+        raise TraceError(f"from_layer_function: the leaves under {stack!r} do not share one layer count on "
+                         f"axis 0 (found {sorted(counts)})")
+    count = counts.pop()
+    leaves, treedef = jax.tree_util.tree_flatten(one)
+    key = ("layers", convert_layer, treedef, tuple((x.shape, x.dtype.name) for x in leaves), stack, prefix, count,
+           cast)
+    try:
+        hit = _cache.get(key)
+    except TypeError:
+        key, hit = None, None
+    if hit is not None:
+        return list(hit)
+    pieces = []
+    for p in from_function(convert_layer, one, cast=cast):
+        perm = None if p.perm is None else (0,) + tuple(a + 1 for a in p.perm)
+        for i in range(count):
+            pieces.append(Piece(prefix.format(i) + p.dst, p.dst_start, p.size, f"{stack}/{p.src}",
+                                (i,) + p.src_start, perm, p.dtype, p.origin))
+    if key is not None:
+        _cache[key] = tuple(pieces)
+    return pieces
+
+
 def _trace(convert, params, names, cast) -> list[Piece]:
     import jax
     global _traces
