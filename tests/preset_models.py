@@ -13,6 +13,8 @@
 
 import numpy as np
 
+from jax_amem.reshard import names_tree
+
 L, D, H, KV, HD, F, E, I, S, V = 2, 16, 4, 2, 4, 24, 4, 8, 8, 32
 R, ROPE, NOPE, VHD = 8, 2, 2, 4          # DeepSeek MLA: kv rank, rope / nope / value head dims
 GPT_F, POS = 64, 16
@@ -101,17 +103,6 @@ STACK_PATHS = {"flax": {"layers": "layers", "dense": "dense_layers", "moe": "moe
 HEADS_SPLIT = {"q": 2, "k": 2, "v": 2, "kv_b": 2, "o": 1, "q_bias": 1, "k_bias": 1, "v_bias": 1}  # first head axis
 
 
-def _nest(flat):
-    tree = {}
-    for path, value in flat.items():
-        node = tree
-        *parents, leaf = path.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return tree
-
-
 def source_tree(family, source, weights):
     names = FLAX if source == "flax" else MAXTEXT
     flat = {}
@@ -124,7 +115,7 @@ def source_tree(family, source, weights):
     for key in ("embed", "final_norm", "lm_head", "pos_embed", "final_norm_bias"):
         if key in weights:
             flat[names[key]] = weights[key]
-    return _nest(flat)
+    return names_tree(flat)
 
 
 def oracle_from_source(family, layout, source, tree, xp, tp=2, tie=False):

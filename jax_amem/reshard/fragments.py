@@ -16,6 +16,7 @@ reached by permuting the source so its axes meet the destination's.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -160,7 +161,7 @@ def _reshape_dense(f: Fragment, old, new) -> list[Fragment]:
         last = oi[-1]
         outer = [range(f.vsize[a]) for a in oi[:-1]]
         runs = []
-        for idx in _product(outer):
+        for idx in itertools.product(*outer):
             # one row of f along the region's last old axis: a contiguous flat range
             ostart = [f.vstart[a] + d for a, d in zip(oi[:-1], idx)] + [f.vstart[last]]
             flat, left = _ravel(ostart, oshape), f.vsize[last]
@@ -175,7 +176,7 @@ def _reshape_dense(f: Fragment, old, new) -> list[Fragment]:
                 flat, left, done = flat + take, left - take, done + take
         choices.append(runs)
     out = []
-    for combo in _product(choices):
+    for combo in itertools.product(*choices):
         deltas = [0] * len(old)
         vstart, vsize, axis_of = [], [], []
         for offsets, start, size, axes in combo:
@@ -185,13 +186,6 @@ def _reshape_dense(f: Fragment, old, new) -> list[Fragment]:
         out.append(_normal(Fragment(tuple(vstart), tuple(vsize), f.src, _shift_source(f, deltas),
                                     tuple(axis_of), f.dtype)))
     return out
-
-
-def _product(lists):
-    result = [()]
-    for options in lists:
-        result = [r + (o,) for r in result for o in options]
-    return result
 
 
 def reshape(frags, old, new) -> list[Fragment]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import difflib
 
 from .from_jax import tree_names
-from .lowering import RuleError
+from .lowering import RuleError, closest
 from .rule_types import Part, Rule
 
 # logical weight -> (kind, flax path, maxtext path). Paths are under the layer stack.
@@ -185,11 +185,6 @@ def _transform(kind: str, source: str, conv: bool, shape) -> tuple[tuple | None,
     return None, None
 
 
-def _close(name: str, names) -> str:
-    near = difflib.get_close_matches(name, list(names), n=3, cutoff=0.5)
-    return f"; closest source names: {', '.join(map(repr, near))}" if near else ""
-
-
 def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp: int = 1,
            cast: str | None = None, tie_embeddings: bool = False) -> list[Rule]:
     """Rules from a trainer tree (`params`: arrays, ShapeDtypeStructs or Layouts; only names and
@@ -210,7 +205,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         kind = (LAYER_WEIGHTS.get(logical) or GLOBAL_WEIGHTS[logical])[0]
         if path not in shapes:
             raise RuleError(f"{who} expects source {path!r} (weight {logical!r}, a {kind} tensor), which "
-                            f"the tree does not have{_close(path, shapes)}. The {source!r} naming is "
+                            f"the tree does not have{closest(path, shapes, 'source')}. The {source!r} naming is "
                             f"described in jax_amem/reshard/presets.py; pass source='flax' or 'maxtext', "
                             "or write rules with from_function")
         transpose, shape = _transform(kind, source, conv, shapes[path][len(index):])
@@ -235,7 +230,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         probe = stack + LAYER_WEIGHTS[next(iter(_logicals(layer_table)))][column]
         if probe not in shapes:
             raise RuleError(f"{who} expects the layer stack {probe!r} (layers stacked on axis 0), which the "
-                            f"tree does not have{_close(probe, shapes)}. `hf_llama` and the 'flax' naming "
+                            f"tree does not have{closest(probe, shapes, 'source')}. `hf_llama` and the 'flax' naming "
                             "expect a Flax-style tree (layers/attn/q/kernel ...); 'maxtext' expects "
                             "decoder/layers/self_attention/query/kernel ...")
         count = shapes[probe][0]
