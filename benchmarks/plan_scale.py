@@ -1,6 +1,6 @@
 """Resharding planner at trillion-parameter scale: plan time, plan size, link balance, predicted time.
 
-    python -P benchmarks/plan_scale.py [--small] [--colocated]
+    python -P benchmarks/plan_scale.py [--small] [--colocated] [--traced [--whole-trace]]
 
 A synthetic mixture-of-experts model (60 layers, 384 experts, hidden 7168, expert
 width 2048, GQA attention: ~1.0T parameters, ~70,000 destination tensors). The
@@ -10,7 +10,10 @@ Face per-expert tensors on 128 GPUs (tensor parallel 16 x 8 replicas), on other
 hosts (or, with --colocated, on the trainer's first 128 GPUs). Kernels are
 transposed on the sender. Prints one table: figure, goal or ceiling, ratio.
 The ceiling of the predicted time is the busiest receiver's (or sender's) bytes
-over its link bandwidth: no plan can beat it.
+over its link bandwidth: no plan can beat it. --traced also plans from the same
+mapping written as a conversion function (`rules.from_function` for the globals,
+`rules.from_layer_function` for the layer stack), against the hand-written rules
+(goal <= 1.2x), and a second call (cached: no tracing).
 """
 
 from __future__ import annotations
@@ -57,13 +60,38 @@ def trainer_layouts(c) -> dict[str, Layout]:
             for name, (shape, spec) in table.items()}
 
 
+def destination_table(c):
+    """(name, shape, split dim, source, index, transpose) per rollout tensor: Hugging Face
+    per-expert names, each one layer (and expert) of a stacked trainer tensor, transposed."""
+    L, E, D, F = c["layers"], c["experts"], c["hidden"], c["expert_width"]
+    Q, KV, V = c["heads"] * c["head_dim"], c["kv_heads"] * c["head_dim"], c["vocab"]
+    T = (1, 0)
+    rows = []
+    for i in range(L):
+        p = f"model.layers.{i}."
+        rows += [(p + "self_attn.q_proj.weight", (Q, D), 0, "layers/attn/q/kernel", (i,), T),
+                 (p + "self_attn.k_proj.weight", (KV, D), 0, "layers/attn/k/kernel", (i,), T),
+                 (p + "self_attn.v_proj.weight", (KV, D), 0, "layers/attn/v/kernel", (i,), T),
+                 (p + "self_attn.o_proj.weight", (D, Q), 1, "layers/attn/o/kernel", (i,), T),
+                 (p + "mlp.gate.weight", (E, D), None, "layers/router/kernel", (i,), T),
+                 (p + "input_layernorm.weight", (D,), None, "layers/input_norm/scale", (i,), None),
+                 (p + "post_attention_layernorm.weight", (D,), None, "layers/post_attn_norm/scale", (i,), None)]
+        for j in range(E):
+            q = f"{p}mlp.experts.{j}."
+            rows += [(q + "gate_proj.weight", (F, D), 0, "layers/moe/wi_0", (i, j), T),
+                     (q + "up_proj.weight", (F, D), 0, "layers/moe/wi_1", (i, j), T),
+                     (q + "down_proj.weight", (D, F), 1, "layers/moe/wo", (i, j), T)]
+    rows += [("model.embed_tokens.weight", (V, D), 0, "embed/embedding", (), None),
+             ("lm_head.weight", (V, D), 0, "lm_head/kernel", (), T),
+             ("model.norm.weight", (D,), None, "final_norm/scale", (), None)]
+    return rows
+
+
 def rollout(c, colocated: bool):
-    """Destination layouts (shared objects per shape and split) and the rules that fill them."""
+    """Destination layouts (shared objects per shape and split) and the hand-written rules."""
     n = c["tp"] * c["replicas"]
     first = 0 if colocated else int(np.prod(c["mesh"]))
     owners = [Owner((first + i) // PER_HOST, first + i) for i in range(n)]
-    L, E, D, F = c["layers"], c["experts"], c["hidden"], c["expert_width"]
-    Q, KV, V = c["heads"] * c["head_dim"], c["kv_heads"] * c["head_dim"], c["vocab"]
     shared: dict = {}
 
     def layout(shape, dim):
@@ -73,31 +101,91 @@ def rollout(c, colocated: bool):
                            else Layout.tensor_parallel(shape, BF16, dim, c["tp"], owners))
         return shared[key]
 
-    dst, rules = {}, []
+    table = destination_table(c)
+    dst = {name: layout(shape, dim) for name, shape, dim, *_ in table}
+    return dst, hand_rules(table), owners
 
-    def add(name, shape, dim, src, index=(), transpose=None):
-        dst[name] = layout(shape, dim)
-        rules.append(Rule.copy(name, src, index=index, transpose=transpose))
 
-    T = (1, 0)
-    for i in range(L):
-        p = f"model.layers.{i}."
-        add(p + "self_attn.q_proj.weight", (Q, D), 0, "layers/attn/q/kernel", (i,), T)
-        add(p + "self_attn.k_proj.weight", (KV, D), 0, "layers/attn/k/kernel", (i,), T)
-        add(p + "self_attn.v_proj.weight", (KV, D), 0, "layers/attn/v/kernel", (i,), T)
-        add(p + "self_attn.o_proj.weight", (D, Q), 1, "layers/attn/o/kernel", (i,), T)
-        add(p + "mlp.gate.weight", (E, D), None, "layers/router/kernel", (i,), T)
-        add(p + "input_layernorm.weight", (D,), None, "layers/input_norm/scale", (i,))
-        add(p + "post_attention_layernorm.weight", (D,), None, "layers/post_attn_norm/scale", (i,))
-        for j in range(E):
-            q = f"{p}mlp.experts.{j}."
-            add(q + "gate_proj.weight", (F, D), 0, "layers/moe/wi_0", (i, j), T)
-            add(q + "up_proj.weight", (F, D), 0, "layers/moe/wi_1", (i, j), T)
-            add(q + "down_proj.weight", (D, F), 1, "layers/moe/wo", (i, j), T)
-    add("model.embed_tokens.weight", (V, D), 0, "embed/embedding")
-    add("lm_head.weight", (V, D), 0, "lm_head/kernel", (), T)
-    add("model.norm.weight", (D,), None, "final_norm/scale")
-    return dst, rules, owners
+def hand_rules(table):
+    return [Rule.copy(name, src, index=index, transpose=transpose) for name, _, _, src, index, transpose in table]
+
+
+# The same mapping as the user's exporter would write it (jnp), for rules.from_function.
+def convert_layer(layer):
+    """One layer of the stacked tree -> its Hugging Face tensors (names under model.layers.{i}.)."""
+    out = {"self_attn.q_proj.weight": layer["attn"]["q"]["kernel"].T,
+           "self_attn.k_proj.weight": layer["attn"]["k"]["kernel"].T,
+           "self_attn.v_proj.weight": layer["attn"]["v"]["kernel"].T,
+           "self_attn.o_proj.weight": layer["attn"]["o"]["kernel"].T,
+           "mlp.gate.weight": layer["router"]["kernel"].T,
+           "input_layernorm.weight": layer["input_norm"]["scale"],
+           "post_attention_layernorm.weight": layer["post_attn_norm"]["scale"]}
+    for j in range(layer["moe"]["wi_0"].shape[0]):
+        out[f"mlp.experts.{j}.gate_proj.weight"] = layer["moe"]["wi_0"][j].T
+        out[f"mlp.experts.{j}.up_proj.weight"] = layer["moe"]["wi_1"][j].T
+        out[f"mlp.experts.{j}.down_proj.weight"] = layer["moe"]["wo"][j].T
+    return out
+
+
+def convert_globals(params):
+    return {"model.embed_tokens.weight": params["embed"]["embedding"], "lm_head.weight": params["lm_head"]["kernel"].T,
+            "model.norm.weight": params["final_norm"]["scale"]}
+
+
+def convert_whole(params):
+    """The whole model in one function (the plain from_function path)."""
+    import jax
+    out = convert_globals(params)
+    stacked = params["layers"]
+    for i in range(stacked["attn"]["q"]["kernel"].shape[0]):
+        layer = jax.tree.map(lambda x: x[i], stacked)
+        out.update({f"model.layers.{i}.{k}": v for k, v in convert_layer(layer).items()})
+    return out
+
+
+def cpu_timed(fn):
+    """CPU seconds of this process: steadier than wall time on a machine shared with other jobs."""
+    start = time.process_time()
+    out = fn()
+    return out, time.process_time() - start
+
+
+def traced_rows(src, dst, table, whole: bool) -> list[tuple]:
+    """Planning from a traced conversion function against the hand-written rules (CPU seconds)."""
+    from jax_amem import rules
+
+    _, hand_seconds = cpu_timed(lambda: reshard.Planner(src, dst, hand_rules(table)))
+    timed = cpu_timed
+    tree = reshard.names_tree(src)
+    rules.clear_trace_cache()
+    count = rules.trace_count()
+
+    def traced():
+        return rules.from_function(convert_globals, tree) + rules.from_layer_function(
+            convert_layer, tree, "layers", "model.layers.{}.")
+    pieces, t_trace = timed(traced)
+    traces = rules.trace_count() - count
+    _, t_prepare = timed(lambda: reshard.Planner(src, dst, pieces))
+    again, t_again = timed(traced)
+    total = t_trace + t_prepare
+    rows = [
+        ("hand-written rules: built + prepared (CPU s)", f"{hand_seconds:.2f}", "", ""),
+        ("from_function, one layer traced: traced (CPU s) / traces", f"{t_trace:.2f} / {traces}", "", ""),
+        ("from_function, one layer traced: traced + prepared (CPU s)", f"{total:.2f}",
+         f"<= {1.2 * hand_seconds:.2f}", f"{total / hand_seconds:.2f}x"),
+        ("second call (cached): traced (CPU s) / new traces", f"{t_again:.3f} / {rules.trace_count() - count - traces}",
+         "0 traces", ""),
+    ]
+    if whole:
+        rules.clear_trace_cache()
+        pieces_whole, t_whole = timed(lambda: rules.from_function(convert_whole, tree))
+        _, t_prep_whole = timed(lambda: reshard.Planner(src, dst, pieces_whole))
+        fields = lambda ps: sorted((p.dst, p.dst_start, p.size, p.src, p.src_start, p.perm, p.dtype) for p in ps)
+        same = fields(pieces_whole) == fields(pieces)
+        rows += [("from_function, whole model traced: traced + prepared (CPU s)", f"{t_whole + t_prep_whole:.2f}",
+                  f"<= {1.2 * hand_seconds:.2f}", f"{(t_whole + t_prep_whole) / hand_seconds:.2f}x"),
+                 ("whole-model and one-layer traces give the same pieces", str(same), "True", "")]
+    return rows
 
 
 def human(n: float) -> str:
@@ -118,12 +206,15 @@ def main(argv=None) -> list[tuple]:
     parser.add_argument("--small", action="store_true", help="a CI-size model (seconds)")
     parser.add_argument("--colocated", action="store_true", help="rollout on the trainer's first GPUs")
     parser.add_argument("--no-global", action="store_true", help="skip the global plan (per-rank only)")
+    parser.add_argument("--traced", action="store_true", help="also plan from a traced conversion function")
+    parser.add_argument("--whole-trace", action="store_true", help="with --traced: also trace the whole model")
     args = parser.parse_args(argv)
     c = SMALL if args.small else FULL
     bandwidths = reshard.Bandwidths(device=2000e9, nvlink=450e9, network=50e9)
 
     (src, (dst, rules, owners)), t_layouts = timed(lambda: (trainer_layouts(c), rollout(c, args.colocated)))
     params = sum(int(np.prod(l.shape)) for l in src.values())
+    table = destination_table(c)
     planner, t_prepare = timed(lambda: reshard.Planner(src, dst, rules))
     receiver = owners[0]
     sender = src["layers/moe/wi_0"].owners[0]
@@ -139,6 +230,8 @@ def main(argv=None) -> list[tuple]:
         ("per-rank plan, a sender (s)", f"{t_send:.3f}", "< 0.5", f"{t_send / 0.5:.2f}"),
         ("per-rank check() (s)", f"{t_check_rank:.2f}", "", ""),
     ]
+    if args.traced:
+        rows += traced_rows(src, dst, table, args.whole_trace)
     if not args.no_global:
         plan, t_global = timed(lambda: planner.plan(cache=False))
         same = plan.for_owner(receiver) == recv_plan and plan.for_owner(sender) == send_plan

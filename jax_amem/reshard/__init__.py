@@ -9,7 +9,7 @@ See docs/reshard.md for the plan's data format (the executor's contract).
 
 from . import rules
 from .blocks import expand
-from .from_jax import layouts_of, tree_names
+from .from_jax import layouts_of, names_tree, tree_names
 from .layout import MAX_RANK, Layout, LayoutError, Owner
 from .lowering import RuleError
 from .numpy_exec import execute as execute_numpy
@@ -21,5 +21,5 @@ from .simulate import Bandwidths, simulate
 __all__ = [
     "Bandwidths", "DEFAULT_SPLIT_BYTES", "Layout", "LayoutError", "MAX_RANK", "Owner", "Part", "Piece",
     "Plan", "PlanError", "Planner", "Rule", "RuleError", "TRANSFER_COLUMNS", "cache_info", "clear_cache",
-    "execute_numpy", "expand", "layouts_of", "plan", "rules", "simulate", "tree_names",
+    "execute_numpy", "expand", "layouts_of", "names_tree", "plan", "rules", "simulate", "tree_names",
 ]

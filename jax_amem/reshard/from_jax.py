@@ -30,6 +30,19 @@ def tree_names(tree) -> dict[str, Any]:
     return out
 
 
+def names_tree(flat: dict) -> dict:
+    """The inverse of `tree_names` for nested dicts: `{"a/b": x}` -> `{"a": {"b": x}}`
+    (e.g. a `{name: Layout}` mapping made a tree, for `rules.from_function`)."""
+    tree: dict = {}
+    for path, leaf in flat.items():
+        node = tree
+        *parents, last = path.split("/")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = leaf
+    return tree
+
+
 def layouts_of(tree) -> dict[str, Layout]:
     """`{name: Layout}` for a pytree of jax.Arrays (or ShapeDtypeStructs with a sharding)."""
     out = {}

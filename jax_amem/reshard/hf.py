@@ -53,6 +53,11 @@ def _part(source: str, transposed: bool, layer: int | None, stacked: bool, cast)
     return Part(f"layers/{layer}/{source}", (), (1, 0) if transposed else None, cast)
 
 
+# Said in every error about these rules: the most common surprise is a tree of another naming.
+ORIGIN = ("rules.hf_llama, which expects a Flax-style tree (layers/attn/q/kernel (L, D, H*hd), kernels "
+          "(in, out)); for a MaxText-style tree use rules.preset(family, params, source='maxtext')")
+
+
 def hf_llama(num_layers: int, *, tp: int = 1, stacked: bool = True, fused_qkv: bool = False,
              fused_gate_up: bool = False, qkv_bias: bool = False, tie_embeddings: bool = False,
              cast: str | None = None) -> list[Rule]:
@@ -74,15 +79,15 @@ def hf_llama(num_layers: int, *, tp: int = 1, stacked: bool = True, fused_qkv: b
                 continue
             fused_members.update(members)
             parts = [_part(*per_layer[m], layer, stacked, cast) for m in members]
-            rules.append(Rule.concat(f"model.layers.{layer}.{fused}", parts, axis=0, groups=tp))
+            rules.append(Rule.concat(f"model.layers.{layer}.{fused}", parts, axis=0, groups=tp, origin=ORIGIN))
         for name, (source, transposed) in per_layer.items():
             if name not in fused_members:
                 rules.append(Rule(f"model.layers.{layer}.{name}",
-                                  (_part(source, transposed, layer, stacked, cast),)))
+                                  (_part(source, transposed, layer, stacked, cast),), origin=ORIGIN))
     for name, (source, transposed) in GLOBAL_WEIGHTS.items():
         if name == "lm_head.weight" and tie_embeddings:
             source, transposed = GLOBAL_WEIGHTS["model.embed_tokens.weight"]
-        rules.append(Rule(name, (_part(source, transposed, None, stacked, cast),)))
+        rules.append(Rule(name, (_part(source, transposed, None, stacked, cast),), origin=ORIGIN))
     return rules
 
 

@@ -5,11 +5,13 @@ Every error names the destination tensor and the region at fault.
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from typing import Iterable, Mapping
 
 import numpy as np
 
+from . import fragments as F
 from .layout import Layout, region_text
 from .rule_types import Part, Piece, Rule
 
@@ -19,11 +21,21 @@ class RuleError(ValueError):
     shapes or dtypes that do not match)."""
 
 
-def _part_view(part: Part, dst: str, sources: Mapping[str, Layout]):
+def closest(name: str, names, what: str) -> str:
+    """'; closest <what> names: ...' (edit distance), or '' when none is near."""
+    near = difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
+    return f"; closest {what} names: {', '.join(map(repr, near))}" if near else ""
+
+
+def _by(origin: str) -> str:
+    return f" (rule from {origin})" if origin else ""
+
+
+def _part_view(part: Part, dst: str, sources: Mapping[str, Layout], origin: str = ""):
     """(source layout, full permutation, transformed shape after the fixed indices)."""
     if part.src not in sources:
-        raise RuleError(f"destination {dst!r}: its rule reads source {part.src!r}, which is not "
-                        f"among the {len(sources)} source tensors")
+        raise RuleError(f"destination {dst!r}{_by(origin)}: expected source {part.src!r}, which is not "
+                        f"among the {len(sources)} source tensors{closest(part.src, sources, 'source')}")
     layout = sources[part.src]
     k = len(part.index)
     if k > layout.ndim:
@@ -39,7 +51,32 @@ def _part_view(part: Part, dst: str, sources: Mapping[str, Layout]):
         raise RuleError(f"destination {dst!r}: transpose {part.transpose} is not a permutation of the "
                         f"{len(rest)} axes of source {part.src!r} after index {part.index}")
     perm = tuple(range(k)) + tuple(k + p for p in inner)
-    return layout, perm, tuple(rest[p] for p in inner)
+    view_shape = tuple(rest[p] for p in inner)
+    if part.shape is not None:
+        shape = tuple(int(n) for n in part.shape)
+        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(view_shape, dtype=np.int64)):
+            raise RuleError(f"destination {dst!r}: part {part.src!r} has shape {view_shape} after index "
+                            f"{part.index} and transpose {part.transpose}; it cannot be reshaped to {shape} "
+                            "(the element counts differ)")
+        view_shape = shape
+    return layout, perm, view_shape
+
+
+def _reshaped_pieces(part: Part, layout: Layout, dst: str, start, limit, dst_start, origin="") -> list[Piece]:
+    """Pieces for the box [start, limit) of a reshaped part, placed at `dst_start`."""
+    frags = F.reshape([F.whole(part.src, layout.shape, part.index, part.transpose, part.cast)],
+                      _part_view_before_reshape(part, layout), part.shape)
+    frags = F.slice_box(frags, start, limit)
+    for axis, offset in enumerate(dst_start):
+        if offset:
+            frags = F.shift(frags, axis, offset)
+    return F.to_pieces(dst, frags, {part.src: layout.ndim}, origin)
+
+
+def _part_view_before_reshape(part: Part, layout: Layout) -> tuple[int, ...]:
+    rest = layout.shape[len(part.index):]
+    inner = range(len(rest)) if part.transpose is None else part.transpose
+    return tuple(rest[p] for p in inner)
 
 
 def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) -> list[Piece]:
@@ -47,7 +84,7 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
     if not rule.parts:
         raise RuleError(f"destination {dst!r}: its rule has no parts")
     axis = rule.axis % len(shape) if shape else 0
-    views = [_part_view(p, dst, sources) for p in rule.parts]
+    views = [_part_view(p, dst, sources, rule.origin) for p in rule.parts]
     for part, (_, _, view_shape) in zip(rule.parts, views):
         other = [n for i, n in enumerate(view_shape) if i != axis]
         want = [n for i, n in enumerate(shape) if i != axis]
@@ -76,8 +113,13 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
                 dst_start[axis] = offset
                 src_start[len(part.index) + axis] = group * step
             offset += step
+            if part.shape is not None:
+                limit = [a + n for a, n in zip(src_start[len(part.index):], size)]
+                pieces.extend(_reshaped_pieces(part, layout, dst, src_start[len(part.index):], limit, dst_start,
+                                               rule.origin))
+                continue
             pieces.append(Piece(dst, tuple(dst_start), tuple(size), part.src, tuple(src_start),
-                                None if perm == tuple(range(len(perm))) else perm, part.cast))
+                                None if perm == tuple(range(len(perm))) else perm, part.cast, rule.origin))
     if offset != total:
         # Report the exact region, through the same coverage check as explicit pieces.
         check_coverage(dst, dst_layout, pieces)
@@ -128,7 +170,8 @@ def check_coverage(dst: str, layout: Layout, pieces: list[Piece]) -> None:
 
 def _check_piece_source(p: Piece, sources: Mapping[str, Layout], dst_layout: Layout) -> None:
     if p.src not in sources:
-        raise RuleError(f"destination {p.dst!r}: a piece reads source {p.src!r}, which does not exist")
+        raise RuleError(f"destination {p.dst!r}{_by(p.origin)}: a piece reads source {p.src!r}, which does not "
+                        f"exist{closest(p.src, sources, 'source')}")
     src = sources[p.src]
     perm = tuple(range(src.ndim)) if p.perm is None else tuple(p.perm)
     if sorted(perm) != list(range(src.ndim)):
@@ -170,14 +213,18 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
     if rules is None:
         missing = [name for name in destinations if name not in sources]
         if missing:
-            raise RuleError(f"destination {missing[0]!r} has no source of the same name; give rules "
-                            "that say which sources make it")
+            raise RuleError(f"destination {missing[0]!r} has no source of the same name (rules=None maps "
+                            f"by name){closest(missing[0], sources, 'source')}; give rules that say which "
+                            "sources make it (a preset such as rules.qwen3(params, source='maxtext'), "
+                            "rules.from_function(convert, params), or Rule/Part)")
         rules = identity_rules(destinations)
+    rules = list(rules)
     by_dst: dict[str, list[Piece]] = defaultdict(list)
     for rule in rules:
         if rule.dst not in destinations:
-            raise RuleError(f"a rule writes destination {rule.dst!r}, which is not among the "
-                            f"{len(destinations)} destination tensors")
+            raise RuleError(f"a rule{_by(rule.origin)} writes destination {rule.dst!r}, which is not among "
+                            f"the {len(destinations)} destination tensors"
+                            f"{closest(rule.dst, destinations, 'destination')}")
         dst_layout = destinations[rule.dst]
         new = lower_rule(rule, sources, dst_layout) if isinstance(rule, Rule) else [rule]
         by_dst[rule.dst].extend(new)
@@ -187,8 +234,10 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
         if not mine:
             if int(np.prod(layout.shape, dtype=np.int64)) == 0:
                 continue
+            origins = sorted({r.origin for r in rules if r.origin})
             raise RuleError(f"destination {name!r}: region {region_text([0] * layout.ndim, layout.shape)} "
-                            "is not covered by any rule")
+                            f"is not covered by any rule (the rules{' from ' + ', '.join(origins) if origins else ''}"
+                            f" write {len(by_dst)} destinations{closest(name, by_dst, 'written')})")
         for p in mine:
             _check_piece_source(p, sources, layout)
         check_coverage(name, layout, mine)

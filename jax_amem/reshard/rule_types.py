@@ -4,8 +4,12 @@ Three levels, each plain frozen data:
 
 * `Part`: one source tensor as seen by a destination: fixed leading indices
   (a scanned-layer or expert stack unrolled), an axis permutation (a
-  transpose), a dtype cast. Transposes and casts are applied by the sender to
-  its whole source shard before any byte is copied.
+  transpose), a row-major reshape (head merge `[H, hd, D] -> [H*hd, D]`, head
+  split, flatten), a dtype cast, applied in that order, as numpy would:
+  `source[index].transpose(transpose).reshape(shape).astype(cast)`.
+  Transposes and casts are applied by the sender to its whole source shard
+  before any byte is copied; a reshape costs nothing on the wire (it only
+  cuts the part into more pieces).
 * `Rule`: a destination tensor made of parts concatenated along `axis`; with
   `groups=g` the axis is cut into g blocks and block j holds slice j of every
   part, in order (vLLM's fused QKV / gate_up per tensor-parallel rank).
@@ -16,7 +20,7 @@ Three levels, each plain frozen data:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class Part:
     index: tuple[int, ...] = ()
     transpose: tuple[int, ...] | None = None
     cast: str | None = None
+    shape: tuple[int, ...] | None = None  # row-major reshape after index and transpose
 
 
 @dataclass(frozen=True)
@@ -33,15 +38,18 @@ class Rule:
     parts: tuple[Part, ...]
     axis: int = 0
     groups: int = 1
+    origin: str = field(default="", compare=False)  # the preset / function that wrote it (for errors)
 
     @classmethod
-    def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None) -> "Rule":
+    def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None,
+             shape=None) -> "Rule":
         """`dst` is one source tensor (by default the one of the same name), whole."""
-        return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast),))
+        shape = tuple(shape) if shape is not None else None
+        return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast, shape),))
 
     @classmethod
-    def concat(cls, dst: str, parts, axis: int = 0, groups: int = 1) -> "Rule":
-        return cls(dst, tuple(parts), axis, groups)
+    def concat(cls, dst: str, parts, axis: int = 0, groups: int = 1, origin: str = "") -> "Rule":
+        return cls(dst, tuple(parts), axis, groups, origin)
 
 
 @dataclass(frozen=True)
@@ -61,3 +69,4 @@ class Piece:
     src_start: tuple[int, ...]
     perm: tuple[int, ...] | None = None
     dtype: str | None = None
+    origin: str = field(default="", compare=False)  # the rule / function that made it (for errors)

@@ -1,0 +1,242 @@
+"""Fragments: a tensor known as boxes of source tensors, closed under layout operations.
+
+A `Fragment` says: the box `vstart + [0, vsize)` of a value (a rule part, a traced
+intermediate, a destination) equals a box of one source tensor, axis for axis:
+value axis j, when its extent is more than 1, runs along source axis `axis_of[j]`
+from `sstart`; every other source axis stays at its `sstart` coordinate. A value is
+a list of fragments that tile it.
+
+Transpose, slice, squeeze, expand, reshape (row-major, any shapes of equal size)
+and concatenation map fragments to fragments, splitting them only where a box of
+the result is not one box of the source (a head merge `[H, hd, D] -> [H*hd, D]`
+becomes H fragments). `to_pieces` turns them into the planner's `Piece`s; the
+planner's own convention (trailing axes aligned, a permutation on the sender) is
+reached by permuting the source so its axes meet the destination's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+
+from .rule_types import Piece
+
+
+@dataclass(frozen=True)
+class Fragment:
+    vstart: tuple[int, ...]
+    vsize: tuple[int, ...]
+    src: str
+    sstart: tuple[int, ...]       # on the source's own axes
+    axis_of: tuple[int, ...]      # per value axis: the source axis it runs along, -1 where vsize is 1
+    dtype: str | None = None      # the sender's cast (None: the source's dtype)
+
+
+def _normal(f: Fragment) -> Fragment:
+    axis_of = tuple(a if n > 1 else -1 for a, n in zip(f.axis_of, f.vsize))
+    return f if axis_of == f.axis_of else replace(f, axis_of=axis_of)
+
+
+def whole(src: str, shape, index=(), transpose=None, dtype=None) -> Fragment:
+    """The value `source[index].transpose(transpose)`, one fragment."""
+    shape, index = tuple(shape), tuple(index)
+    k = len(index)
+    inner = tuple(range(len(shape) - k)) if transpose is None else tuple(transpose)
+    axes = tuple(k + a for a in inner)
+    size = tuple(shape[a] for a in axes)
+    return _normal(Fragment((0,) * len(size), size, src, index + (0,) * (len(shape) - k), axes, dtype))
+
+
+def _shift_source(f: Fragment, deltas) -> tuple[int, ...]:
+    sstart = list(f.sstart)
+    for j, d in enumerate(deltas):
+        if d and f.axis_of[j] >= 0:
+            sstart[f.axis_of[j]] += d
+    return tuple(sstart)
+
+
+def transpose(frags, perm) -> list[Fragment]:
+    perm = tuple(perm)
+    return [replace(f, vstart=tuple(f.vstart[a] for a in perm), vsize=tuple(f.vsize[a] for a in perm),
+                    axis_of=tuple(f.axis_of[a] for a in perm)) for f in frags]
+
+
+def slice_box(frags, start, limit) -> list[Fragment]:
+    """value[start:limit] (stride 1), re-based at 0."""
+    out = []
+    for f in frags:
+        lo = [max(a, s) for a, s in zip(f.vstart, start)]
+        hi = [min(a + n, e) for a, n, e in zip(f.vstart, f.vsize, limit)]
+        if any(h <= l for l, h in zip(lo, hi)):
+            continue
+        out.append(_normal(Fragment(tuple(l - s for l, s in zip(lo, start)), tuple(h - l for l, h in zip(lo, hi)),
+                                    f.src, _shift_source(f, [l - a for l, a in zip(lo, f.vstart)]), f.axis_of,
+                                    f.dtype)))
+    return out
+
+
+def shift(frags, axis: int, offset: int) -> list[Fragment]:
+    """The same fragments placed `offset` further along `axis` (concatenation)."""
+    return [replace(f, vstart=f.vstart[:axis] + (f.vstart[axis] + offset,) + f.vstart[axis + 1:]) for f in frags]
+
+
+def squeeze(frags, dims) -> list[Fragment]:
+    keep = [j for j in range(len(frags[0].vsize)) if j not in set(dims)] if frags else []
+    return [replace(f, vstart=tuple(f.vstart[j] for j in keep), vsize=tuple(f.vsize[j] for j in keep),
+                    axis_of=tuple(f.axis_of[j] for j in keep)) for f in frags]
+
+
+def expand(frags, rank: int, kept) -> list[Fragment]:
+    """New unit axes: value axis i of the input becomes axis kept[i] of a rank-`rank` value."""
+    out = []
+    for f in frags:
+        vstart, vsize, axis_of = [0] * rank, [1] * rank, [-1] * rank
+        for i, j in enumerate(kept):
+            vstart[j], vsize[j], axis_of[j] = f.vstart[i], f.vsize[i], f.axis_of[i]
+        out.append(replace(f, vstart=tuple(vstart), vsize=tuple(vsize), axis_of=tuple(axis_of)))
+    return out
+
+
+def cast(frags, dtype: str, source_dtypes) -> list[Fragment]:
+    out = []
+    for f in frags:
+        current = f.dtype or source_dtypes[f.src]
+        if dtype == current:
+            out.append(f)
+        elif f.dtype is None:
+            out.append(replace(f, dtype=dtype))
+        else:
+            raise ValueError(f"source {f.src!r} is cast twice ({source_dtypes[f.src]} -> {f.dtype} -> {dtype}); "
+                             "the sender casts once: cast straight to the final dtype")
+    return out
+
+
+# -- reshape --------------------------------------------------------------------------------
+
+
+def _regions(old, new):
+    """Runs of axes with equal products on both sides: [(old axes, new axes)], split at every
+    common prefix product (unit axes excluded: they are dropped and re-inserted)."""
+    regions, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        oi, nj = [i], [j]
+        po, pn = old[i], new[j]
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn:
+                po *= old[i]; oi.append(i); i += 1
+            else:
+                pn *= new[j]; nj.append(j); j += 1
+        regions.append((oi, nj))
+    return regions
+
+
+def _unravel(flat: int, shape) -> list[int]:
+    out = []
+    for n in reversed(shape):
+        out.append(flat % n)
+        flat //= n
+    return out[::-1]
+
+
+def _ravel(index, shape) -> int:
+    flat = 0
+    for i, n in zip(index, shape):
+        flat = flat * n + i
+    return flat
+
+
+def _reshape_dense(f: Fragment, old, new) -> list[Fragment]:
+    """`f` (on `old`, no unit axes) on `new` (no unit axes)."""
+    # Per region, the list of (old offsets within f, new start, new size, source axis) choices;
+    # the result is their product (one fragment per combination).
+    choices = []
+    for oi, nj in _regions(old, new):
+        if len(oi) == 1 and len(nj) == 1:
+            j = oi[0]
+            choices.append([({j: 0}, (f.vstart[j],), (f.vsize[j],), (f.axis_of[j],))])
+            continue
+        oshape, nshape = [old[a] for a in oi], [new[b] for b in nj]
+        last = oi[-1]
+        outer = [range(f.vsize[a]) for a in oi[:-1]]
+        runs = []
+        for idx in itertools.product(*outer):
+            # one row of f along the region's last old axis: a contiguous flat range
+            ostart = [f.vstart[a] + d for a, d in zip(oi[:-1], idx)] + [f.vstart[last]]
+            flat, left = _ravel(ostart, oshape), f.vsize[last]
+            done = 0
+            while left:
+                nidx = _unravel(flat, nshape)
+                take = min(left, nshape[-1] - nidx[-1])
+                offsets = dict(zip(oi[:-1], idx))
+                offsets[last] = done
+                axes = [-1] * (len(nj) - 1) + [f.axis_of[last] if take > 1 else -1]
+                runs.append((offsets, tuple(nidx), (1,) * (len(nj) - 1) + (take,), tuple(axes)))
+                flat, left, done = flat + take, left - take, done + take
+        choices.append(runs)
+    out = []
+    for combo in itertools.product(*choices):
+        deltas = [0] * len(old)
+        vstart, vsize, axis_of = [], [], []
+        for offsets, start, size, axes in combo:
+            for a, d in offsets.items():
+                deltas[a] = d
+            vstart += start; vsize += size; axis_of += axes
+        out.append(_normal(Fragment(tuple(vstart), tuple(vsize), f.src, _shift_source(f, deltas),
+                                    tuple(axis_of), f.dtype)))
+    return out
+
+
+def reshape(frags, old, new) -> list[Fragment]:
+    """value.reshape(new), row-major, from shape `old`."""
+    old, new = tuple(old), tuple(new)
+    if math.prod(old) != math.prod(new):
+        raise ValueError(f"cannot reshape {old} into {new}")
+    if math.prod(old) == 0:
+        return []
+    old_units = [j for j, n in enumerate(old) if n == 1]
+    new_kept = [j for j, n in enumerate(new) if n != 1]
+    dense_old = tuple(n for n in old if n != 1)
+    dense_new = tuple(n for n in new if n != 1)
+    out = []
+    for f in squeeze(frags, old_units):
+        moved = [f] if dense_old == dense_new else _reshape_dense(f, dense_old, dense_new)
+        out.extend(expand(moved, len(new), new_kept))
+    return out
+
+
+# -- to the planner's pieces ----------------------------------------------------------------
+
+
+def to_pieces(dst: str, frags, source_ranks, origin: str = "") -> list[Piece]:
+    """Pieces for destination `dst`: the source permuted so that each fragment's source axes
+    sit under the destination axes they run along (trailing axes aligned)."""
+    out = []
+    todo = list(frags)
+    while todo:
+        f = todo.pop()
+        r, k = source_ranks[f.src], len(f.vsize)
+        blocked = [j for j, a in enumerate(f.axis_of) if a >= 0 and r - k + j < 0]
+        if blocked:  # a destination axis with no source axis under it: cut it into single rows
+            j = blocked[0]
+            todo.extend(slice_one(f, j, i) for i in range(f.vsize[j]))
+            continue
+        perm = [-1] * r
+        for j, a in enumerate(f.axis_of):
+            if a >= 0:
+                perm[r - k + j] = a
+        rest = iter(a for a in range(r) if a not in set(f.axis_of))
+        perm = [p if p >= 0 else next(rest) for p in perm]
+        identity = perm == list(range(r))
+        out.append(Piece(dst, f.vstart, f.vsize, f.src, tuple(f.sstart[a] for a in perm),
+                         None if identity else tuple(perm), f.dtype, origin))
+    return out
+
+
+def slice_one(f: Fragment, axis: int, i: int) -> Fragment:
+    deltas = [0] * len(f.vsize)
+    deltas[axis] = i
+    return _normal(Fragment(f.vstart[:axis] + (f.vstart[axis] + i,) + f.vstart[axis + 1:],
+                            f.vsize[:axis] + (1,) + f.vsize[axis + 1:], f.src, _shift_source(f, deltas),
+                            f.axis_of, f.dtype))

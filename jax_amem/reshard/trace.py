@@ -1,0 +1,344 @@
+"""Rules from a conversion function: `rules.from_function(convert, params)`.
+
+`convert(params) -> {destination name: array}` is the code users already have to
+export a checkpoint (reshape, transpose, concatenate, split, slice, index,
+squeeze, expand_dims, astype). It is traced with `jax.make_jaxpr` on abstract
+values (no bytes move, no device memory is used) and every layout primitive is
+replayed on fragments (fragments.py); the destination's fragments become the
+planner's `Piece`s. A primitive that computes values (arithmetic, a gather with
+data-dependent indices...) is refused, naming it and the outputs it feeds.
+
+Scalars computed from constants only (the index arithmetic `x[-1]` leaves in a
+jaxpr) are evaluated, so constant indices work whatever form they take.
+
+Traced rules are cached per (function, tree structure, shapes, dtypes, cast): a
+second swap of the same model does no tracing (`trace_count()` says how many
+traces ran).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import fragments as F
+from .from_jax import tree_names
+from .lowering import RuleError
+from .rule_types import Piece
+
+# Primitives that only move elements; anything else touching a source is refused.
+LAYOUT_PRIMITIVES = ("reshape", "transpose", "concatenate", "split", "slice", "dynamic_slice", "squeeze",
+                     "expand_dims", "broadcast_in_dim (as expand_dims)", "convert_element_type", "copy",
+                     "stack", "pjit / jit / closed_call (inlined)")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint")
+
+
+class TraceError(RuleError):
+    """The conversion function does something that is not a pure layout change."""
+
+
+@dataclass
+class _Sym:
+    """A traced value made of source fragments."""
+    frags: list
+    shape: tuple[int, ...]
+    dtype: str
+
+
+_cache: dict = {}
+_traces = 0
+
+
+def trace_count() -> int:
+    """How many times a function was traced (cache hits do not count)."""
+    return _traces
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+def _abstract(leaf):
+    import jax
+    return jax.ShapeDtypeStruct(tuple(int(n) for n in leaf.shape), np.dtype(leaf.dtype))
+
+
+def from_function(convert, params, *, cast: str | None = None) -> list[Piece]:
+    """Rules (as `Piece`s) equal to running `convert(params)` and copying its outputs.
+
+    `params`: the trainer's tree (jax.Arrays, numpy arrays, ShapeDtypeStructs or Layouts:
+    only shapes and dtypes are read). Source names are `tree_names(params)`; destination
+    names are `tree_names(convert(params))` (a flat dict of state-dict names keeps its keys).
+    `cast`: a dtype every output is sent in when `convert` leaves it uncast.
+    """
+    import jax
+
+    names = tree_names(params)
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shapes = tuple((tuple(int(n) for n in leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves)
+    key = (convert, treedef, shapes, cast)
+    try:
+        hit = _cache.get(key)
+    except TypeError:  # an unhashable function: trace every time
+        key, hit = None, None
+    if hit is not None:
+        return list(hit)
+    pieces = _trace(convert, params, names, cast)
+    if key is not None:
+        _cache[key] = tuple(pieces)
+    return pieces
+
+
+def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
+                        cast: str | None = None) -> list[Piece]:
+    """Rules for a scanned layer stack, tracing one layer only.
+
+    `params[stack]` (a '/'-separated key path) holds every layer stacked on axis 0;
+    `convert_layer(layer) -> {name: array}` converts one layer (the tree with axis 0
+    removed). Layer i's outputs are named `prefix.format(i) + name`. The trace runs once
+    and is replicated over the layers, so planning a 60-layer model costs one layer's trace.
+    Cached like `from_function`; combine with `from_function` for the tensors outside the stack.
+    """
+    import jax
+
+    layers = params
+    for key in stack.split("/"):
+        layers = layers[key]
+    one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(tuple(x.shape[1:]), np.dtype(x.dtype)), layers)
+    counts = {int(x.shape[0]) for x in jax.tree_util.tree_leaves(layers)}
+    if len(counts) != 1:
+        raise TraceError(f"from_layer_function: the leaves under {stack!r} do not share one layer count on "
+                         f"axis 0 (found {sorted(counts)})")
+    count = counts.pop()
+    leaves, treedef = jax.tree_util.tree_flatten(one)
+    key = ("layers", convert_layer, treedef, tuple((x.shape, x.dtype.name) for x in leaves), stack, prefix, count,
+           cast)
+    try:
+        hit = _cache.get(key)
+    except TypeError:
+        key, hit = None, None
+    if hit is not None:
+        return list(hit)
+    pieces = []
+    for p in from_function(convert_layer, one, cast=cast):
+        perm = None if p.perm is None else (0,) + tuple(a + 1 for a in p.perm)
+        for i in range(count):
+            pieces.append(Piece(prefix.format(i) + p.dst, p.dst_start, p.size, f"{stack}/{p.src}",
+                                (i,) + p.src_start, perm, p.dtype, p.origin))
+    if key is not None:
+        _cache[key] = tuple(pieces)
+    return pieces
+
+
+def _trace(convert, params, names, cast) -> list[Piece]:
+    import jax
+    global _traces
+    _traces += 1
+    abstract = jax.tree_util.tree_map(_abstract, params)
+    closed, out_shapes = jax.make_jaxpr(convert, return_shape=True)(abstract)
+    out_names = list(tree_names(out_shapes))
+    src_names = list(names)
+    ranks = {n: len(leaf.shape) for n, leaf in names.items()}
+    dtypes = {n: np.dtype(leaf.dtype).name for n, leaf in names.items()}
+    inputs = [_Sym([F.whole(n, names[n].shape)], tuple(names[n].shape), dtypes[n]) for n in src_names]
+    outs = _Interpreter(dtypes, out_names).run(closed.jaxpr, closed.consts, inputs, top=True)
+    origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
+    pieces = []
+    for name, value in zip(out_names, outs):
+        if not isinstance(value, _Sym):
+            raise TraceError(f"output {name!r} is a constant, not made from any source tensor: "
+                             "from_function maps sources to destinations only")
+        frags = value.frags
+        if cast is not None and np.dtype(value.dtype) != np.dtype(cast):
+            frags = F.cast(frags, np.dtype(cast).name, dtypes)
+        pieces.extend(F.to_pieces(name, frags, ranks, origin))
+    return pieces
+
+
+class _Interpreter:
+    def __init__(self, source_dtypes, out_names):
+        self.source_dtypes = source_dtypes
+        self.out_names = out_names
+
+    def run(self, jaxpr, consts, args, top=False):
+        env = {}
+
+        def read(v):
+            if type(v).__name__ == "Literal":
+                return np.asarray(v.val)
+            return env[v]
+
+        for v, c in zip(jaxpr.constvars, consts):
+            env[v] = np.asarray(c)
+        for v, a in zip(jaxpr.invars, args):
+            env[v] = a
+        for position, eqn in enumerate(jaxpr.eqns):
+            values = [read(v) for v in eqn.invars]
+            try:
+                results = self.apply(eqn, values)
+            except _Refused as refused:
+                if top:
+                    raise TraceError(self._refusal(refused.why, jaxpr, position)) from None
+                raise
+            for v, r in zip(eqn.outvars, results):
+                env[v] = r
+        return [read(v) for v in jaxpr.outvars]
+
+    def _refusal(self, why, jaxpr, position) -> str:
+        """Names the outputs that depend on the refused equation."""
+        tainted = set(map(id, jaxpr.eqns[position].outvars))
+        for eqn in jaxpr.eqns[position + 1:]:
+            if any(id(v) in tainted for v in eqn.invars):
+                tainted.update(map(id, eqn.outvars))
+        fed = [n for n, v in zip(self.out_names, jaxpr.outvars) if id(v) in tainted]
+        feeds = (f"it feeds output {fed[0]!r}" + (f" and {len(fed) - 1} more" if len(fed) > 1 else "")
+                 if fed else "it feeds no output")
+        return (f"{why}; {feeds}. from_function accepts layout operations only: "
+                f"{', '.join(LAYOUT_PRIMITIVES)}")
+
+    def apply(self, eqn, values):
+        name = eqn.primitive.name
+        symbolic = [isinstance(v, _Sym) for v in values]
+        if not any(symbolic):  # constants only (index arithmetic): evaluate
+            out = eqn.primitive.bind(*values, **eqn.params)
+            return [np.asarray(o) for o in out] if eqn.primitive.multiple_results else [np.asarray(out)]
+        handler = getattr(self, "_" + name, None)
+        if handler is None and name in _CALLS:
+            handler = self._call
+        if handler is None:
+            raise _Refused(f"primitive {name!r} computes values from a source tensor "
+                           f"({self._source_of(values)}), which a weight swap cannot do")
+        return handler(eqn, values, **eqn.params)
+
+    @staticmethod
+    def _source_of(values) -> str:
+        for v in values:
+            if isinstance(v, _Sym) and v.frags:
+                return f"source {v.frags[0].src!r}"
+        return "a source"
+
+    # -- layout primitives ------------------------------------------------------------------
+
+    def _call(self, eqn, values, **params):
+        inner = params.get("jaxpr", params.get("call_jaxpr"))
+        jaxpr, consts = (inner.jaxpr, inner.consts) if hasattr(inner, "consts") else (inner, ())
+        return self.run(jaxpr, consts, values)
+
+    def _transpose(self, eqn, values, permutation, **_):
+        (x,) = values
+        return [_Sym(F.transpose(x.frags, permutation), tuple(x.shape[a] for a in permutation), x.dtype)]
+
+    def _reshape(self, eqn, values, new_sizes, dimensions=None, **_):
+        x = values[0]
+        if dimensions is not None:
+            raise _Refused("primitive 'reshape' with dimensions= (a transposing reshape): write the transpose")
+        new = tuple(int(n) for n in new_sizes)
+        return [_Sym(F.reshape(x.frags, x.shape, new), new, x.dtype)]
+
+    def _squeeze(self, eqn, values, dimensions, **_):
+        (x,) = values
+        dims = [d % len(x.shape) for d in dimensions]
+        return [_Sym(F.squeeze(x.frags, dims), tuple(n for i, n in enumerate(x.shape) if i not in dims), x.dtype)]
+
+    def _expand_dims(self, eqn, values, dimensions, **_):
+        (x,) = values
+        rank = len(x.shape) + len(dimensions)
+        dims = {d % rank for d in dimensions}
+        kept = [i for i in range(rank) if i not in dims]
+        shape = [1] * rank
+        for i, n in zip(kept, x.shape):
+            shape[i] = n
+        return [_Sym(F.expand(x.frags, rank, kept), tuple(shape), x.dtype)]
+
+    def _broadcast_in_dim(self, eqn, values, shape, broadcast_dimensions, **_):
+        x = values[0]
+        shape = tuple(int(n) for n in shape)
+        kept = list(broadcast_dimensions)
+        expands = (all(shape[j] == n for j, n in zip(kept, x.shape))
+                   and all(shape[j] == 1 for j in range(len(shape)) if j not in kept))
+        if not expands:
+            raise _Refused(f"primitive 'broadcast_in_dim' repeats source elements ({x.shape} -> {shape}, "
+                           f"{self._source_of(values)}): only adding unit axes (expand_dims) is a layout change")
+        return [_Sym(F.expand(x.frags, len(shape), kept), shape, x.dtype)]
+
+    def _slice(self, eqn, values, start_indices, limit_indices, strides=None, **_):
+        (x,) = values
+        if strides is not None and any(s != 1 for s in strides):
+            raise _Refused(f"primitive 'slice' with strides {tuple(strides)} ({self._source_of(values)}): "
+                           "only unit strides are boxes")
+        start, limit = tuple(start_indices), tuple(limit_indices)
+        return [_Sym(F.slice_box(x.frags, start, limit), tuple(b - a for a, b in zip(start, limit)), x.dtype)]
+
+    def _dynamic_slice(self, eqn, values, slice_sizes, **_):
+        x, *indices = values
+        if any(isinstance(i, _Sym) for i in indices):
+            raise _Refused("primitive 'dynamic_slice' with an index computed from a source tensor")
+        # JAX clamps starts so the slice fits
+        start = tuple(int(min(max(int(i), 0), n - s)) for i, n, s in zip(indices, x.shape, slice_sizes))
+        limit = tuple(a + s for a, s in zip(start, slice_sizes))
+        return [_Sym(F.slice_box(x.frags, start, limit), tuple(slice_sizes), x.dtype)]
+
+    def _concatenate(self, eqn, values, dimension, **_):
+        frags, offset = [], 0
+        for v in values:
+            if not isinstance(v, _Sym):
+                raise _Refused("primitive 'concatenate' joins a constant to a source tensor")
+            frags += F.shift(v.frags, dimension, offset)
+            offset += v.shape[dimension]
+        shape = list(values[0].shape)
+        shape[dimension] = offset
+        return [_Sym(frags, tuple(shape), _common_dtype(values, "concatenate"))]
+
+    def _stack(self, eqn, values, axis, **_):
+        rank = len(values[0].shape) + 1
+        axis %= rank
+        kept = [i for i in range(rank) if i != axis]
+        frags = []
+        for i, v in enumerate(values):
+            if not isinstance(v, _Sym):
+                raise _Refused("primitive 'stack' joins a constant to a source tensor")
+            frags += F.shift(F.expand(v.frags, rank, kept), axis, i)
+        shape = list(values[0].shape)
+        shape.insert(axis, len(values))
+        return [_Sym(frags, tuple(shape), _common_dtype(values, "stack"))]
+
+    def _split(self, eqn, values, sizes, axis, **_):
+        (x,) = values
+        out, offset = [], 0
+        for n in sizes:
+            start = [0] * len(x.shape)
+            limit = list(x.shape)
+            start[axis], limit[axis] = offset, offset + int(n)
+            shape = list(x.shape)
+            shape[axis] = int(n)
+            out.append(_Sym(F.slice_box(x.frags, start, limit), tuple(shape), x.dtype))
+            offset += int(n)
+        return out
+
+    def _convert_element_type(self, eqn, values, new_dtype, **_):
+        (x,) = values
+        dtype = np.dtype(new_dtype).name
+        try:
+            frags = F.cast(x.frags, dtype, self.source_dtypes)
+        except ValueError as error:
+            raise _Refused(str(error)) from None
+        return [_Sym(frags, x.shape, dtype)]
+
+    def _copy(self, eqn, values, **_):
+        return list(values)
+
+    _copy_p = _copy
+
+
+def _common_dtype(values, what):
+    dtypes = {v.dtype for v in values}
+    if len(dtypes) > 1:
+        raise _Refused(f"primitive {what!r} joins dtypes {sorted(dtypes)}")
+    return dtypes.pop()
+
+
+class _Refused(Exception):
+    def __init__(self, why):
+        super().__init__(why)
+        self.why = why

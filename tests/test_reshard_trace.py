@@ -1,0 +1,156 @@
+"""Reshape in rules (`Part(shape=...)`) and rules traced from a conversion function
+(`rules.from_function`), checked against numpy on sharded sources (8 CPU devices, 2-D mesh)."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from jax_amem import reshard
+from jax_amem.reshard import Part, Rule, rules
+
+from reshard_oracle import plan_and_run, shard_tree
+
+D, H, HD, KV = 8, 4, 2, 2
+
+
+def test_part_shape_merges_and_splits_heads():
+    rng = np.random.default_rng(0)
+    tree = {"q": rng.standard_normal((D, H, HD)).astype(np.float32),      # MaxText [D, heads, head_dim]
+            "o": rng.standard_normal((H, HD, D)).astype(np.float32),      # [heads, head_dim, D]
+            "w": rng.standard_normal((H * HD, D)).astype(np.float32)}     # HF [H*hd, D]
+    arrays = shard_tree(tree)
+    want = {"q_proj": tree["q"].transpose(1, 2, 0).reshape(H * HD, D),
+            "o_proj": tree["o"].transpose(2, 0, 1).reshape(D, H * HD),
+            "split": tree["w"].reshape(H, HD, D),
+            "flat": tree["q"].reshape(-1)}
+    rule_list = [Rule.copy("q_proj", "q", transpose=(1, 2, 0), shape=(H * HD, D)),
+                 Rule.copy("o_proj", "o", transpose=(2, 0, 1), shape=(D, H * HD)),
+                 Rule.copy("split", "w", shape=(H, HD, D)),
+                 Rule.copy("flat", "q", shape=(D * H * HD,))]
+    plan_and_run(arrays, want, rule_list)
+
+
+def test_part_shape_inside_a_fused_tensor_parallel_rule():
+    """vLLM's qkv_proj per TP rank, from MaxText-style q, k, v kernels, heads merged."""
+    rng = np.random.default_rng(1)
+    tree = {n: rng.standard_normal((D, h, HD)).astype(np.float32) for n, h in (("q", H), ("k", KV), ("v", KV))}
+    arrays = shard_tree(tree)
+    hf = {n: tree[n].transpose(1, 2, 0).reshape(-1, D) for n in tree}
+    want = {"qkv": np.concatenate([np.array_split(hf[n], 2)[r] for r in range(2) for n in "qkv"])}
+    parts = [Part(n, transpose=(1, 2, 0), shape=(h * HD, D)) for n, h in (("q", H), ("k", KV), ("v", KV))]
+    plan_and_run(arrays, want, [Rule.concat("qkv", parts, axis=0, groups=2)])
+
+
+def test_part_shape_of_the_wrong_size_is_refused():
+    src = {"a": reshard.Layout.single((4, 6), np.float32, (0, 0))}
+    dst = {"b": reshard.Layout.single((5, 5), np.float32, (0, 1))}
+    with pytest.raises(reshard.RuleError, match=r"'b'.*part 'a' has shape \(4, 6\).*cannot be reshaped to \(5, 5\)"):
+        reshard.plan(src, dst, [Rule.copy("b", "a", shape=(5, 5))])
+
+
+def _layout_zoo(p):
+    """Every layout primitive from_function accepts, on a small tree."""
+    x, s = p["x"], p["stack"]                 # (6, 4), (3, 2, 6)
+    return {
+        "t": x.T, "r": x.reshape(4, 6), "r2": x.reshape(2, 3, 4).transpose(1, 0, 2).reshape(3, 8),
+        "row": x[2], "last": x[-1], "col": x[:, 1], "sl": x[1:4, 2:], "e": x[None], "e2": jnp.expand_dims(x, 1),
+        "sq": jnp.squeeze(x[1:2], 0), "c": jnp.concatenate([x, x[:2]], 0), "sp": jnp.split(x, 2, axis=1)[1],
+        "d": jax.lax.dynamic_slice_in_dim(x, 3, 2, 0), "st": jnp.stack([x, x.T.reshape(6, 4)]),
+        "layer": s[1].T, "cast": s[2].astype(jnp.bfloat16), "m": jnp.moveaxis(s, 0, 2).reshape(2, 18),
+        "jit": jax.jit(lambda y: y.reshape(-1)[3:9])(x), "cp": jnp.array(x, copy=True),
+    }
+
+
+def test_from_function_equals_running_the_function():
+    rng = np.random.default_rng(2)
+    tree = {"x": rng.standard_normal((6, 4)).astype(np.float32),
+            "stack": rng.standard_normal((3, 2, 6)).astype(np.float32)}
+    want = {k: np.asarray(v) for k, v in _layout_zoo(tree).items()}
+    pieces = rules.from_function(_layout_zoo, tree)
+    plan_and_run(shard_tree(tree), want, pieces)
+
+
+def test_from_function_is_cached_per_function_and_shapes():
+    tree = {"x": jax.ShapeDtypeStruct((6, 4), np.float32), "stack": jax.ShapeDtypeStruct((3, 2, 6), np.float32)}
+    first = rules.from_function(_layout_zoo, tree)
+    count = rules.trace_count()
+    assert rules.from_function(_layout_zoo, tree) == first
+    assert rules.trace_count() == count            # second call: no tracing
+    bigger = {"x": jax.ShapeDtypeStruct((6, 4), np.float32), "stack": jax.ShapeDtypeStruct((3, 2, 8), np.float32)}
+    with pytest.raises(Exception):
+        rules.from_function(_layout_zoo, bigger)   # "m" no longer reshapes: a new trace ran and failed
+    assert rules.trace_count() == count + 1
+
+
+def test_from_function_cast_applies_to_uncast_outputs():
+    tree = {"x": np.arange(24, dtype=np.float32).reshape(6, 4)}
+    pieces = rules.from_function(lambda p: {"y": p["x"].T}, tree, cast="bfloat16")
+    import ml_dtypes
+    plan_and_run(shard_tree(tree), {"y": tree["x"].T.astype(ml_dtypes.bfloat16)}, pieces)
+
+
+def test_a_computing_primitive_is_refused_naming_it_and_its_output():
+    tree = {"x": jax.ShapeDtypeStruct((6, 4), np.float32), "y": jax.ShapeDtypeStruct((6, 4), np.float32)}
+    with pytest.raises(rules.TraceError, match=r"primitive 'add'.*source 'x'.*feeds output 'sum'.*layout operations"):
+        rules.from_function(lambda p: {"ok": p["x"], "sum": (p["x"] + p["y"]).T}, tree)
+    with pytest.raises(rules.TraceError, match=r"'argmax'.*source 'y'.*feeds output 'picked'"):
+        rules.from_function(lambda p: {"picked": p["x"][jnp.argmax(p["y"][:, 0])]}, tree)
+    with pytest.raises(rules.TraceError, match=r"'gather'.*feeds output 'rows'"):
+        rules.from_function(lambda p: {"rows": p["x"][jnp.array([0, 2])]}, tree)
+    with pytest.raises(rules.TraceError, match=r"repeats source elements"):
+        rules.from_function(lambda p: {"b": jnp.broadcast_to(p["x"][:1], (6, 4))}, tree)
+    with pytest.raises(rules.TraceError, match=r"output 'zeros' is a constant"):
+        rules.from_function(lambda p: {"zeros": jnp.zeros((2,))}, tree)
+
+
+def test_mapping_errors_name_expectation_origin_and_closest_names():
+    """A MaxText-style tree given to hf_llama: the error says what it expected, who expected it,
+    that hf_llama wants a Flax-style tree, and the closest names."""
+    f32 = np.float32
+    src = {"layers/attn/q/kernal": reshard.Layout.single((2, 8, 8), f32, (0, 0))}
+    dst = {"model.layers.0.self_attn.q_proj.weight": reshard.Layout.single((8, 8), f32, (0, 1))}
+    rule_list = [r for r in rules.hf_llama(1) if r.dst in dst]
+    with pytest.raises(reshard.RuleError) as error:
+        reshard.plan(src, dst, rule_list)
+    text = str(error.value)
+    for needed in ("'model.layers.0.self_attn.q_proj.weight'", "expected source 'layers/attn/q/kernel'",
+                   "rules.hf_llama", "Flax-style tree", "closest source names: 'layers/attn/q/kernal'"):
+        assert needed in text, (needed, text)
+    with pytest.raises(reshard.RuleError, match=r"writes destination 'model.layers.0.self_attn.q_proj.weight'.*"
+                                                r"closest destination names: 'model.layers.0.self_attn.q_proj.weigth'"):
+        reshard.plan(src, {"model.layers.0.self_attn.q_proj.weigth": dst["model.layers.0.self_attn.q_proj.weight"]},
+                     rule_list)
+    with pytest.raises(reshard.RuleError, match=r"preset 'qwen3' \(source='maxtext', layout='hf'\) expects the layer "
+                                                r"stack 'decoder/layers/self_attention/query/kernel'.*Flax-style"):
+        rules.qwen3({"layers": {"attn": {"q": {"kernel": np.zeros((2, 8, 8), f32)}}}}, source="maxtext")
+    with pytest.raises(reshard.RuleError, match=r"unknown family 'qwen'.*did you mean 'qwen3'"):
+        rules.preset("qwen", {})
+
+
+def test_from_layer_function_traces_one_layer_and_equals_the_whole_function():
+    rng = np.random.default_rng(3)
+    tree = {"decoder": {"layers": {"query": rng.standard_normal((3, D, H, HD)).astype(np.float32),
+                                   "wi": rng.standard_normal((3, 2, D, 6)).astype(np.float32)}},
+            "embed": rng.standard_normal((10, D)).astype(np.float32)}
+
+    def layer(p):
+        return {"q_proj.weight": p["query"].reshape(D, -1).T,
+                **{f"experts.{e}.w.weight": p["wi"][e].T for e in range(2)}}
+
+    def whole(p):
+        out = {"embed": p["embed"]}
+        for i in range(3):
+            one = {k: v[i] for k, v in p["decoder"]["layers"].items()}
+            out.update({f"model.layers.{i}.{k}": v for k, v in layer(one).items()})
+        return out
+
+    before = rules.trace_count()
+    pieces = rules.from_function(lambda p: {"embed": p["embed"]}, tree) + \
+        rules.from_layer_function(layer, tree, "decoder/layers", "model.layers.{}.")
+    assert rules.trace_count() == before + 2       # one trace for the globals, one for a layer
+    want = {k: np.asarray(v) for k, v in whole(tree).items()}
+    plan_and_run(shard_tree(tree), want, pieces)
+    again = rules.from_layer_function(layer, tree, "decoder/layers", "model.layers.{}.")
+    assert rules.trace_count() == before + 2 and again == pieces[1:]
