@@ -70,13 +70,14 @@ def peers() -> Peers | None:
 def merge_plans(local: list[dict], everyone: list[dict]) -> list[str]:
     """Per local communicator, the strategy every rank of it will run.
 
+    `everyone`: each process's payload, {"plan": [its plan entries]}.
     By key: `recreate` if any rank chose it (a split can leave the parent shared on
     some ranks only); a refusal anywhere stops every process before anything is touched.
     """
     chosen: dict[str, set] = {}
     refusals: dict[str, str] = {}
-    for process, plan in enumerate(everyone):
-        for entry in plan:
+    for process, payload in enumerate(everyone):
+        for entry in payload["plan"]:
             chosen.setdefault(entry["key"], set()).add(entry["strategy"])
             if entry["refused"] and entry["key"] not in refusals:
                 refusals[entry["key"]] = f"process {process}: {entry['why']}"
