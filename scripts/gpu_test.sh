@@ -55,9 +55,9 @@ step() {
 
 ignore_multi() { for f in $MULTI_PROCESS; do printf -- '--ignore=%s ' "$f"; done; }
 
-nccl_tests() {  # the NCCL files, each in a pytest process of its own
+nccl_tests() {  # the NCCL files, each in a pytest process of its own ($NCCL_TEST_FILES: a subset)
   local rc=0
-  for f in tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py; do
+  for f in ${NCCL_TEST_FILES:-tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py}; do
     $PY -P -m pytest -q -rs -m "gpu or multigpu" "$f" || rc=1
   done
   return $rc

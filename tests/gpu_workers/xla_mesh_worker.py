@@ -121,15 +121,18 @@ def cycles_phase(run, reference, cycles, strategy, free):
 def baselines(run, reference, store, rank, own, repeats=3):
     """recreate-parallel on XLA's communicators; naive destroy + sequential init on mirrors."""
     recreate = []
+    owner = "xla" if jax_amem.nccl.communicators(owner="xla") else None  # None: the CPU dry run
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax_amem.nccl.pause("recreate", owner="xla", teardown="parallel")
+        jax_amem.nccl.pause("recreate", owner=owner, teardown="parallel")
         t1 = time.perf_counter()
         jax_amem.nccl.resume()
         recreate.append((t1 - t0, time.perf_counter() - t1))
     ok = same(run(), reference)
     # Mirrors: one communicator of our own per XLA communicator, with the same ranks.
     mine = {c.key: (c.rank, c.nranks) for c in jax_amem.nccl.communicators(owner="xla")}
+    if owner is None:  # the CPU dry run: the fake NCCL cannot initialise across processes
+        mine = {}
     store.key_value_set(f"mirror/keys/{rank}", json.dumps(sorted(mine)))
     store.wait_at_barrier("mirror_keys", 60_000)
     nproc = jax.process_count()
@@ -176,10 +179,14 @@ def main():
     reference = run()
     device = jax.local_devices()[0].local_hardware_id
 
-    def free() -> int:
-        return jax_amem._core.cuda.mem_get_info(device)[0]
+    def free() -> int:  # 0 on the CPU dry run (no driver)
+        return jax_amem._core.cuda.mem_get_info(device)[0] if jax_amem.gpu_status().usable else 0
 
     own = OwnComms(store, rank)
+    if jax.default_backend() == "cpu":
+        # A dry run against the fake NCCL (CPU machine): XLA makes no NCCL communicator
+        # there, so a one-rank communicator of our own stands in for pause to act on.
+        stand_in = own.init(f"cpu_stand_in_{rank}", 1, 0, split_share=1)  # noqa: F841
     if "--split" in flags:
         root = own.init("split_root", nproc, rank, split_share=1)
         before = free()
