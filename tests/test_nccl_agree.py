@@ -9,7 +9,8 @@ import pytest
 
 from jax_amem.nccl._agree import merge_plans
 from jax_amem.nccl._control import NcclPauseError
-from nccl_support.harness import build_fake, run_job
+from nccl_support.fixtures import fake_with_suspend  # noqa: F401 (a fixture)
+from nccl_support.harness import run_job
 
 NEW_NCCL = {"FAKE_NCCL_VERSION": "23007"}
 
@@ -36,13 +37,9 @@ def test_merge_with_nothing_anywhere_is_empty():
     assert merge_plans([], [{"plan": []}, {"plan": []}]) == []
 
 
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    return build_fake(tmp_path_factory.mktemp("fake_agree"), with_suspend=True)
 
-
-def test_agreed_pause_and_resume_on_two_processes(fake):
-    seen = run_job(fake, """
+def test_agreed_pause_and_resume_on_two_processes(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
         lib = interposer()
         comm = init_config(lib, make_id(f"p{PROCESS}"), 1, split_share=1)[0]
         report = nccl.pause("auto")
@@ -55,8 +52,8 @@ def test_agreed_pause_and_resume_on_two_processes(fake):
         assert result == {"strategies": ["suspend"], "states": ["paused"], "after": [float(process)]}
 
 
-def test_a_refusal_on_one_process_stops_both_before_anything_is_touched(fake):
-    seen = run_job(fake, """
+def test_a_refusal_on_one_process_stops_both_before_anything_is_touched(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
         lib = interposer()
         comm = init_config(lib, make_id("shared-key"), 2, split_share=1, ranks=[PROCESS])[0]
         if PROCESS == 0:
@@ -71,8 +68,8 @@ def test_a_refusal_on_one_process_stops_both_before_anything_is_touched(fake):
         assert set(result["states"]) == {"active"} and result["new_calls"] == []
 
 
-def test_a_process_that_never_joins_leaves_every_communicator_active(fake):
-    seen = run_job(fake, """
+def test_a_process_that_never_joins_leaves_every_communicator_active(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
         import time
         lib = interposer()
         comm = init_config(lib, make_id(f"t{PROCESS}"), 1, split_share=1)[0]
@@ -96,8 +93,8 @@ def test_a_process_that_never_joins_leaves_every_communicator_active(fake):
         assert result["states"] == ["active"] and result["after"] == [5.0] and result["paused_ids"] == []
 
 
-def test_paused_with_no_communicator_anywhere_is_a_no_op(fake):
-    seen = run_job(fake, """
+def test_paused_with_no_communicator_anywhere_is_a_no_op(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
         with nccl.paused() as report:
             inside = len(report.communicators)
         out(inside=inside, paused=nccl.paused_ids())
@@ -105,8 +102,8 @@ def test_paused_with_no_communicator_anywhere_is_a_no_op(fake):
     assert seen == [{"inside": 0, "paused": []}] * 2
 
 
-def test_only_one_process_with_communicators_still_resumes_together(fake):
-    seen = run_job(fake, """
+def test_only_one_process_with_communicators_still_resumes_together(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
         lib = interposer()
         if PROCESS == 0:
             comm = init_config(lib, make_id("only-here"), 1, split_share=1)[0]

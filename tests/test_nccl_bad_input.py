@@ -1,17 +1,13 @@
 """Bad selections are refused with a clear error before anything is touched; empty ones are no-ops."""
 
-import pytest
 
-from nccl_support.harness import build_fake, run_scenario
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    return build_fake(tmp_path_factory.mktemp("fake_bad"), with_suspend=True)
+from nccl_support.fixtures import fake_with_suspend  # noqa: F401 (a fixture)
+from nccl_support.harness import run_scenario
 
 
-def test_bad_ids_are_refused_and_nothing_is_touched(fake):
-    seen = run_scenario(fake, """
+
+def test_bad_ids_are_refused_and_nothing_is_touched(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         comms = init_config(lib, make_id("bad"), 2, split_share=1)
         before = len(fake_log())
@@ -30,8 +26,8 @@ def test_bad_ids_are_refused_and_nothing_is_touched(fake):
     assert seen["states"] == ["active", "active"] and seen["new_calls"] == [] and seen["paused"] == []
 
 
-def test_duplicate_ids_reaching_the_c_api_are_refused_too(fake):
-    seen = run_scenario(fake, """
+def test_duplicate_ids_reaching_the_c_api_are_refused_too(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         init_config(lib, make_id("dup"), 1, split_share=1)
         from jax_amem.nccl import _api
@@ -42,8 +38,8 @@ def test_duplicate_ids_reaching_the_c_api_are_refused_too(fake):
     assert seen["states"] == ["active"]
 
 
-def test_paused_with_no_communicators_is_a_no_op(fake):
-    seen = run_scenario(fake, """
+def test_paused_with_no_communicators_is_a_no_op(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         with nccl.paused() as report:
             inside = len(report.communicators)
         out(inside=inside, paused=nccl.paused_ids(), resume=attempt(nccl.resume))

@@ -8,23 +8,20 @@ live one holds. So a wrong choice by the interposer shows up in the fake's log.
 
 import pytest
 
-from nccl_support.harness import build_fake, run_scenario
+from nccl_support.fixtures import fake_with_suspend  # noqa: F401 (a fixture)
+from nccl_support.harness import run_scenario
 
 NEW_NCCL = {"FAKE_NCCL_VERSION": "23007"}  # has suspend, grouped (>= 2.30.3)
 
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    return build_fake(tmp_path_factory.mktemp("fake_suspend"), with_suspend=True)
 
 
 def suspends(log):
     return [line for line in log if line.startswith("ncclCommSuspend")]
 
 
-def test_a_root_created_with_split_share_is_suspended(fake):
+def test_a_root_created_with_split_share_is_suspended(fake_with_suspend):
     # XLA's communicators: ncclCommInitRankConfig with splitShare=1, never split.
-    seen = run_scenario(fake, """
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         comms = init_config(lib, make_id("xla-like"), 2, split_share=1)
         report = nccl.pause("auto")
@@ -38,8 +35,8 @@ def test_a_root_created_with_split_share_is_suspended(fake):
     assert not [line for line in seen["log"] if line.startswith(("FAULT", "REFUSED"))]
 
 
-def test_split_share_lineage_falls_back_to_recreate_then_suspends_once_recreated(fake):
-    seen = run_scenario(fake, """
+def test_split_share_lineage_falls_back_to_recreate_then_suspends_once_recreated(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         parent = init_config(lib, make_id("parent"), 1, split_share=1)[0]
         child = split(lib, parent, 0)               # shares the parent's memory manager
@@ -66,9 +63,9 @@ def test_split_share_lineage_falls_back_to_recreate_then_suspends_once_recreated
     assert not [line for line in seen["log"] if line.startswith(("FAULT", "REFUSED"))]
 
 
-def test_accounting_is_per_communicator(fake):
+def test_accounting_is_per_communicator(fake_with_suspend):
     # The fake reports 1000 x serial suspendable bytes and 500 persistent ones per communicator.
-    seen = run_scenario(fake, """
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         a = init_config(lib, make_id("a"), 1, split_share=1)[0]   # serial 1
         b = init_config(lib, make_id("b"), 1, split_share=1)[0]   # serial 2
@@ -85,8 +82,8 @@ def test_accounting_is_per_communicator(fake):
         "3": ["recreate", 3000, 3500, 0], "4": ["recreate", 4000, 4500, 0]}
 
 
-def test_explicit_suspend_on_a_shared_communicator_touches_nothing(fake):
-    seen = run_scenario(fake, """
+def test_explicit_suspend_on_a_shared_communicator_touches_nothing(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         parent = init_config(lib, make_id("p"), 1, split_share=1)[0]
         child = split(lib, parent, 0)
@@ -102,7 +99,7 @@ def test_explicit_suspend_on_a_shared_communicator_touches_nothing(fake):
     assert seen["new_calls"] == []  # not even the suspendable one was touched
 
 
-def test_keep_suspendable_rewrites_split_share_so_splits_stay_suspendable(fake):
+def test_keep_suspendable_rewrites_split_share_so_splits_stay_suspendable(fake_with_suspend):
     body = """
         lib = interposer()
         parent = init_config(lib, make_id("p"), 1, split_share=1)[0]
@@ -114,17 +111,17 @@ def test_keep_suspendable_rewrites_split_share_so_splits_stay_suspendable(fake):
             rewrites=lib_.amem_nccl_keep_suspendable_rewrites(),
             created=[l for l in fake_log() if l.startswith(("ncclCommInitRankConfig", "ncclCommSplit"))])
     """
-    kept = run_scenario(fake, body, env={**NEW_NCCL, "JAX_AMEM_NCCL_KEEP_SUSPENDABLE": "1"})
+    kept = run_scenario(fake_with_suspend, body, env={**NEW_NCCL, "JAX_AMEM_NCCL_KEEP_SUSPENDABLE": "1"})
     assert kept["strategies"] == ["suspend", "suspend"]
     assert kept["created"][0].endswith("splitShare=0")  # NCCL never saw splitShare=1
     assert kept["rewrites"] == 1
-    default = run_scenario(fake, body, env=NEW_NCCL)
+    default = run_scenario(fake_with_suspend, body, env=NEW_NCCL)
     assert default["strategies"] == ["recreate", "recreate"]
     assert default["created"][0].endswith("splitShare=1") and default["rewrites"] == 0
 
 
-def test_keep_suspendable_call_must_come_before_shared_communicators(fake):
-    seen = run_scenario(fake, """
+def test_keep_suspendable_call_must_come_before_shared_communicators(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         on = nccl.keep_suspendable()
         early = init_config(lib, make_id("early"), 1, split_share=1)[0]
@@ -138,8 +135,8 @@ def test_keep_suspendable_call_must_come_before_shared_communicators(fake):
     assert sorted(seen["shares"]) == [False, True]
 
 
-def test_guard_holds_under_suspend_and_counts_refused_calls(fake):
-    seen = run_scenario(fake, """
+def test_guard_holds_under_suspend_and_counts_refused_calls(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         comm = init_config(lib, make_id("g"), 1, split_share=1)[0]
         nccl.pause("suspend")
@@ -161,8 +158,8 @@ def test_guard_holds_under_suspend_and_counts_refused_calls(fake):
 
 
 @pytest.mark.parametrize("overlap", ["threads", "serial"])
-def test_ungrouped_suspends_overlap_or_run_in_key_order(fake, overlap):
-    seen = run_scenario(fake, """
+def test_ungrouped_suspends_overlap_or_run_in_key_order(fake_with_suspend, overlap):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         comms = [init_config(lib, make_id(f"o{i}"), 1, split_share=1)[0] for i in range(4)]
         parent = init_config(lib, make_id("shared"), 1, split_share=1)[0]
@@ -185,8 +182,8 @@ def test_ungrouped_suspends_overlap_or_run_in_key_order(fake, overlap):
     assert not [line for line in seen["log"] if line.startswith(("FAULT", "REFUSED"))]
 
 
-def test_a_broken_communicator_names_recover_which_brings_it_back(fake):
-    seen = run_scenario(fake, """
+def test_a_broken_communicator_names_recover_which_brings_it_back(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         comm = init_ranks(lib, make_id("b"), 1)[0]
         os.environ["FAKE_FAIL_DESTROY"] = "1"

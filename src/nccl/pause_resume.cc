@@ -148,8 +148,22 @@ int64_t MemStat(ncclComm_t real, ncclCommMemStat_t stat) {
   return -1;
 }
 
-// Grouped on NCCL >= 2.30.3 (one group, NCCL overlaps them); otherwise each on
-// its own thread when overlapping, or in key order.
+// `each` for every communicator: inside one NCCL group where suspend and resume
+// may be grouped (NCCL >= 2.30.3: NCCL overlaps them); otherwise each on its own
+// thread when overlapping, or in key order. The first error wins.
+template <typename Each>
+Status GroupedOrEach(const std::vector<ProxyComm*>& comms, const char* what, Each each) {
+  if (!GroupedSuspendSupported()) return ForEach(comms, Overlap(), each);
+  Real().ncclGroupStart();
+  Status status;
+  for (ProxyComm* comm : comms) {
+    Status one = each(comm);
+    if (status.ok()) status = one;
+  }
+  Status end = NcclCheck(Real().ncclGroupEnd(), std::string("ncclGroupEnd (") + what + ")");
+  return status.ok() ? end : status;
+}
+
 Status Suspend(const std::vector<ProxyComm*>& comms) {
   if (comms.empty()) return Status::Ok();
   for (ProxyComm* comm : comms) {
@@ -157,22 +171,10 @@ Status Suspend(const std::vector<ProxyComm*>& comms) {
     comm->bytes_before_pause = MemStat(comm->real, kNcclStatGpuMemTotal);
   }
   const auto start = Clock::now();
-  Status status;
-  auto suspend_one = [](ProxyComm* comm) {
+  Status status = GroupedOrEach(comms, "suspend", [](ProxyComm* comm) {
     return NcclCheck(Real().ncclCommSuspend(comm->real, kNcclSuspendMem),
                      "ncclCommSuspend(" + comm->key + ")");
-  };
-  if (GroupedSuspendSupported()) {
-    Real().ncclGroupStart();
-    for (ProxyComm* comm : comms) {
-      Status one = suspend_one(comm);
-      if (status.ok()) status = one;
-    }
-    Status end = NcclCheck(Real().ncclGroupEnd(), "ncclGroupEnd (suspend)");
-    if (status.ok()) status = end;
-  } else {
-    status = ForEach(comms, Overlap(), suspend_one);
-  }
+  });
   const double seconds = Since(start);
   if (!status.ok()) return status;
   for (ProxyComm* comm : comms) {
@@ -353,21 +355,9 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
 Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
   if (comms.empty()) return Status::Ok();
   const auto start = Clock::now();
-  auto resume_one = [](ProxyComm* comm) {
+  Status status = GroupedOrEach(comms, "resume", [](ProxyComm* comm) {
     return NcclCheck(Real().ncclCommResume(comm->real), "ncclCommResume(" + comm->key + ")");
-  };
-  Status status;
-  if (GroupedSuspendSupported()) {
-    Real().ncclGroupStart();
-    for (ProxyComm* comm : comms) {
-      Status one = resume_one(comm);
-      if (status.ok()) status = one;
-    }
-    Status end = NcclCheck(Real().ncclGroupEnd(), "ncclGroupEnd (resume)");
-    if (status.ok()) status = end;
-  } else {
-    status = ForEach(comms, Overlap(), resume_one);
-  }
+  });
   if (!status.ok()) return status;
   for (ProxyComm* comm : comms) {
     comm->state = CommState::kActive;

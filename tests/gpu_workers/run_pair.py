@@ -21,6 +21,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def collect(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each process's output (stdout and stderr as piped); on a timeout all are killed."""
+    outputs = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            out, err = proc.communicate()
+            out += "\n<killed: timeout>"
+        outputs.append(out + (err or ""))
+    return outputs
+
+
 def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
              extra_env: dict | None = None, processes: int = 2) -> tuple[list[dict], list[str]]:
     """Each worker gets RANK PORT *args; returns every RESULT line and each worker's output."""
@@ -43,14 +58,7 @@ def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     results, logs = [], []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            out, _ = proc.communicate()
-            out += "\n<killed: timeout>"
+    for out in collect(procs, timeout):
         logs.append(out)
         for line in out.splitlines():
             if line.startswith("RESULT "):

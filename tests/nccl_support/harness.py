@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from gpu_workers.run_pair import collect, free_port
+
 FAKE_SOURCE = Path(__file__).resolve().parent / "fake_nccl.cc"
 
 PRELUDE = textwrap.dedent("""
@@ -156,11 +158,7 @@ def run_job(fake: Path, body: str, processes: int = 2, env: dict | None = None,
 
     Each sees PROCESS (its id) and `job` (the jax.distributed client); returns each one's OUT lines.
     """
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     start = textwrap.dedent(f"""
         import jax
         PROCESS = int(os.environ["SCENARIO_PROCESS"])
@@ -171,18 +169,12 @@ def run_job(fake: Path, body: str, processes: int = 2, env: dict | None = None,
     """)
     code = PRELUDE + start + textwrap.dedent(body)
     procs = [subprocess.Popen([sys.executable, "-P", "-c", code], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
+                              stderr=subprocess.STDOUT, text=True,
                               env=_environment(fake, {**(env or {}), "SCENARIO_PROCESS": str(p)}))
              for p in range(processes)]
     results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            raise
+    for proc, out in zip(procs, collect(procs, timeout)):
         if proc.returncode != 0:
-            raise AssertionError(f"process failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
+            raise AssertionError(f"process failed ({proc.returncode}):\n{out[-6000:]}")
         results.append(_merged(out))
     return results
