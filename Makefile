@@ -58,8 +58,8 @@ bench: $(VENV)/.extra-test install
 	$(PY) -P -m jax_amem bench
 
 # On the GPU machine: no network, the image's python3 and packages.
-gpu-test:
-	bash scripts/gpu_test.sh
+gpu-test:  # STEPS="build nccl nccl_new" (default: every step; see scripts/gpu_test.sh)
+	bash scripts/gpu_test.sh $(STEPS)
 
 clean:
 	rm -rf build $(VENV)

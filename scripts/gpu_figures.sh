@@ -24,6 +24,6 @@ step swap_bench 150 python3 -P "$R/benchmarks/swap.py"
 step swap_ipc_bench 120 python3 -P "$R/benchmarks/swap_ipc.py"
 step swap_nccl_bench 120 python3 -P "$R/benchmarks/swap_nccl.py"
 step swap_dispatch 100 python3 -P "$R/scripts/profile_dispatch.py"
-step nccl_bench 130 python3 -P "$R/benchmarks/nccl_pause.py" --communicators 8 --timeout 110
+step nccl_bench 400 python3 -P "$R/benchmarks/nccl_pause.py" --processes 2 --cycles 1000 --timeout 360
 step pause_bench 100 python3 -P "$R/benchmarks/pause_resume.py" --gib 8
 TAIL=30 step demo 150 python3 -P -m jax_amem demo --quick

@@ -1,32 +1,103 @@
 #!/usr/bin/env bash
-# On the GPU machine (no network): build against the image's packages, run the
-# tests marked gpu/multigpu, run the benchmarks, print a short summary.
-# Usage: bash scripts/gpu_test.sh [extra pytest args]   (logs go to $OUT when set)
+# On the GPU machine (no network): named steps, each well inside one 10-minute device call,
+# each with its own time limit and a one-line summary; a summary table at the end.
+#
+#   bash scripts/gpu_test.sh [STEP ...]          (no step: all of them, in this order)
+#   make gpu-test STEPS="build nccl nccl_new"
+#
+# Steps:
+#   build          pip install . (the image's compilers; see below)
+#   gpu            the in-process GPU tests (one pytest process; no multi-process test in it)
+#   swap_ipc       tests/test_swap_ipc.py          (two processes: a pytest process of its own)
+#   swap_nccl      tests/test_swap_nccl.py         (two processes)
+#   swap_multigpu  tests/test_swap_multigpu.py     (needs 2+ GPUs: skips on one)
+#   nccl           NCCL pause/resume of XLA's communicators, 2 and 4 JAX processes, the image's NCCL
+#   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
+#   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set) and `python -m jax_amem bench`
+#
+# Multi-process tests never share a pytest process that already started JAX's GPU backend
+# (they hung there): each such file runs in a pytest process of its own, whose JAX stays
+# on no backend (the workers are separate processes). Logs go to $OUT (or /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-LOG=${OUT:-/tmp}/gpu_test.log
+O=${OUT:-/tmp}
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 # The image's default CXX (/opt/gcc) links its own libstdc++ statically into the
 # module, which then clashes with the system libstdc++ that jaxlib/ml_dtypes load
 # (a segfault in std::ostream at `import jax`). Build with the system compiler.
-for c in /usr/bin/gcc /usr/bin/g++; do [ -x $c ] || { echo "missing $c"; exit 1; }; done
 export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
-now() { $PY -c 'import time; print(f"{time.time():.1f}")'; }
-: > "$LOG"
+ALL="build gpu swap_ipc swap_nccl swap_multigpu nccl nccl_new bench"
+STEPS=${*:-${STEPS:-$ALL}}
+MULTI_PROCESS="tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py tests/test_swap_ipc.py tests/test_swap_nccl.py tests/test_swap_multigpu.py"
+SUMMARY=()
+failed=0
 
-start=$(now)
-rm -rf build
-$PY -m pip install -q --no-build-isolation --no-deps . >>"$LOG" 2>&1
-build_rc=$?
-build_s=$($PY -c "print(f\"{$(now) - $start:.1f}\")")
-echo "build: rc=$build_rc in ${build_s}s" | tee -a "$LOG"
-[ $build_rc -eq 0 ] || { tail -40 "$LOG"; exit $build_rc; }
+# step NAME LIMIT_S COMMAND...: runs it under `timeout`, logs to $O/NAME.log, prints a summary line.
+step() {
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  echo "== $name (limit ${limit}s): $*"
+  timeout --kill-after=10 "$limit" "$@" > "$O/$name.log" 2>&1
+  local rc=$?
+  local seconds=$((SECONDS - start))
+  # The last pytest summary line, or the log's last line.
+  local said
+  said=$(grep -E "[0-9]+ (passed|failed|skipped|error)|no tests ran" "$O/$name.log" | tail -1)
+  [ -n "$said" ] || said=$(grep -v '^\s*$' "$O/$name.log" | tail -1)
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && said="TIMED OUT after ${limit}s; $said"
+  grep -v '^[EW][0-9]\{4\} \|^=== \|^external/\|^Additional GRPC\|^:UNAVAILABLE\|^:CANCELLED' "$O/$name.log" | tail -${TAIL:-12}
+  echo "-- $name: rc=$rc in ${seconds}s: $said"
+  SUMMARY+=("$(printf '%-14s rc=%-3s %5ss  %s' "$name" "$rc" "$seconds" "$said")")
+  [ $rc -eq 0 ] || failed=1
+}
 
-$PY -P -c "import jax_amem, jax; print(jax_amem.gpu_status()); print(jax.devices())" 2>&1 | tee -a "$LOG"
-$PY -P -m pytest -q -m "gpu or multigpu" tests "$@" 2>&1 | tee -a "$LOG" | tail -25
-test_rc=${PIPESTATUS[0]}
-$PY -P -m jax_amem bench 2>&1 | tee -a "$LOG"
-echo "summary: build ${build_s}s rc=$build_rc; gpu tests rc=$test_rc" | tee -a "$LOG"
-exit $test_rc
+ignore_multi() { for f in $MULTI_PROCESS; do printf -- '--ignore=%s ' "$f"; done; }
+
+nccl_tests() {  # the NCCL files, each in a pytest process of its own ($NCCL_TEST_FILES: a subset)
+  local rc=0
+  for f in ${NCCL_TEST_FILES:-tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py}; do
+    $PY -P -m pytest -q -rs -m "gpu or multigpu" "$f" || rc=1
+  done
+  return $rc
+}
+
+for name in $STEPS; do
+  case $name in
+    build)
+      rm -rf build
+      step build 300 $PY -m pip install -q --no-build-isolation --no-deps . ;;
+    gpu)
+      # shellcheck disable=SC2046
+      step gpu 540 $PY -P -m pytest -q -m "gpu or multigpu" tests $(ignore_multi) ;;
+    swap_ipc)
+      step swap_ipc 300 $PY -P -m pytest -q tests/test_swap_ipc.py ;;
+    swap_nccl)
+      step swap_nccl 400 $PY -P -m pytest -q tests/test_swap_nccl.py ;;
+    swap_multigpu)
+      step swap_multigpu 540 $PY -P -m pytest -q -rs -m multigpu tests/test_swap_multigpu.py ;;
+    nccl)
+      step nccl 540 env -u JAX_AMEM_NCCL_LIBRARY bash -c "$(declare -f nccl_tests); PY=$PY nccl_tests" ;;
+    nccl_new)
+      if [ -z "${NCCL_NEW:-}" ] || [ ! -f "${NCCL_NEW}" ]; then
+        echo "-- nccl_new: skipped (set NCCL_NEW to a libnccl.so.2 >= 2.29.7, e.g. /tmp/libnccl.so.2)"
+        SUMMARY+=("$(printf '%-14s skipped: NCCL_NEW not set' nccl_new)")
+        continue
+      fi
+      step nccl_new 540 env JAX_AMEM_NCCL_LIBRARY="$NCCL_NEW" bash -c "$(declare -f nccl_tests); PY=$PY nccl_tests" ;;
+    bench)
+      if [ -n "${NCCL_NEW:-}" ] && [ -f "${NCCL_NEW}" ]; then
+        step bench_nccl 400 env JAX_AMEM_NCCL_LIBRARY="$NCCL_NEW" $PY -P benchmarks/nccl_pause.py --processes 2 4 --cycles 1000
+      else
+        step bench_nccl 400 $PY -P benchmarks/nccl_pause.py --processes 2 4 --cycles 100
+      fi
+      step bench 300 $PY -P -m jax_amem bench ;;
+    *)
+      echo "unknown step '$name' (steps: $ALL)"; exit 2 ;;
+  esac
+done
+
+echo "== summary (logs in $O)"
+printf '%s\n' "${SUMMARY[@]}"
+exit $failed

@@ -9,19 +9,11 @@ tests/test_nccl_gpu.py.
 import subprocess
 import sys
 
-import pytest
 
+from nccl_support.fixtures import fake, fake_with_suspend  # noqa: F401 (fixtures)
 from nccl_support.harness import build_fake, run_scenario
 
 
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    return build_fake(tmp_path_factory.mktemp("fake"))
-
-
-@pytest.fixture(scope="module")
-def fake_with_suspend(tmp_path_factory):
-    return build_fake(tmp_path_factory.mktemp("fake_suspend"), with_suspend=True)
 
 
 def test_interposer_is_what_dlopen_returns_and_forwards_the_rest(fake):

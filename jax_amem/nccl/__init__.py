@@ -5,9 +5,10 @@ then `pause()` frees the communicators' GPU memory and `resume()` brings them
 back behind the same handles, so XLA's cached communicators keep working.
 """
 
-from ._api import (Communicator, NcclNotInstalledError, NcclPauseError, NcclReport, communicators,
-                   install, is_installed, pause, paused, paused_ids, resume, status)
+from ._api import (Communicator, NcclNotInstalledError, NcclPauseError, NcclReport, can_suspend,
+                   communicators, install, is_installed, keep_suspendable, nccl_version, pause,
+                   paused, paused_ids, recover, resume, status)
 
-__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport",
-           "communicators", "install", "is_installed", "pause", "paused", "paused_ids", "resume",
-           "status"]
+__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
+           "communicators", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
+           "paused", "paused_ids", "recover", "resume", "status"]

@@ -9,13 +9,17 @@ import time
 from concurrent.futures import Future
 
 from ..errors import JaxAmemError
-from . import _loader
+from . import _agree, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
 _state = _loader.LoadState()
 _control: Control | None = None
 _paused_ids: list[int] = []
+# Some process of the job paused something in the last agreed pause, so every
+# process must take part in the next resume (even one that paused nothing itself).
+_job_paused = False
 _lock = threading.Lock()
+_ID_LIMIT = 2**64
 
 
 class NcclNotInstalledError(JaxAmemError):
@@ -34,13 +38,19 @@ class Communicator:
     nranks: int
     device: int
     state: str         # "active", "paused" or "broken"
-    split_share: bool
+    split_share: bool  # children split from it share its resources (NCCL's splitShare)
+    parent_id: int     # the tracked communicator it was split from (0: none)
+    shares_memory_manager: bool  # with a live parent or child: ncclCommSuspend refuses it
     registrations: int
     windows: int
     device_comms: int
-    last_strategy: str
+    last_strategy: str  # what the last pause ran: "suspend" or "recreate"
+    why: str            # why that strategy
     bytes_before_pause: int
-    bytes_freed: int   # measured by the driver around this communicator's teardown; -1 unknown
+    bytes_freed: int    # this communicator's own bytes (NCCL's count or the driver's); -1 unknown
+    bytes_kept: int     # what stayed allocated while paused (ncclCommMemStats' persistent bytes)
+    suspendable_bytes: int  # ncclCommMemStats' suspendable bytes before the pause; -1 unknown
+    refused_calls: int  # calls the guard turned away while it was paused or broken
     pause_seconds: float
     resume_seconds: float
     error: str
@@ -66,12 +76,16 @@ class NcclReport:
         lines = [f"nccl {self.action}: {len(self.communicators)} communicator(s) in "
                  f"{self.seconds * 1e3:.1f} ms"]
         lines.append(f"{'id':>4} {'owner':>8} {'rank':>6} {'device':>6} {'strategy':>9} "
-                     f"{'freed MiB':>10} {'pause ms':>9} {'resume ms':>10}  key")
+                     f"{'freed MiB':>10} {'kept MiB':>9} {'pause ms':>9} {'resume ms':>10}  key: why")
+
+        def mib(value):
+            return f"{value / 2**20:.1f}" if value >= 0 else "?"
+
         for c in self.communicators:
-            freed = f"{c.bytes_freed / 2**20:.1f}" if c.bytes_freed >= 0 else "?"
             lines.append(f"{c.id:>4} {c.owner:>8} {c.rank:>3}/{c.nranks:<2} {c.device:>6} "
-                         f"{c.last_strategy or '-':>9} {freed:>10} {c.pause_seconds * 1e3:>9.1f} "
-                         f"{c.resume_seconds * 1e3:>10.1f}  {c.key}")
+                         f"{c.last_strategy or '-':>9} {mib(c.bytes_freed):>10} {mib(c.bytes_kept):>9} "
+                         f"{c.pause_seconds * 1e3:>9.1f} {c.resume_seconds * 1e3:>10.1f}  "
+                         f"{c.key}: {c.why}")
         for device, freed in sorted(self.bytes_freed.items()):
             lines.append(f"device {device}: {freed / 2**20:+.1f} MiB free (driver)")
         return "\n".join(lines)
@@ -126,63 +140,116 @@ def _device_free(devices) -> dict[int, int]:
     return free
 
 
+def _checked_ids(ids) -> list[int]:
+    """Communicator ids as given, refused (nothing touched) when one is not a valid id."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be a list of communicator ids (ints), got {ids!r}")
+    chosen = []
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"communicator id {value!r} is not an int: use the ids from "
+                            "jax_amem.nccl.communicators()")
+        if not 0 <= value < _ID_LIMIT:
+            raise ValueError(f"communicator id {value} is out of range (ids are 1 .. 2**64-1): use "
+                             "the ids from jax_amem.nccl.communicators()")
+        if value in chosen:
+            raise ValueError(f"communicator id {value} is given twice in ids={list(ids)!r}: name "
+                             "each communicator once")
+        chosen.append(value)
+    return chosen
+
+
 def pause(strategy: str = "auto", *, owner: str | None = None, device: int | None = None,
           ids: list[int] | None = None, timeout: float = 60.0,
-          teardown: str = "parallel") -> NcclReport:
+          teardown: str = "parallel", agree: bool = True) -> NcclReport:
     """Frees the GPU memory of the selected active communicators (default: all). Collective.
 
-    strategy: "suspend" (ncclCommSuspend, NCCL >= 2.29.7), "recreate" (destroy now,
-    initialise again behind the same handle on resume: frees everything, works on any
-    NCCL), or "auto" (suspend where possible, else recreate; the report says which).
-    Every rank of every selected communicator must call pause with the same selection.
-    teardown (recreate): "parallel" (default: every ncclCommDestroy on its own thread; a
-    destroy mostly waits, so 8 communicators take about as long as one: 4.7x the naive
-    baseline on the H200), "destroy" (in turn, each measured alone) or "abort" (in turn).
+    strategy: "suspend" (ncclCommSuspend, NCCL >= 2.29.7, communicators that do not
+    share NCCL's memory manager), "recreate" (destroy now, initialise again behind the
+    same handle on resume: frees everything, works on any NCCL), or "auto" (suspend
+    wherever NCCL accepts it, recreate for the rest; the report says which and why).
+    Every process of the job must call pause with the same selection. Before any NCCL
+    call, the processes agree on the plan over the jax.distributed key-value store
+    (agree=False skips that: only for programs without jax.distributed peers); a
+    process that does not join within `timeout` makes every other one raise
+    NcclPauseError with every communicator left active.
+    teardown (recreate): "parallel" (default: every ncclCommDestroy on its own thread),
+    "destroy" (in turn, each measured alone) or "abort" (in turn).
     Raises NcclPauseError with the communicator and the fix; nothing is paused then,
-    except communicators whose peers never joined (reported as broken).
+    except communicators whose peers vanished mid-pause (reported as broken: see recover()).
     """
+    global _job_paused
     control = _require()
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
     if teardown not in TEARDOWNS:
         raise ValueError(f"teardown must be one of {sorted(TEARDOWNS)}, got {teardown!r}")
+    requested = None if ids is None else _checked_ids(ids)
     with _lock:
-        if ids is None:
+        if requested is None:
             chosen = [c.id for c in communicators(owner=owner, device=device, state="active")]
         else:
-            chosen = [int(i) for i in ids]  # unknown or inactive ids: the C side names them
+            chosen = requested  # unknown or inactive ids: the plan names them
+        plan = control.plan(chosen, strategy) if chosen else []
+        job = _agree.peers() if agree else None
+        if job is None:
+            refused = [entry["why"] for entry in plan if entry["refused"]]
+            if refused:
+                raise NcclPauseError(refused[0])
+            strategies = [entry["strategy"] for entry in plan]
+            anything = bool(plan)
+        else:
+            everyone = job.exchange("pause", {"plan": plan}, timeout)
+            strategies = _agree.merge_plans(plan, everyone)
+            anything = any(other["plan"] for other in everyone)
+        chosen = [entry["id"] for entry in plan]
         devices = {c.device for c in communicators() if c.id in set(chosen)}
         before = _device_free(devices)
         start = time.perf_counter()
         if chosen:
-            control.pause(chosen, strategy, timeout, teardown)
+            control.pause(chosen, strategy, strategies, timeout, teardown)
         seconds = time.perf_counter() - start
         _paused_ids.extend(chosen)
+        _job_paused = _job_paused or (anything and job is not None)
         after = _device_free(devices)
     rows = [c for c in communicators() if c.id in set(chosen)]
     return NcclReport("pause", seconds, rows, before, after)
 
 
-def resume(*, timeout: float = 60.0, async_: bool = False) -> NcclReport | Future:
+def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -> NcclReport | Future:
     """Brings back every communicator paused by `pause()`, behind the same handles. Collective.
 
     async_=True returns a Future at once; collectives issued meanwhile (by XLA) wait
-    for their communicator instead of failing.
+    for their communicator instead of failing. The processes agree first (as in pause):
+    one that does not join within `timeout` leaves every communicator paused, and
+    resume can be called again.
     """
+    global _job_paused
     control = _require()
     with _lock:
-        if not _paused_ids:
+        job = _agree.peers() if agree else None
+        if not _paused_ids and not (_job_paused and job is not None):
             raise NcclPauseError("nothing to resume: no communicator was paused by jax_amem.nccl.pause()")
         chosen = list(_paused_ids)
-        control.begin_resume(chosen)
+        if chosen:
+            control.begin_resume(chosen)
     rows_before = communicators()
     devices = {c.device for c in rows_before if c.id in set(chosen)}
 
     def work() -> NcclReport:
+        global _job_paused
         before = _device_free(devices)
         start = time.perf_counter()
         try:
-            control.resume(chosen, timeout)
+            if job is not None:
+                try:
+                    job.exchange("resume", {"ids": len(chosen)}, timeout)
+                except NcclPauseError:
+                    control.cancel_resume()  # still paused: calls fail again instead of waiting
+                    raise
+            if chosen:
+                control.resume(chosen, timeout)
+            _job_paused = False
         finally:
             with _lock:
                 still_paused = {c.id for c in communicators(state="paused")}
@@ -207,17 +274,89 @@ def resume(*, timeout: float = 60.0, async_: bool = False) -> NcclReport | Futur
 
 @contextlib.contextmanager
 def paused(strategy: str = "auto", **selection):
-    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit."""
+    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit.
+
+    With no communicator to pause (in the whole job), it does nothing and exits quietly.
+    """
     report = pause(strategy, **selection)
     try:
         yield report
     finally:
-        resume()
+        if _paused_ids or _job_paused:
+            resume(agree=selection.get("agree", True))
+
+
+def recover(*, timeout: float = 60.0) -> list[Communicator]:
+    """Initialises broken communicators again behind the same handles. Collective.
+
+    A communicator is broken when its peers vanished in the middle of a pause (the
+    guard then fails every call on it with a message naming recover()). Every process
+    of the job calls recover(); they agree over the jax.distributed key-value store on
+    which communicators are broken anywhere (one broken on a single rank is broken for
+    all its ranks), rank 0 of each makes a fresh unique id, and every rank initialises
+    it again. Returns the recovered communicators.
+    """
+    control = _require()
+    job = _agree.peers()
+    with _lock:
+        mine = communicators()
+        broken_here = sorted({c.key for c in mine if c.state == "broken"})
+        if job is None:
+            broken = broken_here
+        else:
+            everyone = job.exchange("recover", {"broken": broken_here}, timeout)
+            broken = sorted({key for entry in everyone for key in entry["broken"]})
+        targets = [c for c in mine if c.key in set(broken)]
+        fresh = {c.key: control.new_unique_id().hex() for c in targets if c.rank == 0}
+        if job is not None and broken:
+            everyone = job.exchange("recover_ids", {"ids": fresh}, timeout)
+            for entry in everyone:
+                fresh.update(entry["ids"])
+        missing = [c.key for c in targets if c.key not in fresh]
+        if missing:
+            raise NcclPauseError(f"cannot recover {missing}: rank 0 of each is in no process of "
+                                 "this job (recover needs jax.distributed across every rank)")
+        if targets:
+            control.recover([c.id for c in targets], [bytes.fromhex(fresh[c.key]) for c in targets],
+                            timeout)
+    return [c for c in communicators() if c.key in set(broken)]
+
+
+def keep_suspendable(on: bool = True) -> bool:
+    """Opt-in: create no communicator that shares NCCL's memory manager. Before the first collective.
+
+    NCCL gives the children split from a communicator whose config says splitShare=1
+    (XLA's do) the parent's resources, and ncclCommSuspend then refuses the parent and
+    the children (auto falls back to recreate for them). With this on, the interposer
+    rewrites splitShare to 0 in every config given to a creation or a split: splits
+    cost more device memory and time (see docs/nccl.md). Same as
+    JAX_AMEM_NCCL_KEEP_SUSPENDABLE=1. Returns the setting now in force.
+    """
+    control = _require()
+    existing = [c for c in communicators() if c.split_share]
+    if on and existing:
+        raise NcclPauseError(
+            f"keep_suspendable() must come before the first collective: {len(existing)} "
+            f"communicator(s) with splitShare exist already (ids {[c.id for c in existing]}), and "
+            "their future splits would still share. Call it right after `import jax_amem`, or set "
+            "JAX_AMEM_NCCL_KEEP_SUSPENDABLE=1 in the environment.")
+    return control.keep_suspendable(bool(on))
+
+
+def nccl_version() -> int:
+    """The real NCCL's version (e.g. 23007), 0 when the interposer is not installed."""
+    return _control.real_version() if _control is not None else 0
+
+
+def can_suspend() -> bool:
+    """Whether the loaded NCCL has ncclCommSuspend (>= 2.29.7)."""
+    return _control.has_suspend() if _control is not None else False
 
 
 def paused_ids() -> list[int]:
     return list(_paused_ids)
 
 
-__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport",
-           "communicators", "install", "is_installed", "pause", "paused", "resume", "status"]
+__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
+           "communicators", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
+           "paused", "recover", "resume", "status"]

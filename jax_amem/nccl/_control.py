@@ -9,6 +9,7 @@ from ..errors import JaxAmemError
 
 STRATEGIES = {"auto": 0, "suspend": 1, "recreate": 2}
 TEARDOWNS = {"destroy": 0, "abort": 1, "parallel": 2}
+UNIQUE_ID_BYTES = 128
 _ERROR_BYTES = 4096
 
 
@@ -44,10 +45,20 @@ class Control:
     def last_error(self) -> str:
         return self._lib.amem_nccl_last_error().decode(errors="replace")
 
-    def pause(self, ids, strategy: str, timeout: float, teardown: str) -> None:
+    def plan(self, ids, strategy: str) -> list[dict]:
+        """What pause would do to each communicator (touches nothing); raises on a bad selection."""
         array, count = _ids(ids)
+        answer = json.loads(self._lib.amem_nccl_plan(array, count, STRATEGIES[strategy]).decode())
+        if "error" in answer:
+            raise NcclPauseError(answer["error"])
+        return answer["plan"]
+
+    def pause(self, ids, requested: str, strategies: list[str], timeout: float, teardown: str) -> None:
+        """`strategies`: what every process agreed on for each id (from `requested`)."""
+        array, count = _ids(ids)
+        agreed = (ctypes.c_int * count)(*(STRATEGIES[s] for s in strategies))
         buffer = ctypes.create_string_buffer(_ERROR_BYTES)
-        _check(self._lib.amem_nccl_pause(array, count, STRATEGIES[strategy], float(timeout),
+        _check(self._lib.amem_nccl_pause(array, agreed, count, STRATEGIES[requested], float(timeout),
                                          TEARDOWNS[teardown], buffer, _ERROR_BYTES), buffer)
 
     def begin_resume(self, ids) -> None:
@@ -55,9 +66,31 @@ class Control:
         buffer = ctypes.create_string_buffer(_ERROR_BYTES)
         _check(self._lib.amem_nccl_begin_resume(array, count, buffer, _ERROR_BYTES), buffer)
 
+    def cancel_resume(self) -> None:
+        """Calls stop waiting for a resume that will not come (its agreement failed)."""
+        self._lib.amem_nccl_cancel_resume()
+
     def resume(self, ids, timeout: float) -> None:
         array, count = _ids(ids)
         buffer = ctypes.create_string_buffer(_ERROR_BYTES)
         # ctypes releases the GIL during the call: an asynchronous resume runs
         # beside Python code.
         _check(self._lib.amem_nccl_resume(array, count, float(timeout), buffer, _ERROR_BYTES), buffer)
+
+    def new_unique_id(self) -> bytes:
+        out = ctypes.create_string_buffer(UNIQUE_ID_BYTES)
+        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.amem_nccl_new_unique_id(out, buffer, _ERROR_BYTES), buffer)
+        return out.raw
+
+    def recover(self, ids, unique_ids: list[bytes], timeout: float) -> None:
+        array, count = _ids(ids)
+        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.amem_nccl_recover(array, b"".join(unique_ids), count, float(timeout),
+                                           buffer, _ERROR_BYTES), buffer)
+
+    def keep_suspendable(self, on: bool | None = None) -> bool:
+        return bool(self._lib.amem_nccl_keep_suspendable(-1 if on is None else int(on)))
+
+    def keep_suspendable_rewrites(self) -> int:
+        return int(self._lib.amem_nccl_keep_suspendable_rewrites())

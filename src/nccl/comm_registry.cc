@@ -1,7 +1,9 @@
 #include "nccl/comm_registry.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -30,8 +32,21 @@ Registry& Registry::Get() {
   return *registry;
 }
 
+bool SplitShareDefault() {
+  const char* value = std::getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+  return value != nullptr && std::atoi(value) == 1;
+}
+
+bool SplitShareOf(const ncclConfig_t* config, bool inherited) {
+  // NCCL_CONFIG_UNDEF_INT (INT_MIN) means "not set": NCCL then uses the default.
+  constexpr size_t kNeeded = offsetof(ncclConfigHeader, splitShare) + sizeof(int);
+  if (config == nullptr || config->size < kNeeded || config->splitShare == INT_MIN) return inherited;
+  return config->splitShare == 1;
+}
+
 ProxyComm* Registry::Add(ncclComm_t real, int rank, int nranks, int device, std::string key,
-                         std::string owner, std::string created_by, const ncclConfig_t* config) {
+                         std::string owner, std::string created_by, const ncclConfig_t* config,
+                         const ProxyComm* parent, bool shares_parent) {
   auto* proxy = new ProxyComm();
   proxy->id = next_id_++;
   proxy->real = real;
@@ -44,8 +59,15 @@ ProxyComm* Registry::Add(ncclComm_t real, int rank, int nranks, int device, std:
   if (config != nullptr && config->size >= sizeof(ncclConfigHeader)) {
     const char* bytes = reinterpret_cast<const char*>(config);
     proxy->config.assign(bytes, bytes + config->size);
-    proxy->split_share = config->splitShare == 1;
+  } else if (config == nullptr && parent != nullptr) {
+    proxy->config = parent->config;  // NCCL: a split without a config copies the parent's
   }
+  // A child split without a config inherits the parent's splitShare.
+  const bool inherited = (config == nullptr && parent != nullptr) ? parent->split_share
+                                                                  : SplitShareDefault();
+  proxy->split_share = SplitShareOf(config, inherited);
+  proxy->parent_id = parent != nullptr ? parent->id : 0;
+  proxy->manager = shares_parent && parent != nullptr ? parent->manager : NewManager();
   std::lock_guard<std::mutex> guard(map_mutex_);
   by_handle_[reinterpret_cast<ncclComm_t>(proxy)] = proxy;
   return proxy;
@@ -80,6 +102,17 @@ std::vector<ProxyComm*> Registry::Sorted() const {
   return all;
 }
 
+int Registry::ManagerSharers(const ProxyComm& comm) const {
+  std::lock_guard<std::mutex> guard(map_mutex_);
+  int others = 0;
+  for (const auto& entry : by_handle_) {
+    const ProxyComm* other = entry.second;
+    // A communicator paused by `recreate` or broken holds no NCCL resources.
+    if (other != &comm && other->manager == comm.manager && other->real != nullptr) ++others;
+  }
+  return others;
+}
+
 namespace {
 
 std::string Escape(const std::string& text) {
@@ -110,11 +143,16 @@ std::string Registry::SnapshotJson() const {
         << Escape(p->owner) << "\",\"created_by\":\"" << Escape(p->created_by)
         << "\",\"rank\":" << p->rank << ",\"nranks\":" << p->nranks << ",\"device\":" << p->device
         << ",\"state\":\"" << StateName(p->state) << "\",\"split_share\":"
-        << (p->split_share ? "true" : "false") << ",\"registrations\":" << p->registrations
+        << (p->split_share ? "true" : "false") << ",\"parent_id\":" << p->parent_id
+        << ",\"shares_memory_manager\":" << (Get().ManagerSharers(*p) > 0 ? "true" : "false")
+        << ",\"registrations\":" << p->registrations
         << ",\"windows\":" << p->windows << ",\"device_comms\":" << p->device_comms
         << ",\"last_strategy\":\"" << Escape(p->last_strategy)
+        << "\",\"why\":\"" << Escape(p->strategy_why)
         << "\",\"bytes_before_pause\":" << p->bytes_before_pause
-        << ",\"bytes_freed\":" << p->bytes_freed << ",\"pause_seconds\":" << p->pause_seconds
+        << ",\"bytes_freed\":" << p->bytes_freed << ",\"bytes_kept\":" << p->bytes_kept
+        << ",\"suspendable_bytes\":" << p->suspendable_bytes
+        << ",\"refused_calls\":" << p->refused_calls.load() << ",\"pause_seconds\":" << p->pause_seconds
         << ",\"resume_seconds\":" << p->resume_seconds << ",\"error\":\"" << Escape(p->error)
         << "\"}";
   }

@@ -40,7 +40,15 @@ struct ProxyComm {
   std::string owner;    // "xla", "torch", "jax_amem" or "other": who created it
   std::string created_by;
   std::vector<char> config;  // copy of the ncclConfig_t given at creation, if any
+  // Whether children split from this communicator share its resources (NCCL
+  // decides by the parent's config.splitShare, not the child's).
   bool split_share = false;
+  // NCCL's memory manager, modelled: a root (or a communicator we recreated)
+  // has its own; a child split/shrunk from a tracked parent whose resources it
+  // shares holds the parent's. ncclCommSuspend refuses a communicator whose
+  // manager another live communicator also holds (memManager->refCount > 1).
+  uint64_t manager = 0;
+  uint64_t parent_id = 0;  // the tracked communicator it was split from, 0 for none
   std::atomic<int> splits_made{0};
   int registrations = 0;
   int windows = 0;
@@ -48,8 +56,12 @@ struct ProxyComm {
   // What the last pause/resume did.
   std::string last_strategy;
   ncclUniqueId next_id{};  // recreate: the id the new communicator will use
+  std::string strategy_why;  // why that strategy (why not suspend, for recreate)
   int64_t bytes_before_pause = -1;
-  int64_t bytes_freed = -1;
+  int64_t bytes_freed = -1;        // this communicator's own bytes; -1 unknown
+  int64_t bytes_kept = -1;         // what stayed allocated while paused (ncclCommMemStats)
+  int64_t suspendable_bytes = -1;  // ncclCommMemStats' suspendable bytes before the pause
+  std::atomic<uint64_t> refused_calls{0};  // calls the guard turned away
   double pause_seconds = 0;
   double resume_seconds = 0;
   std::string error;  // why the communicator is broken, if it is
@@ -60,13 +72,19 @@ class Registry {
   static Registry& Get();
 
   // Creates and records a proxy for a real communicator just initialised.
+  // `parent` (may be null) is the tracked communicator it was derived from;
+  // `shares_parent` says whether it holds the parent's memory manager.
   ProxyComm* Add(ncclComm_t real, int rank, int nranks, int device, std::string key,
-                 std::string owner, std::string created_by, const ncclConfig_t* config);
+                 std::string owner, std::string created_by, const ncclConfig_t* config,
+                 const ProxyComm* parent = nullptr, bool shares_parent = false);
   // The proxy behind `handle`, or null when the handle is not one of ours
   // (e.g. a communicator created before the interposer was loaded).
   ProxyComm* Find(ncclComm_t handle) const;
   void Remove(ProxyComm* proxy);
   std::vector<ProxyComm*> Sorted() const;  // by key, then rank, then id
+  // Other live communicators holding `comm`'s memory manager (0: NCCL can suspend it).
+  int ManagerSharers(const ProxyComm& comm) const;
+  uint64_t NewManager() { return next_manager_++; }
   std::string SnapshotJson() const;
 
   // Operations hold the lock shared; pause and resume hold it exclusively, so
@@ -78,7 +96,13 @@ class Registry {
   std::unordered_map<ncclComm_t, ProxyComm*> by_handle_;
   std::shared_mutex lock_;
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> next_manager_{1};
 };
+
+// NCCL_COMM_SPLIT_SHARE_RESOURCES: the splitShare a config that leaves it unset gets.
+bool SplitShareDefault();
+// config->splitShare when the config sets it, else `inherited`.
+bool SplitShareOf(const ncclConfig_t* config, bool inherited);
 
 // Key helpers: deterministic across ranks.
 std::string KeyFromUniqueIds(const ncclUniqueId* ids, int count, int nranks);

@@ -14,10 +14,12 @@ ncclResult_t Unsupported(const char* function) {
 }
 
 ncclResult_t Refuse(const char* function, const ProxyComm& proxy) {
+  const_cast<ProxyComm&>(proxy).refused_calls.fetch_add(1, std::memory_order_relaxed);
   if (proxy.state == CommState::kBroken) {
     SetLastError(std::string(function) + " on NCCL communicator " + proxy.key +
                  " which jax-amem could not restore: " + proxy.error +
-                 ". Restart the process (the communicator is unusable).");
+                 ". Call jax_amem.nccl.recover() on every process of the job to initialise "
+                 "it again behind the same handle (or restart the job).");
   } else {
     SetLastError(std::string(function) + " on NCCL communicator " + proxy.key +
                  " while it is paused by jax-amem: call jax_amem.nccl.resume() (or "

@@ -14,7 +14,7 @@ namespace amem::nccl {
 // Error for a function the loaded NCCL does not provide.
 ncclResult_t Unsupported(const char* function);
 
-// Error for a call on a paused or broken communicator.
+// Error for a call on a paused or broken communicator (counted on the proxy).
 ncclResult_t Refuse(const char* function, const ProxyComm& proxy);
 
 // Blocks while `proxy` is being resumed asynchronously (bounded), so a program

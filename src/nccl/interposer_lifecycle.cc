@@ -1,9 +1,11 @@
 // Exported NCCL functions that create, query and end communicators. Each new
 // real communicator is handed to the caller behind a proxy (comm_registry.h).
 #include <string>
+#include <vector>
 
 #include "cuda/driver_api.h"
 #include "nccl/guard.h"
+#include "nccl/keep_suspendable.h"
 
 namespace amem::nccl {
 namespace {
@@ -26,11 +28,13 @@ void QueryShape(ncclComm_t real, int* rank, int* nranks) {
 }
 
 ncclComm_t Wrap(ncclResult_t result, ncclComm_t real, int rank, int nranks, std::string key,
-                const void* caller, const char* created_by, const ncclConfig_t* config) {
+                const void* caller, const char* created_by, const ncclConfig_t* config,
+                const ProxyComm* parent = nullptr, bool shares_parent = false) {
   if ((result != ncclSuccess && result != ncclInProgress) || real == nullptr) return real;
   if (nranks <= 0) QueryShape(real, &rank, &nranks);
   ProxyComm* proxy = Registry::Get().Add(real, rank, nranks, CurrentDevice(real), std::move(key),
-                                         OwnerOf(caller), created_by, config);
+                                         OwnerOf(caller), created_by, config, parent,
+                                         shares_parent);
   return reinterpret_cast<ncclComm_t>(proxy);
 }
 
@@ -65,6 +69,8 @@ AMEM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniq
 AMEM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id,
                                                 int rank, ncclConfig_t* config) {
   if (Real().ncclCommInitRankConfig == nullptr) return Unsupported("ncclCommInitRankConfig");
+  std::vector<char> rewritten;
+  config = WithoutSplitShare(config, &rewritten);
   ncclComm_t real = nullptr;
   ncclResult_t result = Real().ncclCommInitRankConfig(&real, nranks, id, rank, config);
   *comm = Wrap(result, real, rank, nranks, KeyFromUniqueIds(&id, 1, nranks), RETURN_ADDRESS,
@@ -75,6 +81,8 @@ AMEM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nc
 AMEM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int n_ids,
                                                   ncclUniqueId* ids, ncclConfig_t* config) {
   if (Real().ncclCommInitRankScalable == nullptr) return Unsupported("ncclCommInitRankScalable");
+  std::vector<char> rewritten;
+  config = WithoutSplitShare(config, &rewritten);
   ncclComm_t real = nullptr;
   ncclResult_t result = Real().ncclCommInitRankScalable(&real, nranks, rank, n_ids, ids, config);
   *comm = Wrap(result, real, rank, nranks, KeyFromUniqueIds(ids, n_ids, nranks), RETURN_ADDRESS,
@@ -101,11 +109,12 @@ namespace {
 
 // A communicator derived from a parent (split, shrink): the parent must be
 // active; the child's key extends the parent's, so every rank derives the same.
-// `name_child(n)` names the parent's n-th derived communicator.
-template <typename NameChild, typename Derive>
+// `name_child(n)` names the parent's n-th derived communicator. `shares(parent)`
+// says whether NCCL gives the child the parent's resources (memory manager).
+template <typename NameChild, typename Shares, typename Derive>
 ncclResult_t DeriveChild(const char* function, ncclComm_t comm, NameChild name_child,
-                         const void* caller, ncclConfig_t* config, ncclComm_t* newcomm,
-                         Derive derive) {
+                         Shares shares, const void* caller, ncclConfig_t* config,
+                         ncclComm_t* newcomm, Derive derive) {
   ncclComm_t real_parent = nullptr;
   ncclResult_t refused = ncclSuccess;
   ProxyComm* parent = ActiveParent(function, comm, &real_parent, &refused);
@@ -114,11 +123,13 @@ ncclResult_t DeriveChild(const char* function, ncclComm_t comm, NameChild name_c
   if (parent != nullptr) {
     child_key = parent->key + "/" + name_child(parent->splits_made++);
   }
+  std::vector<char> rewritten;
+  config = WithoutSplitShare(config, &rewritten);
   ncclComm_t real_child = nullptr;
-  ncclResult_t result = derive(real_parent, &real_child);
-  *newcomm = parent == nullptr
-                 ? real_child
-                 : Wrap(result, real_child, -1, -1, child_key, caller, function, config);
+  ncclResult_t result = derive(real_parent, config, &real_child);
+  *newcomm = parent == nullptr ? real_child
+                               : Wrap(result, real_child, -1, -1, child_key, caller, function,
+                                      config, parent, shares(*parent));
   return result;
 }
 
@@ -129,9 +140,11 @@ AMEM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
                                        ncclConfig_t* config) {
   if (Real().ncclCommSplit == nullptr) return Unsupported("ncclCommSplit");
   auto name = [&](int n) { return "split" + std::to_string(n) + ".c" + std::to_string(color); };
-  return DeriveChild("ncclCommSplit", comm, name, RETURN_ADDRESS, config, newcomm,
-                     [&](ncclComm_t parent, ncclComm_t* child) {
-                       return Real().ncclCommSplit(parent, color, key, child, config);
+  // NCCL: the child shares when the parent's config.splitShare is set.
+  auto shares = [](const ProxyComm& parent) { return parent.split_share; };
+  return DeriveChild("ncclCommSplit", comm, name, shares, RETURN_ADDRESS, config, newcomm,
+                     [&](ncclComm_t parent, ncclConfig_t* given, ncclComm_t* child) {
+                       return Real().ncclCommSplit(parent, color, key, child, given);
                      });
 }
 
@@ -139,9 +152,13 @@ AMEM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclu
                                         ncclComm_t* newcomm, ncclConfig_t* config, int flags) {
   if (Real().ncclCommShrink == nullptr) return Unsupported("ncclCommShrink");
   auto name = [](int n) { return "shrink" + std::to_string(n); };
-  return DeriveChild("ncclCommShrink", comm, name, RETURN_ADDRESS, config, newcomm,
-                     [&](ncclComm_t parent, ncclComm_t* child) {
-                       return Real().ncclCommShrink(parent, exclude, exclude_count, child, config,
+  // NCCL shares on shrink by the parent's config.shrinkShare, unless aborting. The
+  // interposer does not read shrinkShare (its offset moved between versions), so a
+  // shrunk child is taken to share: refusing suspend is safe, a wrong suspend is not.
+  auto shares = [flags](const ProxyComm&) { return (flags & kNcclShrinkAbort) == 0; };
+  return DeriveChild("ncclCommShrink", comm, name, shares, RETURN_ADDRESS, config, newcomm,
+                     [&](ncclComm_t parent, ncclConfig_t* given, ncclComm_t* child) {
+                       return Real().ncclCommShrink(parent, exclude, exclude_count, child, given,
                                                     flags);
                      });
 }
@@ -190,7 +207,9 @@ AMEM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   ProxyComm* proxy = Registry::Get().Find(comm);
   if (proxy == nullptr) return Real().ncclCommFinalize(comm);
   std::shared_lock<std::shared_mutex> lock(Registry::Get().lock());
-  if (proxy->real == nullptr) return ncclSuccess;  // paused: nothing in flight to flush
+  // Paused (recreated or suspended) or broken: nothing in flight to flush, and a
+  // suspended communicator must not be reached.
+  if (proxy->state != CommState::kActive) return ncclSuccess;
   return Real().ncclCommFinalize(proxy->real);
 }
 
@@ -218,7 +237,9 @@ ncclResult_t QueryInt(const char* function, ncclResult_t (*real_query)(const ncc
   ProxyComm* proxy = Registry::Get().Find(comm);
   if (proxy == nullptr) return real_query(comm, value);
   std::shared_lock<std::shared_mutex> lock(Registry::Get().lock());
-  if (proxy->real == nullptr) {
+  // Answered by the proxy unless active: NCCL refuses queries on a suspended
+  // communicator with "invalid usage" (seen on the H200 through XLA).
+  if (proxy->state != CommState::kActive) {
     *value = proxy->*field;
     return ncclSuccess;
   }
@@ -243,5 +264,7 @@ AMEM_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
   if (Real().ncclGetLastError == nullptr) return "";
   ProxyComm* proxy = Registry::Get().Find(comm);
   if (proxy == nullptr) return Real().ncclGetLastError(comm);
+  std::shared_lock<std::shared_mutex> lock(Registry::Get().lock());
+  if (proxy->state != CommState::kActive) return "";
   return Real().ncclGetLastError(proxy->real);
 }

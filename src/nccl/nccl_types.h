@@ -30,8 +30,10 @@ typedef int ncclCommMemStat_t;
 
 constexpr int kNcclUint8 = 1;
 constexpr int kNcclSplitNoColor = -1;
+constexpr int kNcclShrinkAbort = 0x01;        // NCCL_SHRINK_ABORT
 constexpr int kNcclSuspendMem = 0x01;         // NCCL_SUSPEND_MEM (2.29.7+)
 constexpr int kNcclStatGpuMemSuspend = 0;     // ncclStatGpuMemSuspend
+constexpr int kNcclStatGpuMemSuspended = 1;   // ncclStatGpuMemSuspended (0 or 1)
 constexpr int kNcclStatGpuMemPersist = 2;     // ncclStatGpuMemPersist
 constexpr int kNcclStatGpuMemTotal = 3;       // ncclStatGpuMemTotal
 

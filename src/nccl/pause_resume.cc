@@ -1,8 +1,12 @@
 #include "nccl/pause_resume.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -39,14 +43,59 @@ int64_t FreeBytes(int device) {
 void SynchronizeDevices(const std::vector<ProxyComm*>& comms) {
   const cuda::DriverApi* api = cuda::Driver();
   if (api == nullptr) return;
+  std::set<int> done;
   for (ProxyComm* comm : comms) {
-    if (comm->device < 0) continue;
+    if (comm->device < 0 || !done.insert(comm->device).second) continue;
     cuda::ScopedDeviceContext context(comm->device);
     if (context.status().ok()) api->cuCtxSynchronize();
   }
 }
 
 bool GroupedSuspendSupported() { return Real().version >= 23003; }
+
+// JAX_AMEM_NCCL_OVERLAP=threads (default): independent work runs at once (the
+// suspends and the recreates; ungrouped suspends each on a thread); =serial:
+// one after another, in key order.
+bool Overlap() {
+  const char* value = std::getenv("JAX_AMEM_NCCL_OVERLAP");
+  return value == nullptr || std::strcmp(value, "serial") != 0;
+}
+
+// Runs `work` on every item, on threads of their own when `parallel`, each with
+// the item's device current; the first error in item order wins.
+template <typename Work>
+Status ForEach(const std::vector<ProxyComm*>& comms, bool parallel, Work work) {
+  std::vector<Status> results(comms.size());
+  auto one = [&](size_t i) {
+    cuda::ScopedDeviceContext context(comms[i]->device);
+    results[i] = work(comms[i]);
+  };
+  if (parallel && comms.size() > 1) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < comms.size(); ++i) threads.emplace_back(one, i);
+    for (std::thread& thread : threads) thread.join();
+  } else {
+    for (size_t i = 0; i < comms.size(); ++i) one(i);
+  }
+  for (const Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
+// Two independent jobs, at once when overlapping.
+Status Both(bool overlap, const std::function<Status()>& first, const std::function<Status()>& second) {
+  if (!overlap) {
+    Status a = first();
+    Status b = a.ok() ? second() : Status::Ok();
+    return a.ok() ? b : a;
+  }
+  Status a;
+  std::thread thread([&] { a = first(); });
+  Status b = second();
+  thread.join();
+  return a.ok() ? b : a;
+}
 
 Status Select(const std::vector<uint64_t>& ids, CommState wanted, std::vector<ProxyComm*>* out) {
   std::vector<ProxyComm*> all = Registry::Get().Sorted();
@@ -56,72 +105,86 @@ Status Select(const std::vector<uint64_t>& ids, CommState wanted, std::vector<Pr
     }
     return Status::Ok();
   }
-  for (ProxyComm* comm : all) {
-    for (uint64_t id : ids) {
-      if (comm->id != id) continue;
-      if (comm->state != wanted) {
-        return Status::Error("communicator " + std::to_string(id) + " (" + comm->key + ") is " +
-                             StateName(comm->state) + ", not " + StateName(wanted));
-      }
-      out->push_back(comm);
+  std::set<uint64_t> seen;
+  for (uint64_t id : ids) {
+    if (!seen.insert(id).second) {
+      return Status::Error("communicator id " + std::to_string(id) +
+                           " is given twice: name each communicator once");
     }
   }
-  for (uint64_t id : ids) {
-    bool found = false;
-    for (ProxyComm* comm : *out) found |= comm->id == id;
-    if (!found) return Status::Error("no communicator with id " + std::to_string(id) + " is tracked");
+  for (ProxyComm* comm : all) {  // key order, whatever the order of `ids`
+    if (!seen.count(comm->id)) continue;
+    if (comm->state != wanted) {
+      return Status::Error("communicator " + std::to_string(comm->id) + " (" + comm->key + ") is " +
+                           StateName(comm->state) + ", not " + StateName(wanted));
+    }
+    out->push_back(comm);
+  }
+  if (out->size() != ids.size()) {
+    for (uint64_t id : ids) {
+      bool found = false;
+      for (ProxyComm* comm : *out) found |= comm->id == id;
+      if (!found) return Status::Error("no communicator with id " + std::to_string(id) + " is tracked");
+    }
   }
   return Status::Ok();
 }
 
-// The new communicator must not try to share resources with a parent that no
-// longer exists; everything else in the user's config is kept.
+// The new communicator must not share resources with anything (there is no
+// parent any more, and sharing would make it unsuspendable); everything else in
+// the user's config is kept.
 std::vector<char> ReinitConfig(const ProxyComm& comm) {
   std::vector<char> config = comm.config;
   if (!config.empty()) reinterpret_cast<ncclConfig_t*>(config.data())->splitShare = 0;
   return config;
 }
 
-// Calls `each` for every communicator, inside one NCCL group where suspend and
-// resume may be grouped (NCCL >= 2.30.3); the first error wins.
-template <typename Each>
-Status ForEachMaybeGrouped(const std::vector<ProxyComm*>& comms, const char* what, Each each) {
-  const bool grouped = GroupedSuspendSupported();
-  if (grouped) Real().ncclGroupStart();
-  Status status;
-  for (ProxyComm* comm : comms) {
-    Status one = each(comm);
-    if (status.ok()) status = one;
-  }
-  if (grouped) {
-    Status end = NcclCheck(Real().ncclGroupEnd(), std::string("ncclGroupEnd (") + what + ")");
-    if (status.ok()) status = end;
-  }
-  return status;
-}
-
 int64_t MemStat(ncclComm_t real, ncclCommMemStat_t stat) {
   uint64_t bytes = 0;
-  if (Real().ncclCommMemStats && Real().ncclCommMemStats(real, stat, &bytes) == ncclSuccess) {
+  if (real != nullptr && Real().ncclCommMemStats &&
+      Real().ncclCommMemStats(real, stat, &bytes) == ncclSuccess) {
     return static_cast<int64_t>(bytes);
   }
   return -1;
 }
 
+// `each` for every communicator: inside one NCCL group where suspend and resume
+// may be grouped (NCCL >= 2.30.3: NCCL overlaps them); otherwise each on its own
+// thread when overlapping, or in key order. The first error wins.
+template <typename Each>
+Status GroupedOrEach(const std::vector<ProxyComm*>& comms, const char* what, Each each) {
+  if (!GroupedSuspendSupported()) return ForEach(comms, Overlap(), each);
+  Real().ncclGroupStart();
+  Status status;
+  for (ProxyComm* comm : comms) {
+    Status one = each(comm);
+    if (status.ok()) status = one;
+  }
+  Status end = NcclCheck(Real().ncclGroupEnd(), std::string("ncclGroupEnd (") + what + ")");
+  return status.ok() ? end : status;
+}
+
 Status Suspend(const std::vector<ProxyComm*>& comms) {
-  Status status = ForEachMaybeGrouped(comms, "suspend", [](ProxyComm* comm) {
-    const auto start = Clock::now();
-    comm->bytes_freed = MemStat(comm->real, kNcclStatGpuMemSuspend);
+  if (comms.empty()) return Status::Ok();
+  for (ProxyComm* comm : comms) {
+    comm->suspendable_bytes = MemStat(comm->real, kNcclStatGpuMemSuspend);
     comm->bytes_before_pause = MemStat(comm->real, kNcclStatGpuMemTotal);
-    Status one = NcclCheck(Real().ncclCommSuspend(comm->real, kNcclSuspendMem),
-                           "ncclCommSuspend(" + comm->key + ")");
-    comm->pause_seconds = Since(start);
-    return one;
+  }
+  const auto start = Clock::now();
+  Status status = GroupedOrEach(comms, "suspend", [](ProxyComm* comm) {
+    return NcclCheck(Real().ncclCommSuspend(comm->real, kNcclSuspendMem),
+                     "ncclCommSuspend(" + comm->key + ")");
   });
+  const double seconds = Since(start);
   if (!status.ok()) return status;
   for (ProxyComm* comm : comms) {
     comm->state = CommState::kPaused;
     comm->last_strategy = "suspend";
+    comm->pause_seconds = seconds;
+    // NCCL's own count for this communicator: what suspend released, what stayed.
+    const bool suspended = MemStat(comm->real, kNcclStatGpuMemSuspended) == 1;
+    comm->bytes_freed = suspended ? comm->suspendable_bytes : -1;
+    comm->bytes_kept = MemStat(comm->real, kNcclStatGpuMemPersist);
   }
   return Status::Ok();
 }
@@ -131,7 +194,7 @@ void MarkPaused(ProxyComm* comm, int64_t bytes_freed, double seconds) {
   comm->state = CommState::kPaused;
   comm->last_strategy = "recreate";
   comm->bytes_freed = bytes_freed;
-  comm->bytes_before_pause = bytes_freed;
+  comm->bytes_kept = 0;  // nothing of the communicator is left
   comm->pause_seconds = seconds;
 }
 
@@ -140,6 +203,15 @@ Status MarkBroken(ProxyComm* comm, const Status& why) {
   comm->state = CommState::kBroken;
   comm->error = why.message();
   return Status::Error("pausing communicator " + comm->key + ": " + why.message());
+}
+
+// NCCL's count of the communicator's device memory, read before it is ended
+// (-1 when the NCCL has no ncclCommMemStats).
+void RecordBeforeTeardown(const std::vector<ProxyComm*>& comms) {
+  for (ProxyComm* comm : comms) {
+    comm->bytes_before_pause = MemStat(comm->real, kNcclStatGpuMemTotal);
+    comm->suspendable_bytes = MemStat(comm->real, kNcclStatGpuMemSuspend);
+  }
 }
 
 // One communicator after another, each measured by the driver around its teardown.
@@ -153,15 +225,17 @@ Status TearDownInTurn(const std::vector<ProxyComm*>& comms, const PauseRequest& 
                              abort ? "ncclCommAbort" : "ncclCommDestroy");
     const int64_t free_after = FreeBytes(comm->device);
     if (!ended.ok()) return MarkBroken(comm, ended);
-    MarkPaused(comm, (free_before >= 0 && free_after >= 0) ? free_after - free_before : -1,
+    const int64_t driver = (free_before >= 0 && free_after >= 0) ? free_after - free_before : -1;
+    MarkPaused(comm, driver >= 0 ? driver : comm->bytes_before_pause,
                exchange_share + Since(teardown_start));
   }
   return Status::Ok();
 }
 
 // Every ncclCommDestroy on its own thread: a destroy mostly waits (proxy threads,
-// sockets), so N of them take about as long as one. Memory is measured per
-// device around all of them and shared evenly among that device's communicators.
+// sockets), so N of them take about as long as one. The driver's reading around
+// them is one communicator's own only when it is alone on its device; otherwise
+// each reports NCCL's count (ncclCommMemStats), or unknown (-1) without it.
 Status TearDownInParallel(const std::vector<ProxyComm*>& comms, double exchange_share) {
   const auto start = Clock::now();
   std::map<int, int64_t> free_before;
@@ -180,6 +254,7 @@ Status TearDownInParallel(const std::vector<ProxyComm*>& comms, double exchange_
   for (std::thread& thread : threads) thread.join();
   const double seconds = Since(start);
   Status first_error;
+  std::map<int, int64_t> free_after;
   for (size_t i = 0; i < comms.size(); ++i) {
     ProxyComm* comm = comms[i];
     if (!results[i].ok()) {
@@ -187,16 +262,18 @@ Status TearDownInParallel(const std::vector<ProxyComm*>& comms, double exchange_
       if (first_error.ok()) first_error = broken;
       continue;
     }
-    const int64_t before = free_before[comm->device];
-    const int64_t after = FreeBytes(comm->device);
-    MarkPaused(comm, (before >= 0 && after >= 0) ? (after - before) / per_device[comm->device] : -1,
-               exchange_share + seconds);
+    if (!free_after.count(comm->device)) free_after[comm->device] = FreeBytes(comm->device);
+    const int64_t before = free_before[comm->device], after = free_after[comm->device];
+    const bool alone = per_device[comm->device] == 1 && before >= 0 && after >= 0;
+    MarkPaused(comm, alone ? after - before : comm->bytes_before_pause, exchange_share + seconds);
   }
   return first_error;
 }
 
 Status Recreate(const std::vector<ProxyComm*>& comms, const PauseRequest& request) {
+  if (comms.empty()) return Status::Ok();
   const auto start = Clock::now();
+  RecordBeforeTeardown(comms);
   std::vector<ProxyComm*> stuck;
   Status exchanged = ExchangeNextIds(comms, request.timeout_seconds, &stuck);
   if (!exchanged.ok()) {
@@ -215,8 +292,11 @@ Status Recreate(const std::vector<ProxyComm*>& comms, const PauseRequest& reques
                                                          : TearDownInTurn(comms, request, exchange_share);
 }
 
+// Initialises every communicator again with its next_id, in one NCCL group,
+// behind the same proxy; each then has a memory manager of its own.
 Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds) {
-  std::vector<std::vector<char>> configs;
+  if (comms.empty()) return Status::Ok();
+  std::vector<std::vector<char>> configs(comms.size());
   std::vector<ncclComm_t> fresh(comms.size(), nullptr);
   std::vector<Status> results(comms.size());
   const auto start = Clock::now();
@@ -228,14 +308,14 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
       results[i] = context.status();
       continue;
     }
-    configs.push_back(ReinitConfig(*comm));
-    if (configs.back().empty()) {
+    configs[i] = ReinitConfig(*comm);
+    if (configs[i].empty()) {
       results[i] = NcclCheck(Real().ncclCommInitRank(&fresh[i], comm->nranks, comm->next_id, comm->rank),
                              "ncclCommInitRank(" + comm->key + ")");
     } else {
       results[i] = NcclCheck(
           Real().ncclCommInitRankConfig(&fresh[i], comm->nranks, comm->next_id, comm->rank,
-                                        reinterpret_cast<ncclConfig_t*>(configs.back().data())),
+                                        reinterpret_cast<ncclConfig_t*>(configs[i].data())),
           "ncclCommInitRankConfig(" + comm->key + ")");
     }
   }
@@ -261,6 +341,9 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
     if (status.ok() && fresh[i] != nullptr) {
       comm->real = fresh[i];
       comm->state = CommState::kActive;
+      comm->error.clear();
+      comm->split_share = false;  // ReinitConfig: its future splits get their own resources
+      comm->manager = Registry::Get().NewManager();
       comm->resume_seconds = Since(start);
     } else if (first_error.ok()) {
       first_error = status.ok() ? Status::Error("no communicator returned for " + comm->key) : status;
@@ -270,8 +353,9 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
 }
 
 Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
+  if (comms.empty()) return Status::Ok();
   const auto start = Clock::now();
-  Status status = ForEachMaybeGrouped(comms, "resume", [](ProxyComm* comm) {
+  Status status = GroupedOrEach(comms, "resume", [](ProxyComm* comm) {
     return NcclCheck(Real().ncclCommResume(comm->real), "ncclCommResume(" + comm->key + ")");
   });
   if (!status.ok()) return status;
@@ -282,59 +366,126 @@ Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
   return Status::Ok();
 }
 
+std::string Escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  }
+  return out;
+}
+
 }  // namespace
 
-Strategy ChooseStrategy(const ProxyComm& comm, std::string* why_not_suspend) {
+Strategy ChooseStrategy(const ProxyComm& comm, std::string* why) {
   if (Real().ncclCommSuspend == nullptr || Real().ncclCommResume == nullptr) {
-    *why_not_suspend = "the loaded NCCL (" + std::to_string(Real().version) +
-                       ") has no ncclCommSuspend (needs NCCL >= 2.29.7)";
+    *why = "the loaded NCCL (" + std::to_string(Real().version) +
+           ") has no ncclCommSuspend (needs NCCL >= 2.29.7)";
     return Strategy::kRecreate;
   }
-  if (comm.split_share) {
-    *why_not_suspend = "it was created with splitShare, which ncclCommSuspend refuses";
+  const int sharers = Registry::Get().ManagerSharers(comm);
+  if (sharers > 0) {
+    *why = "it shares NCCL's memory manager with " + std::to_string(sharers) +
+           " other communicator(s) (" +
+           (comm.parent_id != 0 ? "split from communicator " + std::to_string(comm.parent_id)
+                                : std::string("a parent whose children were split")) +
+           " with splitShare), which ncclCommSuspend refuses";
     return Strategy::kRecreate;
   }
-  why_not_suspend->clear();
+  *why = "it has a memory manager of its own";
   return Strategy::kSuspend;
 }
 
-Status PauseCommunicators(const PauseRequest& request) {
-  std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
+Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vector<PlanEntry>* plan) {
   std::vector<ProxyComm*> selected;
-  Status status = Select(request.ids, CommState::kActive, &selected);
-  if (!status.ok() || selected.empty()) return status;
-
-  // Decide every communicator's strategy before touching any of them.
-  std::vector<ProxyComm*> suspend, recreate;
+  Status status = Select(ids, CommState::kActive, &selected);
+  if (!status.ok()) return status;
   for (ProxyComm* comm : selected) {
-    std::string why_not_suspend;
-    Strategy automatic = ChooseStrategy(*comm, &why_not_suspend);
-    Strategy chosen = request.strategy == Strategy::kAuto ? automatic : request.strategy;
-    if (chosen == Strategy::kSuspend && automatic != Strategy::kSuspend) {
-      return Status::Error("cannot suspend communicator " + comm->key + ": " + why_not_suspend +
-                           ". Use strategy='recreate' or 'auto'.");
-    }
-    if (chosen == Strategy::kRecreate) {
+    PlanEntry entry;
+    entry.comm = comm;
+    std::string why;
+    const Strategy automatic = ChooseStrategy(*comm, &why);
+    entry.strategy = requested == Strategy::kAuto ? automatic : requested;
+    entry.why = requested == Strategy::kAuto ? why : "asked for";
+    if (entry.strategy == Strategy::kSuspend && automatic != Strategy::kSuspend) {
+      entry.refused = true;
+      entry.why = "cannot suspend communicator " + comm->key + ": " + why +
+                  ". Use strategy='recreate' or 'auto'" +
+                  (comm->parent_id != 0 || comm->split_share
+                       ? ", or keep communicators suspendable (JAX_AMEM_NCCL_KEEP_SUSPENDABLE=1 "
+                         "before the first collective)"
+                       : "") + ".";
+    } else if (entry.strategy == Strategy::kRecreate) {
       const int tied = comm->registrations + comm->windows + comm->device_comms;
       if (tied > 0) {
-        return Status::Error(
+        entry.refused = true;
+        entry.why =
             "cannot recreate communicator " + comm->key + ": it has " +
             std::to_string(comm->registrations) + " registered buffer(s), " +
             std::to_string(comm->windows) + " window(s) and " + std::to_string(comm->device_comms) +
             " device communicator(s) that would point at the destroyed communicator. "
             "Deregister them first (for XLA: run without --xla_gpu_enable_nccl_user_buffers), "
-            "or use strategy='suspend' on NCCL >= 2.29.7.");
-      }
-      if (comm->real == nullptr) {
-        return Status::Error("communicator " + comm->key + " has no real communicator to pause");
+            "or use strategy='suspend' on NCCL >= 2.29.7.";
+      } else if (comm->real == nullptr) {
+        entry.refused = true;
+        entry.why = "communicator " + comm->key + " has no real communicator to pause";
       }
     }
-    (chosen == Strategy::kSuspend ? suspend : recreate).push_back(comm);
+    plan->push_back(entry);
+  }
+  return Status::Ok();
+}
+
+std::string PlanJson(const std::vector<PlanEntry>& plan) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlanEntry& entry = plan[i];
+    out << (i ? "," : "") << "{\"id\":" << entry.comm->id << ",\"key\":\"" << Escape(entry.comm->key)
+        << "\",\"rank\":" << entry.comm->rank << ",\"strategy\":\"" << StrategyName(entry.strategy)
+        << "\",\"refused\":" << (entry.refused ? "true" : "false") << ",\"why\":\""
+        << Escape(entry.why) << "\"}";
+  }
+  out << "]";
+  return out.str();
+}
+
+Status PauseCommunicators(const PauseRequest& request) {
+  std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
+  std::vector<PlanEntry> plan;
+  Status status = PlanPause(request.ids, request.strategy, &plan);
+  if (!status.ok() || plan.empty()) return status;
+  if (!request.strategies.empty()) {
+    if (request.strategies.size() != request.ids.size()) {
+      return Status::Error("one strategy per communicator id is needed");
+    }
+    // What every process agreed on replaces the local choice (checked the same way):
+    // another rank of the communicator may have to recreate what this one could suspend.
+    for (PlanEntry& entry : plan) {
+      for (size_t i = 0; i < request.ids.size(); ++i) {
+        if (request.ids[i] != entry.comm->id || request.strategies[i] == entry.strategy) continue;
+        std::vector<PlanEntry> again;
+        PlanPause({entry.comm->id}, request.strategies[i], &again);
+        const std::string local_why = entry.why;
+        entry = again.at(0);
+        if (!entry.refused) entry.why = "another rank of it cannot suspend it (here: " + local_why + ")";
+      }
+    }
+  }
+  // Nothing is touched unless every communicator can be paused as planned.
+  for (const PlanEntry& entry : plan) {
+    if (entry.refused) return Status::Error(entry.why);
+  }
+  std::vector<ProxyComm*> selected, suspend, recreate;
+  for (const PlanEntry& entry : plan) {
+    entry.comm->strategy_why = entry.why;
+    selected.push_back(entry.comm);
+    (entry.strategy == Strategy::kSuspend ? suspend : recreate).push_back(entry.comm);
   }
   SynchronizeDevices(selected);
-  if (!suspend.empty()) status = Suspend(suspend);
-  if (status.ok() && !recreate.empty()) status = Recreate(recreate, request);
-  return status;
+  // The suspends and the recreates touch different communicators: overlapped.
+  return Both(Overlap() && !suspend.empty() && !recreate.empty(),
+              [&] { return Suspend(suspend); }, [&] { return Recreate(recreate, request); });
 }
 
 Status BeginResume(const std::vector<uint64_t>& ids) {
@@ -344,6 +495,12 @@ Status BeginResume(const std::vector<uint64_t>& ids) {
   if (!status.ok()) return status;
   for (ProxyComm* comm : selected) comm->resuming.store(true, std::memory_order_release);
   return Status::Ok();
+}
+
+void CancelResume() {
+  for (ProxyComm* comm : Registry::Get().Sorted()) {
+    comm->resuming.store(false, std::memory_order_release);
+  }
 }
 
 Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seconds) {
@@ -357,15 +514,38 @@ Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seco
       for (ProxyComm* comm : selected) {
         (comm->last_strategy == "suspend" ? suspended : recreated).push_back(comm);
       }
-      if (!suspended.empty()) status = ResumeSuspended(suspended);
-      if (status.ok() && !recreated.empty()) status = Reinitialise(recreated, timeout_seconds);
+      status = Both(Overlap() && !suspended.empty() && !recreated.empty(),
+                    [&] { return ResumeSuspended(suspended); },
+                    [&] { return Reinitialise(recreated, timeout_seconds); });
     }
   }
-  // Whatever happened, nobody waits on these any more.
-  for (ProxyComm* comm : Registry::Get().Sorted()) {
-    comm->resuming.store(false, std::memory_order_release);
-  }
+  CancelResume();  // whatever happened, nobody waits on these any more
   return status;
+}
+
+Status RecoverCommunicators(const std::vector<uint64_t>& ids, const char* unique_ids,
+                            double timeout_seconds) {
+  std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
+  std::vector<ProxyComm*> selected;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ProxyComm* found = nullptr;
+    for (ProxyComm* comm : Registry::Get().Sorted()) {
+      if (comm->id == ids[i]) found = comm;
+    }
+    if (found == nullptr) return Status::Error("no communicator with id " + std::to_string(ids[i]) + " is tracked");
+    if (found->state == CommState::kPaused) {
+      return Status::Error("communicator " + found->key + " is paused: resume it instead of recovering it");
+    }
+    std::memcpy(found->next_id.internal, unique_ids + i * NCCL_UNIQUE_ID_BYTES, NCCL_UNIQUE_ID_BYTES);
+    selected.push_back(found);
+  }
+  for (ProxyComm* comm : selected) {
+    // Still active here, but its peers lost it: end it without waiting for them.
+    if (comm->real != nullptr && Real().ncclCommAbort) Real().ncclCommAbort(comm->real);
+    comm->real = nullptr;
+    comm->state = CommState::kBroken;
+  }
+  return Reinitialise(selected, timeout_seconds);
 }
 
 }  // namespace amem::nccl

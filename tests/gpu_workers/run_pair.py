@@ -1,7 +1,7 @@
-"""Starts two worker processes on this machine and collects their RESULT lines.
+"""Starts two (or more) worker processes on this machine and collects their RESULT lines.
 
-Both processes get a different NCCL_HOSTID, so NCCL accepts two ranks on one GPU
-(it sees two hosts and uses its socket transport); with 2+ GPUs each worker
+Every process gets a different NCCL_HOSTID, so NCCL accepts several ranks on one GPU
+(it sees several hosts and uses its socket transport); with 2+ GPUs each worker
 takes its own GPU (WORKER_LOCAL_DEVICE) and the hosts stay real.
 """
 
@@ -21,16 +21,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def collect(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each process's output (stdout and stderr as piped); on a timeout all are killed."""
+    outputs = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            out, err = proc.communicate()
+            out += "\n<killed: timeout>"
+        outputs.append(out + (err or ""))
+    return outputs
+
+
 def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
-             extra_env: dict | None = None) -> tuple[list[dict], list[str]]:
+             extra_env: dict | None = None, processes: int = 2) -> tuple[list[dict], list[str]]:
+    """Each worker gets RANK PORT *args; returns every RESULT line and each worker's output."""
     port = str(free_port())
     procs = []
-    for rank in range(2):
+    for rank in range(processes):
         env = dict(os.environ)
         env.update(extra_env or {})
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("NCCL_NVLS_ENABLE", "0")
-        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3")
+        # Several processes share one GPU: each preallocates only its share.
+        env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3" if processes <= 2 else str(0.6 / processes))
         if gpus >= 2:
             env["WORKER_LOCAL_DEVICE"] = str(rank)
         else:
@@ -41,14 +58,7 @@ def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     results, logs = [], []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            out, _ = proc.communicate()
-            out += "\n<killed: timeout>"
+    for out in collect(procs, timeout):
         logs.append(out)
         for line in out.splitlines():
             if line.startswith("RESULT "):

@@ -26,6 +26,20 @@ struct FakeComm {
   int nranks;
   std::string id;
   bool suspended = false;
+  // NCCL's rule, emulated: a child split from a parent whose config has
+  // splitShare=1 holds the parent's memory manager; ncclCommSuspend refuses a
+  // communicator whose manager another live communicator holds.
+  int manager = 0;
+  bool split_share = false;
+};
+
+// The head of ncclConfig_t (nccl.h), enough to read splitShare.
+struct FakeConfig {
+  size_t size;
+  unsigned int magic, version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char* netName;
+  int splitShare;
 };
 
 namespace {
@@ -35,6 +49,7 @@ std::set<FakeComm*> live;
 std::map<std::string, std::string> mailbox;  // broadcast payloads by communicator id
 int next_serial = 1;
 int next_id = 1;
+int next_manager = 1;
 
 void Log(const std::string& line) { log_text += line + "\n"; }
 
@@ -52,6 +67,7 @@ bool Usable(ncclComm_t comm, const char* function) {
 
 ncclComm_t Make(int nranks, const ncclUniqueId& id, int rank) {
   auto* comm = new FakeComm{next_serial++, rank, nranks, std::string(id.internal, 128)};
+  comm->manager = next_manager++;
   live.insert(comm);
   return comm;
 }
@@ -88,10 +104,13 @@ FAKE ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id
   return 0;
 }
 
-FAKE ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, void*) {
+FAKE ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, void* config) {
   std::lock_guard<std::mutex> g(mutex);
   *comm = Make(nranks, id, rank);
-  Log("ncclCommInitRankConfig " + Name(*comm) + " id=" + id.internal);
+  const auto* head = static_cast<const FakeConfig*>(config);
+  (*comm)->split_share = head != nullptr && head->splitShare == 1;
+  Log("ncclCommInitRankConfig " + Name(*comm) + " id=" + id.internal +
+      " splitShare=" + std::to_string(head ? head->splitShare : -1));
   return 0;
 }
 
@@ -104,7 +123,7 @@ FAKE ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
   return 0;
 }
 
-FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, void*) {
+FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, void* config) {
   std::lock_guard<std::mutex> g(mutex);
   if (!Usable(comm, "ncclCommSplit")) return 5;
   if (color < 0) {
@@ -114,7 +133,11 @@ FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t*
   ncclUniqueId id{};
   std::snprintf(id.internal, 128, "%s/split-c%d", comm->id.c_str(), color);
   *newcomm = Make(comm->nranks, id, key);
-  Log("ncclCommSplit " + Name(comm) + " -> " + Name(*newcomm));
+  const auto* head = static_cast<const FakeConfig*>(config);
+  (*newcomm)->split_share = head != nullptr ? head->splitShare == 1 : comm->split_share;
+  if (comm->split_share) (*newcomm)->manager = comm->manager;  // the parent's config decides
+  Log("ncclCommSplit " + Name(comm) + " -> " + Name(*newcomm) +
+      " splitShare=" + std::to_string(head ? head->splitShare : -1));
   return 0;
 }
 
@@ -129,7 +152,14 @@ static ncclResult_t End(const char* what, ncclComm_t comm) {
   delete comm;
   return 0;
 }
-FAKE ncclResult_t ncclCommDestroy(ncclComm_t comm) { return End("ncclCommDestroy", comm); }
+FAKE ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (std::getenv("FAKE_FAIL_DESTROY") != nullptr) {  // a teardown that fails: broken
+    std::lock_guard<std::mutex> g(mutex);
+    Log("ncclCommDestroy failed (FAKE_FAIL_DESTROY)");
+    return 3;
+  }
+  return End("ncclCommDestroy", comm);
+}
 FAKE ncclResult_t ncclCommAbort(ncclComm_t comm) { return End("ncclCommAbort", comm); }
 FAKE ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   std::lock_guard<std::mutex> g(mutex);
@@ -205,6 +235,12 @@ FAKE ncclResult_t ncclGroupEnd() { std::lock_guard<std::mutex> g(mutex); Log("nc
 FAKE ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
   std::lock_guard<std::mutex> g(mutex);
   if (!Usable(comm, "ncclCommSuspend")) return 5;
+  for (FakeComm* other : live) {
+    if (other != comm && other->manager == comm->manager) {
+      Log("REFUSED ncclCommSuspend " + Name(comm) + ": shared memory manager");
+      return 5;
+    }
+  }
   comm->suspended = true;
   Log("ncclCommSuspend " + Name(comm) + " flags=" + std::to_string(flags));
   return 0;
@@ -219,10 +255,17 @@ FAKE ncclResult_t ncclCommResume(ncclComm_t comm) {
   Log("ncclCommResume " + Name(comm));
   return 0;
 }
+// Per communicator: 1000 x serial suspendable bytes, 500 persistent.
 FAKE ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value) {
   std::lock_guard<std::mutex> g(mutex);
   if (live.count(comm) == 0) return 5;
-  *value = stat == 0 ? 1000 : 1500;
-  return 0;
+  const uint64_t suspendable = 1000ull * comm->serial, persistent = 500;
+  switch (stat) {
+    case 0: *value = suspendable; return 0;
+    case 1: *value = comm->suspended ? 1 : 0; return 0;
+    case 2: *value = persistent; return 0;
+    case 3: *value = suspendable + persistent; return 0;
+  }
+  return 4;
 }
 #endif

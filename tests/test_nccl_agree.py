@@ -1,0 +1,115 @@
+"""Processes agree on a pause over the jax.distributed key-value store before any NCCL call.
+
+The merge is checked as a pure function; the store, the barrier and the timeout with two
+real jax.distributed processes on CPU, each in front of the fake NCCL (whose log shows
+whether NCCL was reached at all).
+"""
+
+import pytest
+
+from jax_amem.nccl._agree import merge_plans
+from jax_amem.nccl._control import NcclPauseError
+from nccl_support.fixtures import fake_with_suspend  # noqa: F401 (a fixture)
+from nccl_support.harness import run_job
+
+NEW_NCCL = {"FAKE_NCCL_VERSION": "23007"}
+
+
+def entry(key, strategy, refused=False, why=""):
+    return {"id": 1, "key": key, "rank": 0, "strategy": strategy, "refused": refused, "why": why}
+
+
+def test_merge_takes_recreate_where_any_rank_must():
+    # A split with NCCL_SPLIT_NOCOLOR leaves the parent shared on some ranks only.
+    mine = [entry("parent", "suspend"), entry("other", "suspend")]
+    theirs = [entry("parent", "recreate"), entry("parent/split0.c0", "recreate"), entry("other", "suspend")]
+    assert merge_plans(mine, [{"plan": mine}, {"plan": theirs}]) == ["recreate", "suspend"]
+
+
+def test_merge_stops_every_process_on_a_refusal_anywhere():
+    mine = [entry("k", "suspend")]
+    theirs = [entry("k", "suspend", refused=True, why="cannot suspend communicator k: shares")]
+    with pytest.raises(NcclPauseError, match="nothing was paused: process 1: cannot suspend"):
+        merge_plans(mine, [{"plan": mine}, {"plan": theirs}])
+
+
+def test_merge_with_nothing_anywhere_is_empty():
+    assert merge_plans([], [{"plan": []}, {"plan": []}]) == []
+
+
+
+def test_agreed_pause_and_resume_on_two_processes(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        lib = interposer()
+        comm = init_config(lib, make_id(f"p{PROCESS}"), 1, split_share=1)[0]
+        report = nccl.pause("auto")
+        states = [c.state for c in nccl.communicators()]
+        nccl.resume()
+        out(strategies=[c.last_strategy for c in report.communicators], states=states,
+            after=all_reduce(lib, comm, [PROCESS])[1])
+    """, env=NEW_NCCL)
+    for process, result in enumerate(seen):
+        assert result == {"strategies": ["suspend"], "states": ["paused"], "after": [float(process)]}
+
+
+def test_a_refusal_on_one_process_stops_both_before_anything_is_touched(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        lib = interposer()
+        comm = init_config(lib, make_id("shared-key"), 2, split_share=1, ranks=[PROCESS])[0]
+        if PROCESS == 0:
+            child = split(lib, comm, 0)   # on process 0 only: its parent shares, process 1's does not
+        before = len(fake_log())
+        error = attempt(lambda: nccl.pause("suspend", ids=[1]))
+        out(error=error, states=[c.state for c in nccl.communicators()], new_calls=fake_log()[before:])
+    """, env=NEW_NCCL)
+    for result in seen:
+        assert result["error"][0] == "NcclPauseError"
+        assert "nothing was paused: process 0: cannot suspend" in result["error"][1]
+        assert set(result["states"]) == {"active"} and result["new_calls"] == []
+
+
+def test_a_process_that_never_joins_leaves_every_communicator_active(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        import time
+        lib = interposer()
+        comm = init_config(lib, make_id(f"t{PROCESS}"), 1, split_share=1)[0]
+        if PROCESS == 0:
+            before = len(fake_log())
+            start = time.perf_counter()
+            error = attempt(lambda: nccl.pause("auto", timeout=2))
+            out(error=error, seconds=time.perf_counter() - start, new_calls=fake_log()[before:])
+        else:
+            time.sleep(4)  # never calls pause
+        out(states=[c.state for c in nccl.communicators()], after=all_reduce(lib, comm, [5])[1],
+            paused_ids=nccl.paused_ids())
+    """, env=NEW_NCCL)
+    first = seen[0]
+    assert first["error"][0] == "NcclPauseError"
+    assert "timed out after 2 s" in first["error"][1] and "Nothing was changed" in first["error"][1]
+    assert "[1]" in first["error"][1]  # names the process that did not come
+    assert 1.5 < first["seconds"] < 30
+    assert first["new_calls"] == []
+    for result in seen:
+        assert result["states"] == ["active"] and result["after"] == [5.0] and result["paused_ids"] == []
+
+
+def test_paused_with_no_communicator_anywhere_is_a_no_op(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        with nccl.paused() as report:
+            inside = len(report.communicators)
+        out(inside=inside, paused=nccl.paused_ids())
+    """)
+    assert seen == [{"inside": 0, "paused": []}] * 2
+
+
+def test_only_one_process_with_communicators_still_resumes_together(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        lib = interposer()
+        if PROCESS == 0:
+            comm = init_config(lib, make_id("only-here"), 1, split_share=1)[0]
+        with nccl.paused() as report:
+            strategies = [c.last_strategy for c in report.communicators]
+        out(strategies=strategies, states=[c.state for c in nccl.communicators()])
+    """, env=NEW_NCCL)
+    assert seen == [{"strategies": ["suspend"], "states": ["active"]},
+                    {"strategies": [], "states": []}]
