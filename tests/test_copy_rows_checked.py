@@ -7,7 +7,7 @@ import pytest
 
 import jax.numpy as jnp
 
-import jax_amem
+import jax_amem.copy
 from jax_amem.copy import prepare_buffer_segments, prepare_segments, segment_copy_many
 from jax_amem.reshard import Layout, LayoutError
 
@@ -16,7 +16,7 @@ from jax_amem.reshard import Layout, LayoutError
 def test_segment_copy_refuses_rows_that_are_not_integers(rows):
     src, dst = jnp.arange(32, dtype=jnp.uint8), jnp.full(32, 7, jnp.uint8)
     with pytest.raises(ValueError, match="segment rows must be integers"):
-        jax_amem.segment_copy(src, dst, rows)
+        jax_amem.copy.segment_copy(src, dst, rows)
     np.testing.assert_array_equal(np.asarray(dst), np.full(32, 7))
 
 
