@@ -66,9 +66,12 @@ def xla_program(processes: int, cycles: int, timeout: float) -> dict | None:
     share = f"{100 * freed / suspendable:.1f}%" if suspendable else "n/a"
     print(f"  suspend freed {freed / 2**20:.1f} of {suspendable / 2**20:.1f} MiB suspendable ({share}); "
           f"kept {kept / 2**20:.1f} MiB; recreate freed {recreated / 2**20:.1f} MiB")
-    print(f"  over the cycles: device free {(samples[-1]['free'] - samples[0]['free']) / 2**20:+.1f} MiB, "
-          f"host RSS {(samples[-1]['rss'] - samples[0]['rss']) / 2**20:+.1f} MiB; bit-identical: "
-          f"{all(r['identical'] for r in cycles_rows)}")
+    print(f"  over the cycles (first to last): device free (whole GPU) "
+          f"{(samples[-1]['free'] - samples[0]['free']) / 2**20:+.1f} MiB, this process's device memory "
+          f"{(samples[-1]['used'] - samples[0]['used']) / 2**20:+.1f} MiB ({samples[0]['source']}), "
+          f"host RSS {(samples[-1]['rss'] - samples[0]['rss']) / 2**20:+.1f} MiB "
+          f"(second half {(samples[-1]['rss'] - samples[len(samples) // 2]['rss']) / 2**20:+.1f}); "
+          f"bit-identical: {all(r['identical'] for r in cycles_rows)}")
     return {"processes": processes, "auto_ms": auto_ms, "naive_ms": naive_ms, "parallel_ms": parallel_ms,
             "freed": freed, "suspendable": suspendable, "rows": cycles_rows}
 

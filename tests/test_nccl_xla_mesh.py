@@ -61,12 +61,15 @@ def check_cycles(results, processes, cycles, xla_comms_per_process):
         if expected_xla_strategy() == "suspend":
             assert sum(c["bytes_freed"] for c in xla) > 0, xla
         assert all(c["state"] == "active" for c in result["communicators"])
-        # Device memory flat over the cycles (after the first), host RSS bounded. The driver's
-        # free memory is the whole GPU's, which the other processes on it move too: the bound
-        # catches a leak of ~1 MiB per cycle; benchmarks/nccl_pause.py measures it alone.
+        # This process's device memory (NVML, per process) flat after the first cycle; host RSS
+        # not growing over the second half (NCCL's first re-initialisations settle malloc's
+        # arenas). The whole GPU's free memory moves with the other processes on it:
+        # benchmarks/nccl_pause.py reports it with the program alone on the GPU.
         samples = result["samples"]
-        assert abs(samples[-1]["free"] - samples[0]["free"]) <= 128 * 2**20, samples
-        assert samples[-1]["rss"] - samples[0]["rss"] <= 64 * 2**20, samples
+        if samples[0]["source"] == "nvml per-process":
+            assert abs(samples[-1]["used"] - samples[0]["used"]) <= 16 * 2**20, samples
+        middle = samples[len(samples) // 2]
+        assert samples[-1]["rss"] - middle["rss"] <= 64 * 2**20, samples
     return phase(results, "cycles", processes)
 
 

@@ -51,6 +51,16 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
+def used_by_this_process():
+    """(device bytes this process holds, where the figure comes from): NVML per process when
+    it can see us, else a device-wide figure that every process on the GPU moves."""
+    from jax_amem.memory import nvml
+    try:
+        return nvml.process_used(jax.local_devices()[0].local_hardware_id)
+    except Exception:  # noqa: BLE001 - the CPU dry run: no driver
+        return 0, "none"
+
+
 def percentile(values, q):
     return float(np.percentile(np.asarray(values), q)) if values else -1.0
 
@@ -106,7 +116,9 @@ def cycles_phase(run, reference, cycles, strategy, free):
         if first is None:
             first = [c.__dict__ for c in report.communicators]
         if cycle % every == 0 or cycle == cycles - 1:
-            samples.append({"cycle": cycle, "free": free(), "rss": rss_bytes()})
+            used, source = used_by_this_process()
+            samples.append({"cycle": cycle, "free": free(), "used": used, "source": source,
+                            "rss": rss_bytes()})
         if not same(run(), reference):
             identical = False
             break
@@ -193,7 +205,7 @@ def main():
         child, split_seconds = own.split(root, rank % 2, rank)
         emit(phase="split", rank=rank, split_seconds=split_seconds, split_device_bytes=before - free(),
              keep_suspendable=jax_amem.nccl._api._control.keep_suspendable())
-        if jax_amem.nccl.can_suspend():
+        if jax_amem.nccl.can_suspend() and not jax_amem.nccl._api._control.keep_suspendable():
             refused = attempt(lambda: jax_amem.nccl.pause("suspend"))
             emit(phase="refused", rank=rank, error=refused,
                  states=sorted({c["state"] for c in rows()}))
