@@ -89,6 +89,8 @@ def test_from_function_cast_applies_to_uncast_outputs():
     pieces = rules.from_function(lambda p: {"y": p["x"].T}, tree, cast="bfloat16")
     import ml_dtypes
     plan_and_run(shard_tree(tree), {"y": tree["x"].T.astype(ml_dtypes.bfloat16)}, pieces)
+    with pytest.raises(rules.TraceError, match=r"output 'y': cast='float16'.*cast twice \(float32 -> bfloat16 -> float16\)"):
+        rules.from_function(lambda p: {"y": p["x"].astype(jnp.bfloat16)}, tree, cast="float16")
 
 
 def test_a_computing_primitive_is_refused_naming_it_and_its_output():
