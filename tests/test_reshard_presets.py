@@ -125,14 +125,24 @@ def test_from_function_equals_running_it(family, source, layout):
     assert rules.from_function(convert, arrays) == rule_list and rules.trace_count() == count  # cached
 
 
+def _swap_on(family, jax_device, torch_device):
+    """A maxtext tree on one device into HF and vLLM-style bf16 models on `torch_device`."""
+    for layout in ("hf", "vllm"):
+        tree, want = _state(family, layout, "maxtext")
+        arrays = jax.device_put(tree, jax_device)
+        model = _destination(family, layout, want, "bfloat16").to(torch_device)
+        jax_amem.swap(arrays, _tensors(model, want),
+                      rules=rules.preset(family, arrays, source="maxtext", layout=layout, tp=TP, cast="bfloat16"))
+        _check_params(model.cpu(), want, "bfloat16")
+
+
+def test_single_device_swap_body_on_cpu():
+    """The GPU test's body, run here on one CPU device (so the GPU run meets no surprise)."""
+    _swap_on("qwen3_moe", jax.devices("cpu")[0], "cpu")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", M.FAMILIES)
 def test_preset_swaps_into_cuda_models(family):
     """On a GPU: maxtext tree on the GPU, HF and vLLM-style models on CUDA, bf16, bit-exact."""
-    for layout in ("hf", "vllm"):
-        tree, want = _state(family, layout, "maxtext")
-        arrays = jax.device_put(tree, jax.devices("gpu")[0])
-        model = _destination(family, layout, want, "bfloat16").cuda()
-        jax_amem.swap(arrays, _tensors(model, want),
-                      rules=rules.preset(family, arrays, source="maxtext", layout=layout, tp=TP, cast="bfloat16"))
-        _check_params(model.cpu(), want, "bfloat16")
+    _swap_on(family, jax.devices("gpu")[0], "cuda")

@@ -89,6 +89,8 @@ def test_from_function_cast_applies_to_uncast_outputs():
     pieces = rules.from_function(lambda p: {"y": p["x"].T}, tree, cast="bfloat16")
     import ml_dtypes
     plan_and_run(shard_tree(tree), {"y": tree["x"].T.astype(ml_dtypes.bfloat16)}, pieces)
+    with pytest.raises(rules.TraceError, match=r"output 'y': cast='float16'.*cast twice \(float32 -> bfloat16 -> float16\)"):
+        rules.from_function(lambda p: {"y": p["x"].astype(jnp.bfloat16)}, tree, cast="float16")
 
 
 def test_a_computing_primitive_is_refused_naming_it_and_its_output():
@@ -154,3 +156,50 @@ def test_from_layer_function_traces_one_layer_and_equals_the_whole_function():
     plan_and_run(shard_tree(tree), want, pieces)
     again = rules.from_layer_function(layer, tree, "decoder/layers", "model.layers.{}.")
     assert rules.trace_count() == before + 2 and again == pieces[1:]
+
+
+def _random_shape(size, rng):
+    """A random row-major factorisation of `size`, unit axes included."""
+    factors = [p for p in (2, 3, 5) for _ in range(20) if size % p ** (_ + 1) == 0]
+    rng.shuffle(factors)
+    axes = [1] * int(rng.integers(1, 4))
+    for f in factors:
+        axes[int(rng.integers(len(axes)))] *= f
+    if rng.random() < 0.3:
+        axes.insert(int(rng.integers(len(axes) + 1)), 1)
+    return tuple(axes)
+
+
+def _random_program(rng):
+    steps = []
+    for _ in range(int(rng.integers(2, 6))):
+        steps.append((rng.choice(["transpose", "reshape", "slice", "expand", "concat"]), int(rng.integers(1 << 30))))
+
+    def run(p):
+        x = p["x"]
+        for op, seed in steps:
+            r = np.random.default_rng(seed)
+            if op == "transpose":
+                x = x.transpose(tuple(r.permutation(x.ndim)))
+            elif op == "reshape":
+                x = x.reshape(_random_shape(x.size, r))
+            elif op == "slice" and x.size:
+                lo = [int(r.integers(n)) for n in x.shape]
+                hi = [int(r.integers(a, n)) + 1 for a, n in zip(lo, x.shape)]
+                x = x[tuple(slice(a, b) for a, b in zip(lo, hi))]
+            elif op == "expand":
+                x = jnp.expand_dims(x, int(r.integers(x.ndim + 1)))
+            elif op == "concat":
+                axis = int(r.integers(x.ndim))
+                x = jnp.concatenate([x, x], axis=axis)
+        return {"y": x}
+    return run
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_layout_programs_equal_numpy(seed):
+    rng = np.random.default_rng(100 + seed)
+    tree = {"x": rng.standard_normal(_random_shape(120, rng)).astype(np.float32)}
+    program = _random_program(rng)
+    want = {"y": np.asarray(program({"x": jnp.asarray(tree["x"])})["y"])}
+    plan_and_run(shard_tree(tree), want, rules.from_function(program, tree))

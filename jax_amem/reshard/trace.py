@@ -151,7 +151,10 @@ def _trace(convert, params, names, cast) -> list[Piece]:
                              "from_function maps sources to destinations only")
         frags = value.frags
         if cast is not None and np.dtype(value.dtype) != np.dtype(cast):
-            frags = F.cast(frags, np.dtype(cast).name, dtypes)
+            try:
+                frags = F.cast(frags, np.dtype(cast).name, dtypes)
+            except ValueError as error:
+                raise TraceError(f"output {name!r}: cast={cast!r} on top of the function's own cast: {error}") from None
         pieces.extend(F.to_pieces(name, frags, ranks, origin))
     return pieces
 
