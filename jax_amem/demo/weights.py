@@ -26,12 +26,14 @@ def swap_weights(params, tensors, rules, **options):
     return jax_amem.swap(params, tensors, rules=rules, **options)
 
 
-def _source_view(array, part) -> np.ndarray:
-    """A rule part's source as a host array (a writable copy): indexed, transposed, cast."""
-    value = np.array(array)  # gathers every shard; a copy, as a gather to the host is anyway on a GPU
+def _apply_part(value, part):
+    """What a rule part does to its source, on a numpy or a JAX array alike:
+    `value[index].transpose(t).reshape(shape).astype(cast)`."""
     value = value[tuple(part.index)] if part.index else value
     if part.transpose is not None:
-        value = np.transpose(value, part.transpose)
+        value = value.transpose(part.transpose)
+    if part.shape is not None:
+        value = value.reshape(part.shape)
     return value.astype(part.cast) if part.cast else value
 
 
@@ -51,7 +53,9 @@ def per_tensor_copy(params, tensors, rules) -> None:
     with torch.no_grad():
         for rule in rules:
             part = _single_part(rule)
-            tensors[rule.dst].copy_(torch.from_numpy(_source_view(names[part.src], part)))
+            # np.array gathers every shard: a copy, as a gather to the host is anyway on a GPU
+            value = _apply_part(np.array(names[part.src]), part)
+            tensors[rule.dst].copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
 
 def device_put_copy(params, tensors, rules) -> None:
@@ -65,12 +69,8 @@ def device_put_copy(params, tensors, rules) -> None:
             part = _single_part(rule)
             tensor = tensors[rule.dst]
             device = _jax_device_of(tensor)
-            value = jax.device_put(names[part.src], device)
-            if part.index:
-                value = value[tuple(part.index)]
-            if part.transpose is not None:
-                value = value.transpose(part.transpose)
-            tensor.copy_(torch.from_dlpack(value.astype(part.cast) if part.cast else value))
+            value = _apply_part(jax.device_put(names[part.src], device), part)
+            tensor.copy_(torch.from_dlpack(value))
 
 
 def _jax_device_of(tensor):
