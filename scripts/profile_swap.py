@@ -16,7 +16,7 @@ import numpy as np
 import jax_amem
 import jax
 import torch
-from jax_amem.swapping.in_process.run import forget
+from jax_amem.swapping import forget
 
 
 def case(count, elements, repeats, top, batched):

@@ -17,7 +17,7 @@ import datetime
 
 from .errors import SwapError
 
-PREFIX = "jax_amem/swap"
+PREFIX = "jax_amem/swap"  # the keys' namespace on the wire, not a module path: both sides must agree on it
 DEFAULT_TIMEOUT = 60.0  # seconds
 
 
