@@ -7,6 +7,7 @@ arrays are donated and the results reassembled into a new pytree.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Mapping
 
@@ -84,21 +85,26 @@ def _check_shard(name: str, layout: Layout, owner: Owner, shape, dtype, where: s
 
 
 _tensor_facts = operator.attrgetter("device", "shape", "dtype")
+_version = operator.attrgetter("_version")
 
 
 class TorchDestination:
     kind = "torch"
 
     def __init__(self, tensors: Mapping):
+        self.tensors = dict(tensors)
+        self._owners = None
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """Everything later checks depend on, so a cached plan and program are reused only for
+        tensors that would pass the same checks; read in C for thousands of tensors. Read only
+        when a swap is not a repeat (in_process/repeat.py checks `fingerprint()` instead)."""
         import torch
 
-        self.tensors = dict(tensors)
         values = self.tensors.values()
-        # Everything later checks depend on, so a cached plan and program are reused only
-        # for tensors that would pass the same checks; read in C for thousands of tensors.
-        self.signature = ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
-                          tuple(map(torch.Tensor.stride, values)))
-        self._owners = None
+        return ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
+                tuple(map(torch.Tensor.stride, values)))
 
     def signature_names(self):
         return list(self.tensors)
@@ -144,6 +150,21 @@ class TorchDestination:
         values = self.tensors.values()
         return (tuple(map(torch.Tensor.data_ptr, values)), tuple(map(torch.Tensor.storage_offset, values)),
                 tuple(map(torch.UntypedStorage.nbytes, map(torch.Tensor.untyped_storage, values))))
+
+    def fingerprint(self) -> tuple:
+        """What a repeat swap compares with the last swap's (in_process/repeat.py), besides the
+        tensors' identity: `addresses()` (a moved, freed or shrunk storage) and each tensor's
+        version counter (in-place metadata changes: `resize_`, `set_`, `as_strided_`, `t_`
+        bump it). Inference tensors have no version counter: their shape, stride and dtype
+        instead. Five reads in C per tensor, no hashing."""
+        import torch
+
+        values = self.tensors.values()
+        try:
+            metadata = tuple(map(_version, values))
+        except RuntimeError:  # an inference tensor ("Inference tensors do not track version counter")
+            metadata = (tuple(map(_tensor_facts, values)), tuple(map(torch.Tensor.stride, values)))
+        return self.addresses(), metadata
 
     def targets(self, buffers) -> dict:
         """{(name, owner): (address, bytes)} of the buffers a program writes by address."""

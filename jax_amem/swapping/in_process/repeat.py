@@ -1,0 +1,133 @@
+"""The repeat swap into PyTorch tensors: the swap a training loop makes every step, with the
+same tensors and new arrays of the same layouts, costs a fingerprint check and the cached calls.
+
+After a swap into PyTorch tensors the program is kept here with what it was checked against:
+- the source tree's structure and each leaf's `aval` and `sharding` (JAX shares these objects
+  between the outputs of one jitted function call after call, so comparing the tuples is
+  mostly identity checks), and that every leaf is a live `ArrayImpl`;
+- the destination's names, the identity of every tensor (weak references: a tensor that dies
+  drops the entry, so an id can never stand for a newer tensor), and
+  `TorchDestination.fingerprint()`: address, storage offset, storage size and version counter
+  per tensor (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses);
+- for every group, which leaves are its operands (positions in the flattened tree).
+A swap whose inputs match runs the groups' jitted calls with those leaves, no plan lookup, no
+signature hashing, no dictionary of arrays. Anything else (a miss, verify, a progress bar, a
+source that must be staged on another device first) takes the full path in run.py, which
+checks everything and stores a new entry.
+
+Not detected here (the full path refuses these, the repeat writes the old layout): a tensor
+re-pointed with `tensor.data = view` at the same address and storage with another shape,
+stride or dtype (PyTorch does not count `.data =` as a change). The storage bounds are
+checked either way, so no byte outside the tensor's storage is written.
+"""
+
+from __future__ import annotations
+
+import operator
+import weakref
+
+import jax
+
+from .. import torch_bridge
+from ..cache import Lru
+
+_entries = Lru("repeat swaps (in process)")
+
+_aval = operator.attrgetter("aval")
+_sharding = operator.attrgetter("sharding")
+_is_deleted = operator.methodcaller("is_deleted")
+
+
+def _array_type():
+    """The concrete class of jax.Arrays (`jax.Array` itself also admits tracers)."""
+    return type(jax.numpy.zeros(()))
+
+
+_ARRAY = None
+
+
+class Repeat:
+    """A program and the fingerprints of the inputs it was last run with (module docstring)."""
+
+    def __init__(self, program, leaves, names, destination, how):
+        self.program = program
+        self.avals = tuple(map(_aval, leaves))
+        self.shardings = tuple(map(_sharding, leaves))
+        self.how = how
+        values = tuple(destination.tensors.values())
+        self.ids = tuple(map(id, values))
+        self.alive = [True]
+        flag = self.alive
+
+        def died(_ref, flag=flag):
+            flag[0] = False
+
+        self._refs = [weakref.ref(t, died) for t in values]  # kept: a dead reference calls `died`
+        self.fingerprint = destination.fingerprint()
+        position = {name: k for k, name in enumerate(names)}
+        self.operands = [operator.itemgetter(*[position[name] for name, _, _ in g.source_refs])
+                         for g in program.groups]
+        self.singles = [len(g.source_refs) == 1 for g in program.groups]
+        self.devices = {g.device.local_hardware_id for g in program.groups if g.device.platform == "gpu"}
+
+
+def key_of(treedef, names, how) -> tuple:
+    return (treedef, names, how)
+
+
+def remember(program, src_params, destination, how) -> None:
+    """Keeps `program` for repeats when every group reads whole single-device sources already
+    on its device (no shard selection, no staging); else nothing is kept."""
+    global _ARRAY
+    if destination.kind != "torch" or program.route != "addresses":
+        return
+    for group in program.groups:
+        if any(index is not None or device != group.device for _, index, device in group.source_refs):
+            return
+    from ..sources import flat_named
+
+    names, leaves, treedef = flat_named(src_params)
+    if _ARRAY is None:
+        _ARRAY = _array_type()
+    if any(type(leaf) is not _ARRAY for leaf in leaves):
+        return
+    _entries.put(key_of(treedef, tuple(destination.tensors), how), Repeat(program, leaves, names, destination, how))
+
+
+def find(src_params, destination, how):
+    """(entry, leaves) when this swap repeats a remembered one exactly, else None."""
+    if destination.kind != "torch" or _ARRAY is None:
+        return None
+    leaves, treedef = jax.tree_util.tree_flatten(src_params)
+    entry = _entries.get(key_of(treedef, tuple(destination.tensors), how))
+    if entry is None or not entry.alive[0]:
+        return None
+    if set(map(type, leaves)) != {_ARRAY} or any(map(_is_deleted, leaves)):
+        return None  # the full path names what is wrong
+    if tuple(map(_aval, leaves)) != entry.avals or tuple(map(_sharding, leaves)) != entry.shardings:
+        return None
+    if tuple(map(id, destination.tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
+        return None
+    return entry, leaves
+
+
+def run(entry: Repeat, leaves) -> None:
+    """The program's calls with the leaves as operands, then a wait until the device is idle
+    (PyTorch's streams waited for first, as executor.run does)."""
+    from .executor import _wait_quietly
+
+    if entry.devices:
+        torch_bridge.wait_for_torch(entry.devices)
+    outputs = []
+    try:
+        for group, operands, single in zip(entry.program.groups, entry.operands, entry.singles):
+            shards = operands(leaves)
+            outputs.append(group.fn((shards,) if single else shards))
+    except BaseException:
+        _wait_quietly(outputs)  # the calls already dispatched write until they are done
+        raise
+    jax.block_until_ready(outputs)
+
+
+def forget() -> None:
+    _entries.clear()
