@@ -10,8 +10,13 @@ After a swap into PyTorch tensors the program is kept here with what it was chec
   `TorchDestination.fingerprint()`: address, storage offset, storage size and version counter
   per tensor (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses);
 - for every group, which leaves are its operands (positions in the flattened tree).
-A swap whose inputs match runs the groups' jitted calls with those leaves, no plan lookup, no
-signature hashing, no dictionary of arrays. Anything else (a miss, verify, a progress bar, a
+A swap whose inputs match runs the groups' calls with those leaves, no plan lookup, no
+signature hashing, no dictionary of arrays. From the first repeat on, a group's call goes to
+its loaded XLA executable directly (`execute_sharded`), skipping jit's per-operand checks (a
+few microseconds per operand, most of a swap of thousands of small tensors): the fingerprint
+above is exactly what those checks would compare, and the runtime still refuses an operand on
+another device. Where this JAX does not expose the executable plainly (constants hoisted as
+operands, effects, pruned operands) the group keeps its jitted call. Anything else (a miss, verify, a progress bar, a
 source that must be staged on another device first) takes the full path in run.py, which
 checks everything and stores a new entry.
 
@@ -69,6 +74,29 @@ class Repeat:
                          for g in program.groups]
         self.singles = [len(g.source_refs) == 1 for g in program.groups]
         self.devices = {g.device.local_hardware_id for g in program.groups if g.device.platform == "gpu"}
+        self.calls = None  # per group, execute_sharded or None (the jitted call): made on the first repeat
+
+    def make_calls(self, leaves) -> None:
+        self.calls = []
+        for group, operands, single in zip(self.program.groups, self.operands, self.singles):
+            if not hasattr(group, "direct"):
+                shards = operands(leaves)
+                group.direct = direct_call(group.fn, (shards,) if single else shards)
+            self.calls.append(group.direct)
+
+
+def direct_call(fn, shards):
+    """The loaded executable's `execute_sharded` behind the jitted `fn` for these operands, or
+    None where calling it plainly would skip something jit does (module docstring)."""
+    try:
+        executable = fn.lower(shards).compile()._executable
+        call = executable.unsafe_call
+        plain = (len(executable.in_avals) == len(shards) and len(call.kept_var_idx) == len(shards)
+                 and not call.ordered_effects and not call.has_unordered_effects
+                 and not call.has_host_callbacks and call.mut is None)
+        return executable.xla_executable.execute_sharded if plain else None
+    except Exception:  # noqa: BLE001 - another JAX's internals: keep the jitted call
+        return None
 
 
 def key_of(treedef, names, how) -> tuple:
@@ -116,13 +144,20 @@ def run(entry: Repeat, leaves) -> None:
     (PyTorch's streams waited for first, as executor.run does)."""
     from .executor import _wait_quietly
 
+    if entry.calls is None:
+        entry.make_calls(leaves)
     if entry.devices:
         torch_bridge.wait_for_torch(entry.devices)
     outputs = []
     try:
-        for group, operands, single in zip(entry.program.groups, entry.operands, entry.singles):
+        for group, operands, single, direct in zip(entry.program.groups, entry.operands, entry.singles,
+                                                   entry.calls):
             shards = operands(leaves)
-            outputs.append(group.fn((shards,) if single else shards))
+            if direct is not None:
+                outputs.append(direct([shards] if single else list(shards))
+                               .disassemble_into_single_device_arrays())
+            else:
+                outputs.append(group.fn((shards,) if single else shards))
     except BaseException:
         _wait_quietly(outputs)  # the calls already dispatched write until they are done
         raise
