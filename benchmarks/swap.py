@@ -155,7 +155,12 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--cases", nargs="+", default=None,
                         help="COUNTxMIB each (GPU: 4x2048 4x512 64x4 2000x0.015625; CPU: 4x8 200x0.015625)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per figure (GPU 20, CPU 3)")
+    parser.add_argument("--bulk-mib", type=float, default=None,
+                        help="rows of at least this many MiB run as one driver copy each, the rest in the "
+                             "kernel (jax_amem.copy.BULK_BYTES; default as set there)")
     args = parser.parse_args(argv)
+    if args.bulk_mib is not None:
+        jax_amem.copy.BULK_BYTES = int(args.bulk_mib * 2**20)
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
     torch_device = torch.device("cuda", device.local_hardware_id) if gpu else torch.device("cpu")
@@ -166,7 +171,9 @@ def main(argv=None) -> list[dict]:
         count, mib = parse_case(text)
         rows.append(run_case(count, int(mib * 2**18), device, torch_device, repeats))
         jax_amem.swapping.forget()
-    print_table(rows, f"{device.platform} ({device.device_kind}), torch {torch_device}", judged=gpu)
+    bulk = jax_amem.copy.BULK_BYTES / 2**20
+    print_table(rows, f"{device.platform} ({device.device_kind}), torch {torch_device}, driver copies for rows "
+                f">= {bulk:g} MiB", judged=gpu)
     return rows
 
 
