@@ -99,6 +99,9 @@ def main():
     program = next(iter(api._ready.values()))
     print(f"swap program: {len(program.groups)} groups, {program.launches} launches")
     for g in program.groups:
+        if g.fn is None:
+            print(f"{'group call':>22}: none ({len(g.torch_copies)} copies PyTorch makes)")
+            continue
         shards = tuple(src[name] for name, _, _ in g.source_refs)
         d, t = host_us(lambda: g.fn(shards), a.repeats, sync)
         print(f"{'group call':>22}: {d:9.1f} / {t:9.1f}  ({len(g.buffers)} buffers)")

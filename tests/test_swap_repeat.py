@@ -151,3 +151,35 @@ def test_gpu_training_loop_of_many_small_tensors():
     entry = next(iter(repeat._entries.values()))
     assert entry.calls is not None
     print("direct calls:", [c is not None for c in entry.calls])
+
+
+def test_large_whole_copies_go_to_pytorch_beside_the_xla_call(monkeypatch):
+    from jax_amem.swapping.in_process import torch_copies
+
+    monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
+    monkeypatch.setattr(torch_copies, "MIN_BYTES", 8 * 4 * 4)
+    src = sources(3)
+    src["small"] = jnp.arange(6, dtype=jnp.float32)  # below MIN_BYTES: stays in the XLA call
+    dst = {name: torch.full(tuple(a.shape), float("nan")) for name, a in src.items()}
+    for _ in range(3):  # the full path, the first repeat, a repeat with the direct call
+        report = jax_amem.swap(src, dst, progress=False)
+        assert_written(src, dst)
+        for t in dst.values():
+            t.fill_(float("nan"))
+        src = step(src)
+    groups = next(iter(repeat._entries.values())).program.groups
+    assert sorted(len(g.torch_copies) for g in groups) == [3] and report.launches == 4
+
+
+def test_only_pytorch_copies_and_no_xla_call(monkeypatch):
+    from jax_amem.swapping.in_process import torch_copies
+
+    monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
+    monkeypatch.setattr(torch_copies, "MIN_BYTES", 1)
+    src = sources(2)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    for _ in range(3):
+        jax_amem.swap(src, dst, progress=False)
+        assert_written(src, dst)
+        src = step(src)
+    assert all(g.fn is None for g in next(iter(repeat._entries.values())).program.groups)

@@ -18,6 +18,7 @@ import jax
 from .. import report as R
 from .. import torch_bridge
 from ..sources import shard_data
+from . import torch_copies
 from .programs import Program
 
 
@@ -28,7 +29,17 @@ def run(program: Program, sources, destination, show_progress: bool):
         if destination.kind == "torch":
             torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
                                          if g.device.platform == "gpu"})
-        _dispatch(program, sources, lambda group, shards, start: group.fn(shards), show_progress)
+        if destination.kind == "torch" and any(g.torch_copies for g in program.groups):
+            def call(group, shards, start):
+                out = group.fn(shards) if group.fn is not None else ()
+                torch_copies.run(group, shards, destination.tensors)
+                return out
+            try:
+                _dispatch(program, sources, call, show_progress)
+            finally:
+                torch_copies.synchronize(program)
+        else:
+            _dispatch(program, sources, lambda group, shards, start: group.fn(shards), show_progress)
         return [], {}
     donated = destination.inputs(program.order, program.dst_indices)
     pointers = [a.unsafe_buffer_pointer() for a in donated]

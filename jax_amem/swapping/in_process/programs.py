@@ -26,7 +26,7 @@ from ...reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from .. import report as R
 from ..errors import SwapError
 from ..sources import prepare_view
-from . import addressed
+from . import addressed, torch_copies
 from . import batched as batching
 
 # One jitted call (a group) holds at most: this many destination buffers (compile time: the
@@ -59,8 +59,9 @@ class Group:
     nbytes: int = 0
     temporary_bytes: int = 0                           # transformed source views held by the call
     transformed: set = field(default_factory=set)      # their (src name, owner, view)
-    fn: object = None
+    fn: object = None                                  # None: nothing left for XLA (torch_copies.py)
     slots: dict = field(default_factory=dict)
+    torch_copies: dict = field(default_factory=dict)   # {buffer position: source slot} PyTorch copies
 
     def source_slot(self, key, index, device) -> int:
         if key not in self.slots:
@@ -101,12 +102,14 @@ ROUTES = ("addresses", "per-transfer", "batched")
 
 
 def compile_program(plan: Plan, buffers: dict, locate_source, process: int, route: str = "per-transfer",
-                    targets: dict | None = None) -> Program:
+                    targets: dict | None = None, torch_tensors: bool = False) -> Program:
     """`buffers`: {(dst name, owner): JAX device} this process writes. `locate_source(name,
     owner)`: (shard index, or None for a single-device array; its JAX device). SwapError for
     a transfer that would cross processes (the IPC and NCCL transports take those: docs/swap.md).
     `route`: see the module docstring; `launches` counts the copy custom calls. `targets`:
-    {(dst name, owner): (address, bytes)} for the "addresses" route."""
+    {(dst name, owner): (address, bytes)} for the "addresses" route. `torch_tensors`: the
+    destinations are this process's PyTorch tensors, so large whole copies may go to PyTorch
+    (torch_copies.py)."""
     if route not in ROUTES:
         raise ValueError(f"route {route!r} is not one of {ROUTES}")
     names = plan.dst_names
@@ -164,9 +167,14 @@ def compile_program(plan: Plan, buffers: dict, locate_source, process: int, rout
     if route == "addresses":
         launches = 0
         for group in flat:
-            group.fn, calls = addressed.jitted(group.steps, plan.views, prepare_view,
-                                               [targets[b] for b in group.buffers])
-            launches += calls
+            group_targets = [targets[b] for b in group.buffers]
+            if torch_tensors:
+                group.torch_copies = torch_copies.whole_copies(plan, group, group_targets)
+            steps = [[] if k in group.torch_copies else s for k, s in enumerate(group.steps)]
+            if any(steps):
+                group.fn, calls = addressed.jitted(steps, plan.views, prepare_view, group_targets)
+                launches += calls
+            launches += len(group.torch_copies)
     elif route == "batched":
         launches = 0
         for group in flat:

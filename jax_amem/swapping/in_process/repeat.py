@@ -34,12 +34,16 @@ import weakref
 import jax
 
 from .. import torch_bridge
+from . import torch_copies
 from ..cache import Lru
 
 _entries = Lru("repeat swaps (in process)")
 
 _aval = operator.attrgetter("aval")
 _sharding = operator.attrgetter("sharding")
+# The attribute behind ArrayImpl's `sharding` property: read in C, no Python frame per leaf
+# (a third of the check for thousands of leaves); the property where it is missing.
+_stored_sharding = operator.attrgetter("_sharding")
 _is_deleted = operator.methodcaller("is_deleted")
 
 
@@ -57,7 +61,9 @@ class Repeat:
     def __init__(self, program, leaves, names, destination, how):
         self.program = program
         self.avals = tuple(map(_aval, leaves))
-        self.shardings = tuple(map(_sharding, leaves))
+        stored = all(getattr(leaf, "_sharding", None) is leaf.sharding for leaf in leaves)
+        self.read_sharding = _stored_sharding if stored else _sharding
+        self.shardings = tuple(map(self.read_sharding, leaves))
         self.how = how
         values = tuple(destination.tensors.values())
         self.ids = tuple(map(id, values))
@@ -74,6 +80,7 @@ class Repeat:
                          for g in program.groups]
         self.singles = [len(g.source_refs) == 1 for g in program.groups]
         self.devices = {g.device.local_hardware_id for g in program.groups if g.device.platform == "gpu"}
+        self.torch_copies = any(g.torch_copies for g in program.groups)
         self.calls = None  # per group, execute_sharded or None (the jitted call): made on the first repeat
 
     def make_calls(self, leaves) -> None:
@@ -81,7 +88,7 @@ class Repeat:
         for group, operands, single in zip(self.program.groups, self.operands, self.singles):
             if not hasattr(group, "direct"):
                 shards = operands(leaves)
-                group.direct = direct_call(group.fn, (shards,) if single else shards)
+                group.direct = None if group.fn is None else direct_call(group.fn, (shards,) if single else shards)
             self.calls.append(group.direct)
 
 
@@ -130,18 +137,22 @@ def find(src_params, destination, how):
     entry = _entries.get(key_of(treedef, tuple(destination.tensors), how))
     if entry is None or not entry.alive[0]:
         return None
-    if set(map(type, leaves)) != {_ARRAY} or any(map(_is_deleted, leaves)):
-        return None  # the full path names what is wrong
-    if tuple(map(_aval, leaves)) != entry.avals or tuple(map(_sharding, leaves)) != entry.shardings:
+    try:  # a leaf that is no ArrayImpl (a tracer, a numpy array) lacks one of these
+        if tuple(map(_aval, leaves)) != entry.avals or tuple(map(entry.read_sharding, leaves)) != entry.shardings:
+            return None
+    except AttributeError:
         return None
+    if any(map(_is_deleted, leaves)):
+        return None  # the full path names what is wrong
     if tuple(map(id, destination.tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
         return None
     return entry, leaves
 
 
-def run(entry: Repeat, leaves) -> None:
-    """The program's calls with the leaves as operands, then a wait until the device is idle
-    (PyTorch's streams waited for first, as executor.run does)."""
+def run(entry: Repeat, leaves, destination) -> None:
+    """The program's calls with the leaves as operands (and the copies PyTorch makes,
+    torch_copies.py), then a wait until the device is idle (PyTorch's streams waited for
+    first, as executor.run does)."""
     from .executor import _wait_quietly
 
     if entry.calls is None:
@@ -153,14 +164,20 @@ def run(entry: Repeat, leaves) -> None:
         for group, operands, single, direct in zip(entry.program.groups, entry.operands, entry.singles,
                                                    entry.calls):
             shards = operands(leaves)
+            if single:
+                shards = (shards,)
             if direct is not None:
-                outputs.append(direct([shards] if single else list(shards))
-                               .disassemble_into_single_device_arrays())
-            else:
-                outputs.append(group.fn((shards,) if single else shards))
+                outputs.append(direct(list(shards)).disassemble_into_single_device_arrays())
+            elif group.fn is not None:
+                outputs.append(group.fn(shards))
+            if group.torch_copies:
+                torch_copies.run(group, shards, destination.tensors)
     except BaseException:
         _wait_quietly(outputs)  # the calls already dispatched write until they are done
         raise
+    finally:
+        if entry.torch_copies:
+            torch_copies.synchronize(entry.program)
     jax.block_until_ready(outputs)
 
 

@@ -146,7 +146,8 @@ def resolve_program(plan, sources: Sources, destination, route: tuple = ("per-tr
         return (None if len(positions) == 1 else index), device
 
     targets = destination.targets(buffers) if route[0] == "addresses" else None
-    program = compile_program(plan, buffers, locate_source, process, route[0], targets)
+    program = compile_program(plan, buffers, locate_source, process, route[0], targets,
+                              torch_tensors=destination.kind == "torch")
     program.dst_indices = [destination.shard_index(name, owner) for name, owner in program.order]
     return _remember(_programs, key, program)
 
@@ -158,7 +159,7 @@ def swap(src_params, destination, rules, plan, verify, version, progress) -> Swa
     if not verify and progress is not True and (rules is None or plan is None):
         found = repeat.find(src_params, destination, _how(rules, plan))
         if found is not None and (progress is False or not _shows_progress(found[0].program)):
-            return _repeat(found, version, start)
+            return _repeat(found, destination, version, start)
     sources = Sources(src_params)
     program = program_for(sources, destination, rules, plan)
     number = number_version(version)
@@ -194,11 +195,11 @@ def _how(rules, plan):
     return _rules_key(rules) if plan is None else (plan.key, plan.owner, plan.planner, id(plan))
 
 
-def _repeat(found, version, start) -> SwapReport:
+def _repeat(found, destination, version, start) -> SwapReport:
     """A swap that repeats a remembered one (repeat.py): the cached calls, the same report."""
     entry, leaves = found
     number = number_version(version)
-    repeat.run(entry, leaves)
+    repeat.run(entry, leaves, destination)
     program = entry.program
     seconds = time.perf_counter() - start
     program.last_seconds = seconds
