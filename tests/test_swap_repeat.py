@@ -161,11 +161,12 @@ def test_large_whole_copies_go_to_pytorch_beside_the_xla_call(monkeypatch):
     src = sources(3)
     src["small"] = jnp.arange(6, dtype=jnp.float32)  # below MIN_BYTES: stays in the XLA call
     dst = {name: torch.full(tuple(a.shape), float("nan")) for name, a in src.items()}
-    for _ in range(3):  # the full path, the first repeat, a repeat with the direct call
+    for k in range(3):  # the full path, the first repeat, a repeat with the direct call
+        assert hits(src, dst) == (k > 0)  # PyTorch's copies leave the version counters alone
         report = jax_amem.swap(src, dst, progress=False)
         assert_written(src, dst)
         for t in dst.values():
-            t.fill_(float("nan"))
+            t.data.fill_(float("nan"))
         src = step(src)
     groups = next(iter(repeat._entries.values())).program.groups
     assert sorted(len(g.torch_copies) for g in groups) == [3] and report.launches == 4
@@ -178,7 +179,8 @@ def test_only_pytorch_copies_and_no_xla_call(monkeypatch):
     monkeypatch.setattr(torch_copies, "MIN_BYTES", 1)
     src = sources(2)
     dst = {name: torch.zeros(8, 4) for name in src}
-    for _ in range(3):
+    for k in range(3):
+        assert hits(src, dst) == (k > 0)
         jax_amem.swap(src, dst, progress=False)
         assert_written(src, dst)
         src = step(src)

@@ -166,10 +166,11 @@ def run(entry: Repeat, leaves, destination) -> None:
             shards = operands(leaves)
             if single:
                 shards = (shards,)
-            if direct is not None:
-                outputs.append(direct(list(shards)).disassemble_into_single_device_arrays())
+            if direct is not None:  # one token per chunk, each a list of one per-device array
+                for per_device in direct(list(shards)).disassemble_into_single_device_arrays():
+                    outputs.extend(per_device)
             elif group.fn is not None:
-                outputs.append(group.fn(shards))
+                outputs.extend(group.fn(shards))
             if group.torch_copies:
                 torch_copies.run(group, shards, destination.tensors)
     except BaseException:
