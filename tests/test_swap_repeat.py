@@ -35,6 +35,14 @@ def assert_written(src, dst):
         np.testing.assert_array_equal(dst[name].detach().cpu().numpy(), np.asarray(array))
 
 
+def swapped():
+    """Six sources swapped once into new zero tensors: the program is remembered."""
+    src = sources()
+    dst = {name: torch.zeros(8, 4) for name in src}
+    jax_amem.swap(src, dst, progress=False)
+    return src, dst
+
+
 @pytest.fixture(autouse=True)
 def clean():
     forget()
@@ -57,9 +65,7 @@ def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call():
 
 
 def test_a_new_dict_of_the_same_tensors_repeats_and_new_tensors_do_not():
-    src = sources()
-    dst = {name: torch.zeros(8, 4) for name in src}
-    jax_amem.swap(src, dst, progress=False)
+    src, dst = swapped()
     assert hits(src, dict(dst))
     other = {name: torch.zeros(8, 4) for name in src}
     assert not hits(src, other)
@@ -68,9 +74,7 @@ def test_a_new_dict_of_the_same_tensors_repeats_and_new_tensors_do_not():
 
 
 def test_a_storage_shrunk_in_place_misses_and_is_refused_untouched():
-    src = sources()
-    dst = {name: torch.zeros(8, 4) for name in src}
-    jax_amem.swap(src, dst, progress=False)
+    src, dst = swapped()
     victim = dst["t3"]
     victim.untyped_storage().resize_(0)
     victim.untyped_storage().resize_(16)  # fewer bytes than the tensor needs
@@ -80,34 +84,27 @@ def test_a_storage_shrunk_in_place_misses_and_is_refused_untouched():
     assert_written({k: v for k, v in src.items() if k != "t3"}, dst)  # the old values: nothing written
 
 
-def test_an_in_place_metadata_change_misses():
-    src = sources()
-    dst = {name: torch.zeros(8, 4) for name in src}
-    jax_amem.swap(src, dst, progress=False)
+def resized_destination(src, dst):
     dst["t1"].resize_(4, 8)  # same storage and address, other shape: the version counter moves
-    assert not hits(src, dst)
-    with pytest.raises(SwapError, match="t1"):
-        jax_amem.swap(src, dst, progress=False)
+    return src, "t1"
 
 
-def test_a_deleted_source_is_named_by_the_full_path():
-    src = sources()
-    dst = {name: torch.zeros(8, 4) for name in src}
-    jax_amem.swap(src, dst, progress=False)
+def deleted_source(src, dst):
     src["t2"].delete()
+    return src, "t2"
+
+
+def source_of_another_dtype(src, dst):
+    return dict(src, t0=src["t0"].astype(jnp.bfloat16)), "t0"
+
+
+@pytest.mark.parametrize("change", [resized_destination, deleted_source, source_of_another_dtype])
+def test_a_changed_input_misses_and_the_full_path_names_it(change):
+    src, dst = swapped()
+    src, name = change(src, dst)
     assert not hits(src, dst)
-    with pytest.raises(SwapError, match="t2"):
+    with pytest.raises(SwapError, match=name):
         jax_amem.swap(src, dst, progress=False)
-
-
-def test_a_source_of_another_layout_misses():
-    src = sources()
-    dst = {name: torch.zeros(8, 4) for name in src}
-    jax_amem.swap(src, dst, progress=False)
-    changed = dict(src, t0=src["t0"].astype(jnp.bfloat16))
-    assert not hits(changed, dst)
-    with pytest.raises(SwapError):
-        jax_amem.swap(changed, dst, progress=False)
 
 
 def test_a_dead_tensor_drops_the_entry():
@@ -132,9 +129,7 @@ def test_inference_tensors_repeat_on_shapes_instead_of_versions():
 
 
 def test_verify_and_a_progress_bar_take_the_full_path():
-    src = sources()
-    dst = {name: torch.zeros(8, 4) for name in src}
-    jax_amem.swap(src, dst, progress=False)
+    src, dst = swapped()
     assert jax_amem.swap(src, dst, verify=True).verified
 
 
