@@ -2,10 +2,14 @@
 dispatch a jitted trivial function, a jitted segment_copy_to_addresses of one bulk row and
 of one kernel row, the swap's group call, and the whole swap, each for a few large tensors.
 
-    python -P scripts/profile_dispatch.py [--mib 512] [--count 4] [--repeats 50] [--trace DIR]
+    python -P scripts/profile_dispatch.py [--mib 512] [--count 4] [--repeats 50] [--trace DIR] [--small 2000]
 
 --trace DIR also records 20 swaps with jax.profiler (a Perfetto trace under DIR, host and
-device timelines) to see where a swap call's host time goes.
+device timelines) to see where a swap call's host time goes. --small N: the same for N
+tensors of 16 KiB, piece by piece: the repeat check (tree flatten, fingerprint), and the
+group's call made four ways (jit with a tuple, jit with *args, the compiled executable,
+the loaded executable's execute_sharded), and a no-op executable of N operands (the runtime's
+cost per operand).
 """
 import argparse
 import statistics
@@ -41,7 +45,12 @@ def main():
     p.add_argument("--count", type=int, default=4)
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--trace", default=None, help="folder for a jax.profiler trace of 20 swaps")
+    p.add_argument("--small", type=int, default=0, help="also profile N x 16 KiB tensors")
     a = p.parse_args()
+    if a.small:
+        small(a.small, a.repeats, a.trace)
+    if a.count == 0:
+        return
     gpu = jax.devices()[0]
     n = int(a.mib * 2**18)
     src = {f"t{i}": jax.device_put(jnp.full(n, i, jnp.float32), gpu) for i in range(a.count)}
@@ -90,9 +99,63 @@ def main():
     program = next(iter(api._ready.values()))
     print(f"swap program: {len(program.groups)} groups, {program.launches} launches")
     for g, fn in zip(program.groups, program.fns):
+        if fn is None:
+            print(f"{'group call':>22}: none ({len(g.torch_copies)} copies PyTorch makes)")
+            continue
         shards = tuple(src[name] for name, _, _ in g.source_refs)
         d, t = host_us(lambda: fn(shards), a.repeats, sync)
         print(f"{'group call':>22}: {d:9.1f} / {t:9.1f}  ({len(g.buffers)} buffers)")
+
+
+def small(count, repeats, trace):
+    """Where a repeat swap of `count` x 16 KiB goes (module docstring)."""
+    from jax_amem.swapping.destinations import describe
+    from jax_amem.swapping.in_process import repeat
+
+    gpu = jax.devices()[0]
+    src = {f"s{i}": jax.device_put(jnp.full(4096, i, jnp.float32), gpu) for i in range(count)}
+    cuda = torch.cuda.is_available()
+    dst = {k: torch.empty(4096, device="cuda" if cuda else "cpu") for k in src}
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    jax_amem.swap(src, dst, progress=False)
+    destination = describe(dst)
+    how = api._how(None, None)
+    entry, leaves = repeat.find(src, destination, how)
+    group_fn = entry.program.fns[0]
+    shards = entry.operands[0](leaves)
+    inner = group_fn.__wrapped__
+    star = jax.jit(lambda *xs: inner(xs))
+    compiled = group_fn.lower(shards).compile()
+    executable = compiled._executable.xla_executable
+    noop = jax.jit(lambda *xs: xs[0][:1], keep_unused=True)
+    print(f"{count} x 16 KiB ({len(entry.program.groups)} groups, {entry.program.launches} launches); "
+          f"medians of {repeats}; microseconds: host dispatch / until idle")
+    for name, fn in [("swap (repeat)", lambda: jax_amem.swap(src, dst, progress=False)),
+                     ("describe(dst)", lambda: describe(dst)),
+                     ("repeat.find", lambda: repeat.find(src, destination, how)),
+                     ("tree_flatten", lambda: jax.tree_util.tree_flatten(src)),
+                     ("fingerprint", lambda: destination.fingerprint()),
+                     ("wait_for_torch", (lambda: torch.cuda.current_stream().synchronize()) if cuda else sync),
+                     ("group: jit(tuple)", lambda: group_fn(shards)),
+                     ("group: jit(*args)", lambda: star(*shards)),
+                     ("group: compiled", lambda: compiled(shards)),
+                     ("group: execute_sharded", lambda: executable.execute_sharded(list(shards))
+                      .disassemble_into_single_device_arrays()),
+                     ("no-op, all operands kept", lambda: noop(*shards)),
+                     ("per-tensor copy_ loop", lambda: [t.copy_(torch.from_dlpack(src[k])) for k, t in dst.items()])]:
+        try:
+            d, t = host_us(fn, repeats, sync)
+            print(f"{name:>26}: {d:9.1f} / {t:9.1f}")
+        except Exception as error:  # noqa: BLE001 - a development aid: show what failed, go on
+            print(f"{name:>26}: failed: {type(error).__name__}: {str(error)[:200]}")
+    if trace:
+        with jax.profiler.trace(trace + "/small", create_perfetto_trace=True):
+            for _ in range(20):
+                jax_amem.swap(src, dst, progress=False)
+                sync()
+        print(f"trace of 20 small swaps written under {trace}/small")
+    jax_amem.swapping.forget()
+    del src, dst
 
 
 main()

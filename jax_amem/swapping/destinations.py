@@ -14,6 +14,7 @@ shapes, dtypes, devices) before any byte moves. PyTorch tensors give their addre
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Mapping, Protocol, runtime_checkable
 
@@ -53,6 +54,11 @@ class InProcessDestination(Protocol):
 
     signature: tuple          # everything its checks depend on: the plan and program cache key
     writes_by_address: bool   # the address route; else its buffers are donated
+    # This process's PyTorch tensors (`tensors`, by name): a whole plain copy of at least
+    # torch_copies.MIN_BYTES on the same GPU may be PyTorch's own copy_ (in_process/torch_copies.py) ...
+    copies_with_torch: bool
+    # ... and a swap that repeats the last one is recognised by `fingerprint()` (in_process/repeat.py).
+    repeats_by_fingerprint: bool
 
     def check_written_names(self, wanted, what: str) -> None: ...
     def validate(self) -> None: ...
@@ -62,6 +68,7 @@ class InProcessDestination(Protocol):
     def addresses(self) -> tuple: ...
     def targets(self, buffers) -> dict: ...
     def before_writing(self, devices) -> None: ...
+    def fingerprint(self) -> tuple: ...  # where repeats_by_fingerprint
     def inputs(self, order, indices) -> list: ...
     def assemble(self, program, outputs: list): ...
     def after(self, new_tree) -> "InProcessDestination": ...
@@ -70,6 +77,9 @@ class InProcessDestination(Protocol):
 
 class WrittenHere:
     """The Destination protocol of the kinds this process writes itself: the in-process swap."""
+
+    copies_with_torch = False       # only this process's PyTorch tensors (TorchDestination)
+    repeats_by_fingerprint = False
 
     def swap_from(self, src_params, *, rules=None, plan=None, verify=False, version=None,
                   progress=None) -> SwapReport:
@@ -146,21 +156,28 @@ def _check_shard(name: str, layout: Layout, owner: Owner, shape, dtype, where: s
 
 
 _tensor_facts = operator.attrgetter("device", "shape", "dtype")
+_version = operator.attrgetter("_version")
 
 
 class TorchDestination(WrittenHere):
     writes_by_address = True
+    copies_with_torch = True
+    repeats_by_fingerprint = True
 
     def __init__(self, tensors: Mapping):
+        self.tensors = dict(tensors)
+        self._owners = None
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """Everything later checks depend on, so a cached plan and program are reused only for
+        tensors that would pass the same checks; read in C for thousands of tensors. Read only
+        when a swap is not a repeat (in_process/repeat.py checks `fingerprint()` instead)."""
         import torch
 
-        self.tensors = dict(tensors)
         values = self.tensors.values()
-        # Everything later checks depend on, so a cached plan and program are reused only
-        # for tensors that would pass the same checks; read in C for thousands of tensors.
-        self.signature = ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
-                          tuple(map(torch.Tensor.stride, values)))
-        self._owners = None
+        return ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
+                tuple(map(torch.Tensor.stride, values)))
 
     def signature_names(self):
         return list(self.tensors)
@@ -206,6 +223,21 @@ class TorchDestination(WrittenHere):
         values = self.tensors.values()
         return (tuple(map(torch.Tensor.data_ptr, values)), tuple(map(torch.Tensor.storage_offset, values)),
                 tuple(map(torch.UntypedStorage.nbytes, map(torch.Tensor.untyped_storage, values))))
+
+    def fingerprint(self) -> tuple:
+        """What a repeat swap compares with the last swap's (in_process/repeat.py), besides the
+        tensors' identity: `addresses()` (a moved, freed or shrunk storage) and each tensor's
+        version counter (in-place metadata changes: `resize_`, `set_`, `as_strided_`, `t_`
+        bump it). Inference tensors have no version counter: their shape, stride and dtype
+        instead. Five reads in C per tensor, no hashing."""
+        import torch
+
+        values = self.tensors.values()
+        try:
+            metadata = tuple(map(_version, values))
+        except RuntimeError:  # an inference tensor ("Inference tensors do not track version counter")
+            metadata = (tuple(map(_tensor_facts, values)), tuple(map(torch.Tensor.stride, values)))
+        return self.addresses(), metadata
 
     def targets(self, buffers) -> dict:
         """{(name, owner): (address, bytes)} of the buffers a program writes by address."""

@@ -7,7 +7,9 @@ of its cache key); the swap holds them until the copy is done. Before writing, t
 destination says what must finish first (`before_writing`: PyTorch's current stream of each
 destination GPU, so work still reading the old weights finishes first; nothing over IPC,
 where the rollout said it is idle); after, the swap blocks until XLA's work is done, so
-PyTorch work issued after `swap` returns sees the new values on any stream.
+PyTorch work issued after `swap` returns sees the new values on any stream. Large whole copies
+into this process's PyTorch tensors are PyTorch's own, queued beside each group's call
+(torch_copies.py); the swap then also waits for PyTorch's stream.
 
 JAX destinations are donated and come back as new arrays in the same memory.
 """
@@ -18,6 +20,7 @@ import jax
 
 from .. import report as R
 from ..sources import shard_data
+from . import torch_copies
 from .programs import Program
 
 
@@ -26,7 +29,20 @@ def run(program: Program, sources, destination, show_progress: bool):
     address; extra transports) once all work is done."""
     if destination.writes_by_address:
         destination.before_writing({g.device for g in program.groups})
-        _dispatch(program, sources, lambda k, shards, start: program.fns[k](shards), show_progress)
+        if not program.torch_copies:
+            _dispatch(program, sources, lambda k, shards, start: program.fns[k](shards), show_progress)
+            return [], {}
+
+        def call(k, shards, start):  # the XLA call (if any is left), then PyTorch's copies beside it
+            fn = program.fns[k]
+            out = fn(shards) if fn is not None else ()
+            torch_copies.run(program.groups[k], shards, destination.tensors)
+            return out
+
+        try:
+            _dispatch(program, sources, call, show_progress)
+        finally:
+            torch_copies.synchronize(program)
         return [], {}
     donated = destination.inputs(program.order, program.dst_indices)
     pointers = [a.unsafe_buffer_pointer() for a in donated]

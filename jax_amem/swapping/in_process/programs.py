@@ -12,8 +12,9 @@ from .schedule import Schedule
 @dataclass
 class Program:
     schedule: Schedule
-    fns: list                          # per group: its jitted call
+    fns: list                          # per group: its jitted call (None: nothing left for XLA, torch_copies.py)
     last_seconds: float | None = None  # the last run's, for the automatic progress bar
+    direct_calls: list | None = None   # per group: its loaded executable's call or None, made by repeat.py
 
     @classmethod
     def build(cls, schedule: Schedule) -> "Program":
@@ -34,3 +35,8 @@ class Program:
     @property
     def buffers(self) -> int:
         return len(self.schedule.order)
+
+    @property
+    def torch_copies(self) -> bool:
+        """Whether PyTorch makes some of the copies (torch_copies.py)."""
+        return any(g.torch_copies for g in self.schedule.groups)

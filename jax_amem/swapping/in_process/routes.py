@@ -60,11 +60,12 @@ def batched_enabled() -> bool:
 
 
 def jitted(group: Group, views, route: str):
-    """The jitted call of `group` on `route`: fn(source shards) -> tokens (addresses), or
-    fn(source shards, donated buffers) -> the written buffers (the donation routes).
-    `views`: the plan's (src name, perm, dtype) per view."""
+    """The jitted call of `group` on `route`: fn(source shards) -> tokens (addresses; None
+    when PyTorch makes every copy of the group, torch_copies.py), or fn(source shards,
+    donated buffers) -> the written buffers (the donation routes). `views`: the plan's
+    (src name, perm, dtype) per view."""
     if route == "addresses":
-        return _to_addresses(group.chunks, views, group.targets)
+        return _to_addresses(group.chunks, views, group.targets) if group.chunks else None
     if route == "batched":
         return _batched(group.chunks, views)
     return _per_transfer(group.steps, views)

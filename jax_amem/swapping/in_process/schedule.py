@@ -3,7 +3,9 @@ destination buffers, each group one jitted call (routes.py turns a group into it
 lists the source shards it reads (operands, in order), the buffers it writes (with their
 shard index in the destination, and their address on the address route), and per buffer
 the steps that write it: (source operand, plan view, segment rows). The routes that batch
-many copies per custom call read the same steps packed into chunks (`chunk_steps`).
+many copies per custom call read the same steps packed into chunks (`chunk_steps`). On the
+address route into this process's PyTorch tensors, a buffer that is one large whole plain copy
+is PyTorch's to copy (`torch_copies`), left out of the chunks.
 
 Several transfers into one buffer (a fused QKV, a destination assembled from many source
 shards) chain inside the call; many small buffers share a call, so a model of many tensors
@@ -26,6 +28,7 @@ from ...reshard import Owner
 from ...reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from .. import report as R
 from ..errors import SwapError
+from . import torch_copies
 
 ROUTES = ("addresses", "per-transfer", "batched")  # routes.py says what each one runs
 
@@ -74,6 +77,7 @@ class Group:
     source_refs: list = field(default_factory=list)    # per operand: (src name, shard index or None, device)
     targets: list = field(default_factory=list)        # address route, per buffer: (address, bytes)
     chunks: list = field(default_factory=list)         # batched routes: the steps packed (chunk_steps)
+    torch_copies: dict = field(default_factory=dict)   # {buffer position: source operand}: PyTorch's copies
     nbytes: int = 0
     temporary_bytes: int = 0                           # transformed source views held by the call
     transformed: set = field(default_factory=set)      # their (src name, owner, view)
@@ -174,10 +178,13 @@ def make(plan: Plan, sources, destination, process: int, route: str) -> Schedule
         targets = destination.targets([b for g in flat for b in g.buffers])
         for group in flat:
             group.targets = [targets[b] for b in group.buffers]
-    if route != "per-transfer":  # one custom call per chunk, not per transfer
+            if destination.copies_with_torch:  # large whole copies: PyTorch's, beside the call
+                group.torch_copies = torch_copies.whole_copies(plan, group)
+    if route != "per-transfer":  # one custom call per chunk (and one per PyTorch copy), not per transfer
         for group in flat:
-            group.chunks = chunk_steps(group.steps)
-        launches = sum(len(g.chunks) for g in flat)
+            group.chunks = chunk_steps([[] if k in group.torch_copies else steps
+                                        for k, steps in enumerate(group.steps)])
+        launches = sum(len(g.chunks) + len(g.torch_copies) for g in flat)
     return Schedule(plan, route, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging)
 
 
