@@ -180,3 +180,20 @@ def test_only_pytorch_copies_and_no_xla_call(monkeypatch):
         assert_written(src, dst)
         src = step(src)
     assert all(fn is None for fn in next(iter(repeat._entries.values())).program.fns)
+
+
+def test_a_destination_that_does_not_copy_with_torch_keeps_every_copy_in_the_xla_call(monkeypatch):
+    from jax_amem.swapping.destinations import TorchDestination
+    from jax_amem.swapping.in_process import torch_copies
+
+    class XlaOnly(TorchDestination):  # as another process's tensors over IPC declare it
+        copies_with_torch = False
+
+    monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
+    monkeypatch.setattr(torch_copies, "MIN_BYTES", 1)
+    src = sources(2)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    report = jax_amem.swap(src, XlaOnly(dst), progress=False)
+    assert_written(src, dst)
+    program = next(iter(run._ready.values()))
+    assert not program.torch_copies and all(fn is not None for fn in program.fns) and report.launches == 1
