@@ -7,7 +7,7 @@ through CUDA IPC) or another host (cross_host/: a trainer's NCCL link).
 
 from __future__ import annotations
 
-from . import cache
+from . import cache, checks
 from .cross_host import Link, send
 from .destinations import describe
 from .errors import SwapError
@@ -30,6 +30,7 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None,
     verify: compare per-segment checksums afterwards, SwapError naming the first mismatch.
     progress: True / False / None (auto: a tqdm bar for swaps that take more than a moment).
     """
+    rules = checks.swap_arguments(rules, plan, verify, progress)
     if isinstance(dst, Link):
         return _send_over(dst, src_params, rules, plan, verify, version)
     return in_process.swap(src_params, describe(dst), rules, plan, verify, version, progress)
@@ -52,6 +53,7 @@ def _send_over(link, src_params, rules, plan, verify, version):
 def verify(src_params, dst, *, rules=None, plan=None) -> int:
     """Checks that `dst` holds what a swap of `src_params` would write (per-segment checksums
     on the host); returns the bytes checked, or raises SwapError naming the first mismatch."""
+    rules = checks.swap_arguments(rules, plan, False, None)
     return in_process.verify(src_params, describe(dst), rules, plan)
 
 

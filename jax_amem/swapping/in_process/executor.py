@@ -28,24 +28,38 @@ def run(program: Program, sources, destination, show_progress: bool):
         if destination.kind == "torch":
             torch_bridge.wait_for_torch({g.device.local_hardware_id for g in program.groups
                                          if g.device.platform == "gpu"})
+            destination.before_writing()
         _dispatch(program, sources, lambda group, shards, start: group.fn(shards), show_progress)
         return [], {}
+    destination.before_donating(sources)
     donated = destination.inputs(program.order, program.dst_indices)
     pointers = [a.unsafe_buffer_pointer() for a in donated]
 
     def call(group, shards, start):
         return group.fn(shards, tuple(donated[start:start + len(group.buffers)]))
 
-    outputs = _dispatch(program, sources, call, show_progress)
+    outputs = []
+    try:
+        _dispatch(program, sources, call, show_progress, outputs)
+    except BaseException as error:
+        if not outputs:
+            raise  # nothing was donated: the arrays are as they were
+        # Groups already ran: their donated buffers live on only in `outputs`; hand them back.
+        failure = destination.recover(program, outputs, error)
+        if isinstance(error, Exception):
+            raise failure from error
+        error.partial_swap = failure  # KeyboardInterrupt and the like stay what they are
+        raise
     landed = [o.unsafe_buffer_pointer() for o in outputs]
     moved = sum(o.nbytes for o, was, now in zip(outputs, pointers, landed) if was != now)
     return outputs, ({R.NOT_IN_PLACE: moved} if moved else {})
 
 
-def _dispatch(program: Program, sources, call, show_progress: bool) -> list:
+def _dispatch(program: Program, sources, call, show_progress: bool, outputs: list | None = None) -> list:
     """Calls every group (`call(group, source shards, first buffer position)`), returns the
-    results in order once they are ready."""
-    outputs = []
+    results in order once they are ready; they are appended to `outputs` as they come, so a
+    caller still holds those of the groups that ran when a later one fails."""
+    outputs = [] if outputs is None else outputs
     bar = _progress(program, show_progress)
     start = 0
     arrays = sources.arrays
