@@ -175,6 +175,9 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
         rules = identity_rules(destinations)
     by_dst: dict[str, list[Piece]] = defaultdict(list)
     for rule in rules:
+        if not isinstance(rule, (Rule, Piece)):  # a string, a dict: named here, not as an AttributeError
+            raise RuleError(f"rules hold {type(rule).__name__} {str(rule)[:60]!r}, not a Rule or Piece "
+                            "(see jax_amem.reshard.rules)")
         if rule.dst not in destinations:
             raise RuleError(f"a rule writes destination {rule.dst!r}, which is not among the "
                             f"{len(destinations)} destination tensors")
