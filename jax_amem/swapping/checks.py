@@ -69,11 +69,11 @@ def _shards(array) -> list:
 
 
 def _buffers(named_arrays) -> dict:
-    """{address: name} of every non-empty single-device buffer of the arrays (one per shard)."""
+    """{address: name} of every buffer of the non-empty arrays (one per shard)."""
     out = {}
     for name, array in named_arrays:
-        for shard in _shards(array):
-            if shard.nbytes:
+        if array.size:  # an array's shards are all empty or all not (nbytes: 10x slower to read)
+            for shard in _shards(array):
                 out.setdefault(shard.unsafe_buffer_pointer(), name)
     return out
 
@@ -102,15 +102,18 @@ def jax_destinations(names, leaves, sources) -> dict:
     mine, shards = {}, {}
     for name, leaf in zip(names, leaves):
         shards[name] = _shards(leaf)
+        if not leaf.size:
+            continue  # no byte: never donated
         for k, shard in enumerate(shards[name]):
-            if shard.is_deleted():
+            try:
+                address = shard.unsafe_buffer_pointer()
+            except RuntimeError:  # deleted: one shard of an array can be (donated alone)
                 raise SwapError(f"destination {name!r} has a deleted shard (its shard {k}; donated or freed): "
-                                "pass live arrays (nothing was donated)")
-            if shard.nbytes:
-                other = mine.setdefault(shard.unsafe_buffer_pointer(), name)
-                if other != name:
-                    raise SwapError(f"destinations {other!r} and {name!r} share a buffer on {shard.device}: each "
-                                    "destination is donated, so give each buffer once (nothing was donated)")
+                                "pass live arrays (nothing was donated)") from None
+            other = mine.setdefault(address, name)
+            if other != name:
+                raise SwapError(f"destinations {other!r} and {name!r} share a buffer on {shard.device}: each "
+                                "destination is donated, so give each buffer once (nothing was donated)")
     theirs = _buffers(sources.arrays.items())
     for address, name in mine.items():
         if address in theirs:
