@@ -309,20 +309,31 @@ def _copy_src_dst():
     return jnp.arange(16, dtype=jnp.uint8), jnp.zeros(16, jnp.uint8)
 
 
-@case
-def copy_segment_out_of_bounds():
+def _segment_copy(rows):
+    """The error of segment_copy(16 bytes -> 16 bytes, rows); the destination must stay zero."""
     from jax_amem.copy import segment_copy
 
     src, dst = _copy_src_dst()
-    return attempt(lambda: segment_copy(src, dst, [(0, 10, 8)]))
+    error = attempt(lambda: np.asarray(segment_copy(src, dst, rows)))
+    assert not np.asarray(dst).any()
+    return error
+
+
+def _segment_copy_many(rows):
+    from jax_amem.copy import segment_copy_many
+
+    src, dst = _copy_src_dst()
+    return attempt(lambda: segment_copy_many([src], [dst], rows))
+
+
+@case
+def copy_segment_out_of_bounds():
+    return _segment_copy([(0, 10, 8)])
 
 
 @case
 def copy_segment_negative_and_overflowing():
-    from jax_amem.copy import segment_copy
-
-    src, dst = _copy_src_dst()
-    errors = [attempt(lambda rows=rows: segment_copy(src, dst, rows))
+    errors = [_segment_copy(rows)
               for rows in ([(-1, 0, 4)], [(0, 0, -4)], [(2**62, 0, 2**62)], [(0, 0, 8), (0, 4, 8)])]
     assert all(isinstance(e, ValueError) for e in errors), errors
     return errors[-1]
@@ -330,18 +341,12 @@ def copy_segment_negative_and_overflowing():
 
 @case
 def copy_segment_float_rows():
-    from jax_amem.copy import segment_copy
-
-    src, dst = _copy_src_dst()
-    return attempt(lambda: segment_copy(src, dst, [(4.7, 0, 8.9)]))
+    return _segment_copy([(4.7, 0, 8.9)])
 
 
 @case
 def copy_segment_five_columns():
-    from jax_amem.copy import segment_copy
-
-    src, dst = _copy_src_dst()
-    return attempt(lambda: segment_copy(src, dst, [(0, 0, 4, 0, 0), (4, 4, 4, 0, 0), (8, 8, 4, 0, 0)]))
+    return _segment_copy([(0, 0, 4, 0, 0), (4, 4, 4, 0, 0), (8, 8, 4, 0, 0)])
 
 
 @case
@@ -379,26 +384,17 @@ def copy_segment_tables_generated():
 
 @case
 def copy_many_out_of_bounds():
-    from jax_amem.copy import segment_copy_many
-
-    src, dst = _copy_src_dst()
-    return attempt(lambda: segment_copy_many([src], [dst], [(0, 0, 0, 12, 8)]))
+    return _segment_copy_many([(0, 0, 0, 12, 8)])
 
 
 @case
 def copy_many_buffer_index_out_of_range():
-    from jax_amem.copy import segment_copy_many
-
-    src, dst = _copy_src_dst()
-    return attempt(lambda: segment_copy_many([src], [dst], [(1, 0, 0, 0, 4)]))
+    return _segment_copy_many([(1, 0, 0, 0, 4)])
 
 
 @case
 def copy_many_float_rows():
-    from jax_amem.copy import segment_copy_many
-
-    src, dst = _copy_src_dst()
-    return attempt(lambda: segment_copy_many([src], [dst], [(0, 0, 0.5, 0, 4)]))
+    return _segment_copy_many([(0, 0, 0.5, 0, 4)])
 
 
 def _to_address(address, nbytes=16, rows=((0, 0, 0, 0, 8),)):
