@@ -136,13 +136,15 @@ def test_a_group_failing_after_the_first_was_donated_hands_every_array_back(monk
         return fail
 
     monkeypatch.setattr(programs, "_jitted", failing_third_group)
-    with pytest.raises(PartialSwapError, match=r"after 8 of 26 buffers were donated.*\(6 arrays in full\).*injected") as caught:
+    match = r"after 8 of 26 buffers were donated.*\(6 arrays in full\).*injected"
+    with pytest.raises(PartialSwapError, match=match) as caught:
         jax_amem.swap(src, dst)
     error = caught.value
     assert isinstance(error.__cause__, RuntimeError)
     assert not any(a.is_deleted() for a in error.dst.values())
     got = values(error.dst)
-    assert len(error.written) == 6 and not {"p0", "p1"} & set(error.written)  # device 0: 2 groups of 4, p0 and p1 in part
+    # device 0 ran 2 groups of 4 buffers: p0 and p1 (one shard each) in part, 6 arrays in full
+    assert len(error.written) == 6 and not {"p0", "p1"} & set(error.written)
     for name, value in got.items():
         want = np.full(8, float(int(name[1:]) + 1)) if name in error.written else None
         if want is not None:
@@ -233,6 +235,7 @@ def descriptor(**changes):
     ({"offset": None}, r"entry 'w': offset is NoneType None, not an int"),
     ({"nbytes": 24.0}, r"entry 'w': nbytes is float 24.0, not an int"),
     ({"device": "0"}, r"entry 'w': device is str '0', not an int"),
+    ({"dtype": None}, r"entry 'w' has dtype None, which JAX does not know"),
 ])
 def test_descriptor_fields_of_the_wrong_kind_are_named(changes, match):
     parse_descriptor(descriptor())  # the unchanged one parses

@@ -105,13 +105,16 @@ class RemoteTensor:
         try:
             from jax.numpy import dtype as jnp_dtype
 
+            if not isinstance(entry["dtype"], str):  # jnp.dtype(None) would be float64
+                raise TypeError
             self.dtype = np.dtype(jnp_dtype(entry["dtype"]))
         except TypeError:
             raise SwapError(f"descriptor entry {name!r} has dtype {entry['dtype']!r}, which JAX does not know") from None
         self.shape = shape_field(name, entry["shape"])
         if any(n < 0 for n in self.shape):
             raise SwapError(f"descriptor entry {name!r}: shape {self.shape} has a negative dimension")
-        self.nbytes, self.offset = whole_number(name, "nbytes", entry["nbytes"]), whole_number(name, "offset", entry["offset"])
+        self.nbytes = whole_number(name, "nbytes", entry["nbytes"])
+        self.offset = whole_number(name, "offset", entry["offset"])
         self.ordinal, self.pci_bus_id = whole_number(name, "device", entry["device"]), str(entry["pci_bus_id"])
         want = math.prod(self.shape) * self.dtype.itemsize
         if self.nbytes != want:
