@@ -30,6 +30,13 @@ torch = pytest.importorskip("torch")
 MESH = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("a", "b"))
 
 
+@pytest.fixture(autouse=True)
+def on_the_cpu():
+    """Every array on JAX's CPU devices, beside the torch CPU tensors, on GPU machines too."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def sharded(value, spec):
     return jax.device_put(value, NamedSharding(MESH, spec))
 
