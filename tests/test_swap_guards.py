@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_amem
 from jax_amem import reshard
 from jax_amem.swapping import PartialSwapError, SwapError
-from jax_amem.swapping.in_process import programs
+from jax_amem.swapping.in_process import routes, schedule
 from jax_amem.swapping.same_host.ipc import parse_descriptor
 
 torch = pytest.importorskip("torch")
@@ -124,12 +124,12 @@ def test_a_zero_size_destination_made_by_jit_keeps_every_other_destination():
 def test_a_group_failing_after_the_first_was_donated_hands_every_array_back(monkeypatch):
     """The safety net behind the checks: whatever fails after a donation (a compile or device
     error in a later group), error.dst holds every destination, alive."""
-    monkeypatch.setattr(programs, "GROUP_BUFFERS", 4)
+    monkeypatch.setattr(schedule, "GROUP_BUFFERS", 4)
     jax_amem.swapping.forget()
     src = {f"p{i}": sharded(jnp.full(8, float(i + 1)), P("b")) for i in range(12)}
     # p0, p1 sharded over the 8 devices (one shard per device group), p2.. on device 0 (its groups)
     dst = {f"p{i}": sharded(jnp.zeros(8), P("a")) if i < 2 else jnp.zeros(8) for i in range(12)}
-    real = programs._jitted
+    real = routes._per_transfer
     made = []
 
     def failing_third_group(steps, views):
@@ -142,7 +142,7 @@ def test_a_group_failing_after_the_first_was_donated_hands_every_array_back(monk
             raise RuntimeError("injected: RESOURCE_EXHAUSTED while compiling the third group")
         return fail
 
-    monkeypatch.setattr(programs, "_jitted", failing_third_group)
+    monkeypatch.setattr(routes, "_per_transfer", failing_third_group)
     match = r"after 8 of 26 buffers were donated.*\(6 arrays in full\).*injected"
     with pytest.raises(PartialSwapError, match=match) as caught:
         jax_amem.swap(src, dst)
