@@ -185,14 +185,18 @@ def _check_disjoint(keep_leaves, drop_leaves) -> None:
 # ----------------------------------------------------------------- NCCL seam
 
 def _nccl_to_pause(enabled: bool):
-    """jax_amem.nccl when it is built, installed and tracks communicators, else None."""
+    """jax_amem.nccl when it is built, installed and tracks communicators, or when this
+    process has jax.distributed peers (NCCL's pause is collective: a process with no
+    communicator of its own still joins the agreement, or the others wait for it until
+    their timeout); else None."""
     if not enabled:
         return None
     try:
         from . import nccl
+        from .nccl import _api
     except ImportError:
         return None
-    if not nccl.is_installed() or not nccl.communicators():
+    if not nccl.is_installed() or not (nccl.communicators() or _api.in_a_job()):
         return None
     return nccl
 
@@ -280,6 +284,8 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
             except Exception:
                 pool.release_all()
                 raise
+            if not nccl_module.resume_owed():
+                nccl_module = None  # nothing paused anywhere in the job: no resume to agree on
 
         release_start = time.perf_counter()
         in_use = _bytes_in_use(gpus, status)

@@ -28,6 +28,12 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 # module, which then clashes with the system libstdc++ that jaxlib/ml_dtypes load
 # (a segfault in std::ostream at `import jax`). Build with the system compiler.
 export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+# On the GPU machine the CUDA kernels are the point: compile them or fail the build (AUTO would
+# skip them quietly where nvcc is not on PATH, as it is not in the image's default PATH).
+for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
+  command -v nvcc >/dev/null || { [ -x $d/nvcc ] && export PATH=$PATH:$d; }
+done
+export JAX_AMEM_CUDA=${JAX_AMEM_CUDA:-ON}
 ALL="build gpu swap_ipc swap_nccl swap_multigpu nccl nccl_new bench"
 STEPS=${*:-${STEPS:-$ALL}}
 MULTI_PROCESS="tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py tests/test_swap_ipc.py tests/test_swap_nccl.py tests/test_swap_multigpu.py"

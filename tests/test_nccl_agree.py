@@ -113,3 +113,32 @@ def test_only_one_process_with_communicators_still_resumes_together(fake_with_su
     """, env=NEW_NCCL)
     assert seen == [{"strategies": ["suspend"], "states": ["active"]},
                     {"strategies": [], "states": []}]
+
+
+def test_whole_process_pause_joins_the_agreement_without_communicators_of_its_own(fake_with_suspend):
+    # jax_amem.pause() pauses NCCL as a collective: process 1 has no communicator, and before it
+    # took part the other process waited at the barrier until its timeout.
+    seen = run_job(fake_with_suspend, """
+        import time
+        lib = interposer()
+        if PROCESS == 0:
+            comm = init_config(lib, make_id("only-on-0"), 1, split_share=1)[0]
+        start = time.perf_counter()
+        info = jax_amem.pause()
+        inside = [c.state for c in nccl.communicators()]
+        restored = jax_amem.resume()
+        out(nccl_paused=info.nccl_paused, nccl_resumed=restored.nccl_resumed, inside=inside,
+            after=[c.state for c in nccl.communicators()], fast=time.perf_counter() - start < 20)
+    """, env=NEW_NCCL)
+    assert seen == [{"nccl_paused": True, "nccl_resumed": True, "inside": ["paused"], "after": ["active"],
+                     "fast": True},
+                    {"nccl_paused": True, "nccl_resumed": True, "inside": [], "after": [], "fast": True}]
+
+
+def test_whole_process_pause_with_no_communicator_anywhere_owes_no_nccl_resume(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        info = jax_amem.pause()
+        restored = jax_amem.resume()
+        out(nccl_paused=info.nccl_paused, nccl_resumed=restored.nccl_resumed)
+    """)
+    assert seen == [{"nccl_paused": False, "nccl_resumed": False}] * 2

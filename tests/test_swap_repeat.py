@@ -54,11 +54,12 @@ def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call():
     src = sources()
     dst = {name: torch.full((8, 4), float("nan")) for name in src}
     jax_amem.swap(src, dst, progress=False)
-    for _ in range(3):
+    for k in range(3):
         src = step(src)  # new arrays, same layouts: a repeat
         assert hits(src, dst)
         report = jax_amem.swap(src, dst, progress=False)
         assert_written(src, dst)
+        assert [t._version for t in dst.values()] == [k + 2] * 6  # bumped once per swap, as copy_ would
         assert report.route == "addresses" and report.bytes == 6 * 8 * 4 * 4
     entry = repeat._entries.get(repeat.key_of(jax.tree_util.tree_structure(src), tuple(dst), run._how(None, None)))
     assert entry is not None and len(entry.calls) == len(entry.program.groups)
@@ -157,7 +158,7 @@ def test_large_whole_copies_go_to_pytorch_beside_the_xla_call(monkeypatch):
     src["small"] = jnp.arange(6, dtype=jnp.float32)  # below MIN_BYTES: stays in the XLA call
     dst = {name: torch.full(tuple(a.shape), float("nan")) for name, a in src.items()}
     for k in range(3):  # the full path, the first repeat, a repeat with the direct call
-        assert hits(src, dst) == (k > 0)  # PyTorch's copies leave the version counters alone
+        assert hits(src, dst) == (k > 0)  # PyTorch's copies do not bump the version counters twice
         report = jax_amem.swap(src, dst, progress=False)
         assert_written(src, dst)
         for t in dst.values():

@@ -357,6 +357,18 @@ def paused_ids() -> list[int]:
     return list(_paused_ids)
 
 
+def resume_owed() -> bool:
+    """Whether the next resume() has work: a communicator of this process is paused, or some
+    process of the job paused one in the last agreed pause (then this one must take part)."""
+    return bool(_paused_ids) or _job_paused
+
+
+def in_a_job() -> bool:
+    """Whether this process has jax.distributed peers to agree with (a collective pause must
+    then be called here even with no communicator of its own, or the others wait for it)."""
+    return _agree.peers() is not None
+
+
 __all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
            "communicators", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
            "paused", "recover", "resume", "status"]

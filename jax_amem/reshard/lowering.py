@@ -221,6 +221,9 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
     rules = list(rules)
     by_dst: dict[str, list[Piece]] = defaultdict(list)
     for rule in rules:
+        if not isinstance(rule, (Rule, Piece)):  # a string, a dict: named here, not as an AttributeError
+            raise RuleError(f"rules hold {type(rule).__name__} {str(rule)[:60]!r}, not a Rule or Piece "
+                            "(see jax_amem.reshard.rules)")
         if rule.dst not in destinations:
             raise RuleError(f"a rule{_by(rule.origin)} writes destination {rule.dst!r}, which is not among "
                             f"the {len(destinations)} destination tensors"

@@ -24,7 +24,7 @@ See docs/swap.md and docs/architecture.md.
 """
 
 from . import cross_host
-from .errors import SwapError
+from .errors import PartialSwapError, SwapError
 from .front_door import forget, swap, verify
 from .in_process.verify import Mismatch
 from .report import NcclSwapReport, SwapReport
@@ -33,6 +33,6 @@ from .same_host.ready_done import RolloutIpc, TrainerIpc
 from .store import JaxStore, StoreTimeout, TorchStore
 from .torch_bridge import TorchShard, to_torch
 
-__all__ = ["JaxStore", "Mismatch", "NcclSwapReport", "RemoteTensors", "RolloutIpc", "StoreTimeout", "SwapError",
+__all__ = ["JaxStore", "Mismatch", "NcclSwapReport", "PartialSwapError", "RemoteTensors", "RolloutIpc", "StoreTimeout", "SwapError",
            "SwapReport", "TorchShard", "TorchStore", "TrainerIpc", "cross_host", "export_tensors", "forget",
            "open_remote", "swap", "to_torch", "verify"]

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..reshard import Layout, Owner
 from ..reshard.plan import Plan
-from . import torch_bridge
-from .errors import SwapError
+from . import checks, torch_bridge
+from .errors import PartialSwapError, SwapError
 from .in_process import run as in_process
 from .report import NcclSwapReport, SwapReport
 from .sources import array_facts, check_live_arrays, flat_named, layout_of, shard_data, shard_positions
@@ -68,7 +68,8 @@ class InProcessDestination(Protocol):
     def addresses(self) -> tuple: ...
     def targets(self, buffers) -> dict: ...
     def before_writing(self, devices) -> None: ...
-    def fingerprint(self) -> tuple: ...  # where repeats_by_fingerprint
+    def fingerprint(self) -> tuple: ...  # where repeats_by_fingerprint: (addresses(), versions())
+    def versions(self) -> tuple: ...
     def inputs(self, order, indices) -> list: ...
     def assemble(self, program, outputs: list): ...
     def after(self, new_tree) -> "InProcessDestination": ...
@@ -99,6 +100,7 @@ def describe(dst) -> Destination:
     pytree of jax.Arrays."""
     if isinstance(dst, Destination):
         return dst
+    checks.not_a_sequence_of_tensors(dst)
     if torch_bridge.is_tensor_mapping(dst):
         return TorchDestination(dst)
     if isinstance(dst, Mapping) and any(torch_bridge.is_tensor(v) for v in dst.values()):
@@ -166,6 +168,7 @@ class TorchDestination(WrittenHere):
 
     def __init__(self, tensors: Mapping):
         self.tensors = dict(tensors)
+        checks.torch_tensor_kinds(self.tensors)  # per swap, repeats too: a lazy conj/neg view has the same key
         self._owners = None
 
     @functools.cached_property
@@ -193,6 +196,8 @@ class TorchDestination(WrittenHere):
             torch_bridge.check_writable(name, tensor)
         check_disjoint((str(t.device), t.data_ptr(), t.numel() * t.element_size(), name)
                        for name, t in self.tensors.items())
+        checks.torch_not_jax_memory((name, t.data_ptr(), t.numel() * t.element_size())
+                                    for name, t in self.tensors.items())
 
     def layouts(self) -> dict[str, Layout]:
         return {name: Layout.single(tuple(t.shape), torch_bridge.numpy_dtype(t), self.owners[name])
@@ -226,18 +231,21 @@ class TorchDestination(WrittenHere):
 
     def fingerprint(self) -> tuple:
         """What a repeat swap compares with the last swap's (in_process/repeat.py), besides the
-        tensors' identity: `addresses()` (a moved, freed or shrunk storage) and each tensor's
-        version counter (in-place metadata changes: `resize_`, `set_`, `as_strided_`, `t_`
-        bump it). Inference tensors have no version counter: their shape, stride and dtype
-        instead. Five reads in C per tensor, no hashing."""
+        tensors' identity: (`addresses()`: a moved, freed or shrunk storage; `versions()`)."""
+        return self.addresses(), self.versions()
+
+    def versions(self) -> tuple:
+        """Each tensor's version counter: in-place metadata changes (`resize_`, `set_`,
+        `as_strided_`, `t_`) bump it, and so does every swap (`before_writing`). Inference
+        tensors have no version counter: their shape, stride and dtype instead. One read in
+        C per tensor, no hashing."""
         import torch
 
         values = self.tensors.values()
         try:
-            metadata = tuple(map(_version, values))
+            return tuple(map(_version, values))
         except RuntimeError:  # an inference tensor ("Inference tensors do not track version counter")
-            metadata = (tuple(map(_tensor_facts, values)), tuple(map(torch.Tensor.stride, values)))
-        return self.addresses(), metadata
+            return (tuple(map(_tensor_facts, values)), tuple(map(torch.Tensor.stride, values)))
 
     def targets(self, buffers) -> dict:
         """{(name, owner): (address, bytes)} of the buffers a program writes by address."""
@@ -249,8 +257,10 @@ class TorchDestination(WrittenHere):
 
     def before_writing(self, devices) -> None:
         """Work PyTorch queued on the destination GPUs (a rollout still reading the old
-        weights) finishes first."""
+        weights) finishes first; and, as copy_ would, the tensors' autograd versions move on
+        (checks.mark_written), so a graph that saved the old values refuses to run backward."""
         torch_bridge.wait_for_torch({d.local_hardware_id for d in devices if d.platform == "gpu"})
+        checks.mark_written(self.tensors.values())
 
     def assemble(self, program, outputs: list):
         return None  # written in place by address: nothing new to hand back
@@ -278,12 +288,18 @@ class JaxDestination(WrittenHere):
         check_live_arrays(names, leaves, "destination")
         self.arrays = dict(zip(names, leaves))
         self.signature = ("jax", treedef, tuple(map(array_facts, leaves)))
+        self._shards = None  # {name: single-device arrays}, read before donating
 
     def signature_names(self):
         return list(self.arrays)
 
     def validate(self) -> None:
         pass  # __init__ checked every leaf is a live jax.Array (check_live_arrays)
+
+    def before_donating(self, sources) -> None:
+        """Per swap, before the first donation: no array named twice, none a source, no buffer
+        shared with another destination or a source, no deleted shard (checks.jax_destinations)."""
+        self._shards = checks.jax_destinations(list(self.arrays), list(self.arrays.values()), sources)
 
     def after(self, new_tree) -> "JaxDestination":
         return JaxDestination(new_tree)
@@ -331,13 +347,41 @@ class JaxDestination(WrittenHere):
         new = {}
         for name, array in self.arrays.items():
             written = by_name.get(name, {})
+            if not written:  # nothing donated (a zero-size array, or one the plan leaves alone): as it was
+                new[name] = array
+                continue
             if None in written:  # a single-device array: the result itself
                 new[name] = written[None]
                 continue
             count = len(shard_positions(array))
-            shards = [written[i] if i in written else shard_data(array, i) for i in range(count)]
+            old = self._shards[name] if self._shards else [shard_data(array, i) for i in range(count)]
+            shards = [written[i] if i in written else old[i] for i in range(count)]
             new[name] = jax.make_array_from_single_device_arrays(array.shape, array.sharding, shards)
             if len(written) == count:
                 array.delete()  # every buffer now belongs to the new array; mark the old one gone
         leaves = [new[name] for name in self.arrays]
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(self.tree), leaves)
+
+    def recover(self, program, outputs: list, error: BaseException) -> PartialSwapError:
+        """The error for a swap that failed after donating: the buffers of the groups that
+        ran are in `outputs` (program order), the others were never donated, so every array
+        can be rebuilt. `error.dst` is that whole pytree (written arrays hold the new values,
+        the rest the old), `error.written` the names written in full."""
+        order = program.order[:len(outputs)]
+        counts: dict = {}
+        for name, _ in order:
+            counts[name] = counts.get(name, 0) + 1
+        written = [n for n, c in counts.items() if c == len(shard_positions(self.arrays[n]))]
+        try:
+            tree = self.assemble(program, outputs)
+        except Exception as rebuild:  # noqa: BLE001 - keep the shards reachable whatever went wrong
+            tree = None
+            note = f"; the pytree could not be rebuilt ({rebuild}): error.shards holds every written shard"
+        else:
+            note = ": error.dst holds every destination (the written ones new, the others as they were)"
+        failure = PartialSwapError(
+            f"the swap into jax.Arrays failed after {len(outputs)} of {program.buffers} buffers were donated and "
+            f"written ({len(written)} arrays in full){note}. Cause: {type(error).__name__}: {error}")
+        failure.dst, failure.written = tree, written
+        failure.shards = dict(zip(order, outputs))
+        return failure

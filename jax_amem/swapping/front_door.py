@@ -7,7 +7,7 @@ cross_host/), so this door names no transport.
 
 from __future__ import annotations
 
-from . import cache
+from . import cache, checks
 from .destinations import describe
 from .report import NcclSwapReport, SwapReport
 
@@ -27,6 +27,7 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None,
     verify: compare per-segment checksums afterwards, SwapError naming the first mismatch.
     progress: True / False / None (auto: a tqdm bar for swaps that take more than a moment).
     """
+    rules = checks.swap_arguments(rules, plan, verify, progress)
     return describe(dst).swap_from(src_params, rules=rules, plan=plan, verify=verify, version=version,
                                    progress=progress)
 
@@ -34,6 +35,7 @@ def swap(src_params, dst, *, rules=None, plan=None, verify=False, version=None,
 def verify(src_params, dst, *, rules=None, plan=None) -> int:
     """Checks that `dst` holds what a swap of `src_params` would write (per-segment checksums
     on the host); returns the bytes checked, or raises SwapError naming the first mismatch."""
+    rules = checks.swap_arguments(rules, plan, False, None)
     return describe(dst).verify_from(src_params, rules=rules, plan=plan)
 
 

@@ -44,22 +44,35 @@ def run(program: Program, sources, destination, show_progress: bool):
         finally:
             torch_copies.synchronize(program)
         return [], {}
+    destination.before_donating(sources)
     donated = destination.inputs(program.order, program.dst_indices)
     pointers = [a.unsafe_buffer_pointer() for a in donated]
 
     def call(k, shards, start):
         return program.fns[k](shards, tuple(donated[start:start + len(program.groups[k].buffers)]))
 
-    outputs = _dispatch(program, sources, call, show_progress)
+    outputs = []
+    try:
+        _dispatch(program, sources, call, show_progress, outputs)
+    except BaseException as error:
+        if not outputs:
+            raise  # nothing was donated: the arrays are as they were
+        # Groups already ran: their donated buffers live on only in `outputs`; hand them back.
+        failure = destination.recover(program, outputs, error)
+        if isinstance(error, Exception):
+            raise failure from error
+        error.partial_swap = failure  # KeyboardInterrupt and the like stay what they are
+        raise
     landed = [o.unsafe_buffer_pointer() for o in outputs]
     moved = sum(o.nbytes for o, was, now in zip(outputs, pointers, landed) if was != now)
     return outputs, ({R.NOT_IN_PLACE: moved} if moved else {})
 
 
-def _dispatch(program: Program, sources, call, show_progress: bool) -> list:
-    """Calls every group (`call(group number, source shards, first buffer position)`), returns
-    the results in order once they are ready."""
-    outputs = []
+def _dispatch(program: Program, sources, call, show_progress: bool, outputs: list | None = None) -> list:
+    """Calls every group (`call(group number, source shards, first buffer position)`), returns the
+    results in order once they are ready; they are appended to `outputs` as they come, so a
+    caller still holds those of the groups that ran when a later one fails."""
+    outputs = [] if outputs is None else outputs
     bar = _progress(program, show_progress)
     start = 0
     arrays = sources.arrays

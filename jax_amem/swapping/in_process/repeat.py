@@ -8,7 +8,8 @@ After a swap into PyTorch tensors the program is kept here with what it was chec
 - the destination's names, the identity of every tensor (weak references: a tensor that dies
   drops the entry, so an id can never stand for a newer tensor), and
   `TorchDestination.fingerprint()`: address, storage offset, storage size and version counter
-  per tensor (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses);
+  per tensor (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses; the
+  swap's own version bump, `before_writing`, is read back after it);
 - for every group, which leaves are its operands (positions in the flattened tree).
 A swap whose inputs match runs the groups' calls with those leaves, no plan lookup, no
 signature hashing, no dictionary of arrays. From the first repeat on, a group's call goes to
@@ -157,6 +158,9 @@ def run(entry: Repeat, leaves, destination) -> None:
     if entry.calls is None:
         entry.make_calls(leaves)
     destination.before_writing(entry.devices)
+    # before_writing moved the tensors' version counters on (as copy_ does): the next repeat
+    # compares against these (the addresses are as find() read them).
+    entry.fingerprint = entry.fingerprint[0], destination.versions()
     program = entry.program
     outputs = []
     try:

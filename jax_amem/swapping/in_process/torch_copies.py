@@ -53,7 +53,8 @@ def run(group, shards, tensors) -> None:
         for position, slot in group.torch_copies.items():
             name, _ = group.buffers[position]
             # `.data`: the same memory under a version counter of its own, so the copy, like the
-            # XLA call's writes by address, leaves the tensor's version (repeat.py's fingerprint) alone
+            # XLA call's writes by address, leaves the tensor's version alone: the swap bumps it
+            # once for every tensor (before_writing), and repeat.py reads it back after that
             tensors[name].data.view(-1).copy_(torch.from_dlpack(shards[slot]).view(-1))
 
 

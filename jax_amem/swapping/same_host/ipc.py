@@ -30,6 +30,7 @@ import numpy as np
 
 from ..._native import core
 from ...reshard import Layout, Owner
+from ..checks import shape_field, whole_number
 from ..destinations import WrittenHere, _check_shard, check_disjoint, check_names
 from ..errors import SwapError
 
@@ -104,14 +105,17 @@ class RemoteTensor:
         try:
             from jax.numpy import dtype as jnp_dtype
 
+            if not isinstance(entry["dtype"], str):  # jnp.dtype(None) would be float64
+                raise TypeError
             self.dtype = np.dtype(jnp_dtype(entry["dtype"]))
         except TypeError:
             raise SwapError(f"descriptor entry {name!r} has dtype {entry['dtype']!r}, which JAX does not know") from None
-        self.shape = tuple(int(n) for n in entry["shape"])
+        self.shape = shape_field(name, entry["shape"])
         if any(n < 0 for n in self.shape):
             raise SwapError(f"descriptor entry {name!r}: shape {self.shape} has a negative dimension")
-        self.nbytes, self.offset = int(entry["nbytes"]), int(entry["offset"])
-        self.ordinal, self.pci_bus_id = int(entry["device"]), str(entry["pci_bus_id"])
+        self.nbytes = whole_number(name, "nbytes", entry["nbytes"])
+        self.offset = whole_number(name, "offset", entry["offset"])
+        self.ordinal, self.pci_bus_id = whole_number(name, "device", entry["device"]), str(entry["pci_bus_id"])
         want = math.prod(self.shape) * self.dtype.itemsize
         if self.nbytes != want:
             raise SwapError(f"descriptor entry {name!r}: nbytes {self.nbytes} does not match shape {self.shape} "
@@ -131,7 +135,7 @@ class RemoteTensor:
             raise SwapError(f"descriptor entry {name!r} lacks ['allocation_bytes']: give the descriptor exactly as "
                             "export_tensors made it")
         end = self.offset + self.nbytes
-        if self.offset < 0 or end > int(entry["allocation_bytes"]):
+        if self.offset < 0 or end > whole_number(name, "allocation_bytes", entry["allocation_bytes"]):
             raise SwapError(f"descriptor entry {name!r}: bytes [{self.offset}, {end}) lie outside its allocation "
                             f"of {entry['allocation_bytes']} bytes")
 

@@ -1,0 +1,640 @@
+"""Hostile and bad input, one function per case, run in child processes by
+tests/test_hostile_inputs.py (a crash there is a failing test, not a dead test run).
+
+A case returns the exception the library raised (None when the call is meant to succeed) after
+checking that nothing was lost or written: it raises AssertionError itself when the state is
+wrong. `python -P tests/hostile/cases.py NAME...` runs the named cases here and prints one JSON
+line per case: {"case", "error", "classes", "message"} or {"case", "failed": traceback}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import numpy as np  # noqa: E402
+
+CASES = {}
+
+
+def case(function):
+    CASES[function.__name__] = function
+    return function
+
+
+def attempt(call):
+    """The exception `call()` raises, or None."""
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - the parent judges the class and message
+        return error
+    return None
+
+
+def _jax():
+    import jax
+    import jax.numpy as jnp
+
+    return jax, jnp
+
+
+def _mesh():
+    jax, _ = _jax()
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("a", "b"))
+
+
+def _sharded(value, *spec):
+    jax, _ = _jax()
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    return jax.device_put(value, NamedSharding(_mesh(), P(*spec)))
+
+
+# ----------------------------------------------------------------------------- swap: PyTorch destinations
+
+
+def _torch_swap(dst, src=None, **kwargs):
+    """The error of swapping into `dst`, after checking every strided tensor kept its bytes."""
+    import jax_amem
+    import torch
+
+    _, jnp = _jax()
+    src = src if src is not None else {"w": jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)}
+    before = ({k: v.detach().resolve_conj().resolve_neg().clone() for k, v in dst.items()
+               if torch.is_tensor(v) and v.layout == torch.strided and v.untyped_storage().nbytes()}
+              if isinstance(dst, dict) else {})  # (cloning a tensor whose storage was freed kills PyTorch)
+    error = attempt(lambda: jax_amem.swap(src, dst, **kwargs))
+    for name, old in before.items():
+        assert torch.equal(dst[name].detach().resolve_conj().resolve_neg(), old), f"{name} was written"
+    return error
+
+
+@case
+def torch_conj_view():
+    import torch
+
+    _, jnp = _jax()
+    return _torch_swap({"w": torch.zeros(2, 3, dtype=torch.complex64).conj()},
+                       src={"w": jnp.full((2, 3), 1 + 2j, jnp.complex64)})
+
+
+@case
+def torch_neg_view():
+    import torch
+
+    return _torch_swap({"w": torch._neg_view(torch.zeros(2, 3))})
+
+
+@case
+def torch_requires_grad_in_a_graph():
+    """copy_ semantics: the swap succeeds, and backward() on the old graph then refuses."""
+    import jax_amem
+    import torch
+
+    _, jnp = _jax()
+    w = torch.zeros(2, 3, requires_grad=True)
+    loss = (w * torch.ones(3, requires_grad=True)).sum()
+    jax_amem.swap({"w": jnp.ones((2, 3))}, {"w": w})
+    assert torch.equal(w.detach(), torch.ones(2, 3))
+    return attempt(loss.backward)
+
+
+@case
+def torch_view_of_a_jax_array():
+    import jax_amem
+
+    _, jnp = _jax()
+    target = jnp.zeros((2, 3))
+    error = _torch_swap({"w": jax_amem.to_torch({"w": target})["w"][0].tensor})
+    assert not np.asarray(target).any(), "the jax.Array was written"
+    return error
+
+
+@case
+def torch_sparse():
+    import torch
+
+    return _torch_swap({"w": torch.zeros(2, 3).to_sparse()})
+
+
+@case
+def torch_tensors_as_a_list():
+    import torch
+
+    return _torch_swap([torch.zeros(2, 3)])
+
+
+@case
+def torch_plan_is_a_string():
+    import torch
+
+    return _torch_swap({"w": torch.zeros(2, 3)}, plan="hello")
+
+
+@case
+def torch_rules_are_strings():
+    import torch
+
+    return _torch_swap({"w": torch.zeros(2, 3)}, rules=["hello"])
+
+
+@case
+def torch_two_names_one_storage():
+    import torch
+
+    _, jnp = _jax()
+    t = torch.zeros(2, 3)
+    return _torch_swap({"w": t, "v": t}, src={"w": jnp.ones((2, 3)), "v": jnp.ones((2, 3))})
+
+
+@case
+def torch_freed_storage():
+    import torch
+
+    t = torch.zeros(2, 3)
+    t.untyped_storage().resize_(0)
+    return _torch_swap({"w": t})
+
+
+@case
+def torch_tensor_metadata_generated():
+    """hypothesis over dtype, shape, strides (transposed), storage offset, requires_grad and
+    conj/neg: each swap either writes exactly the source's values or raises SwapError leaving
+    the tensor's bytes as they were."""
+    import jax_amem
+    import torch
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from jax_amem.swapping import SwapError
+
+    _, jnp = _jax()
+    dtypes = [torch.float32, torch.bfloat16, torch.int8, torch.float16, torch.complex64, torch.int32]
+
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(dtypes), st.lists(st.integers(0, 5), min_size=1, max_size=3), st.booleans(),
+           st.integers(0, 3), st.booleans(), st.sampled_from(["plain", "conj", "neg"]),
+           st.sampled_from([None, "src_shape", "other_dtype"]))
+    def check(dtype, shape, transpose, offset, grad, bit, mismatch):
+        shape = tuple(shape)
+        count = int(np.prod(shape))
+        base = torch.zeros(count + offset, dtype=dtype)
+        t = base[offset:].view(shape)
+        if transpose and t.ndim > 1:
+            t = t.transpose(0, 1)
+        if bit == "conj" and dtype.is_complex:
+            t = t.conj()
+        elif bit == "neg":
+            t = torch._neg_view(t)
+        if grad and (dtype.is_floating_point or dtype.is_complex):
+            t.requires_grad_(True)
+        want_shape = tuple(t.shape) if mismatch != "src_shape" else tuple(t.shape) + (1,)
+        np_dtype = jnp.dtype(str(dtype).removeprefix("torch.")) if mismatch != "other_dtype" else jnp.int16
+        values = (np.arange(int(np.prod(want_shape))) % 7 + 1).astype(np_dtype).reshape(want_shape)
+        before = base.clone()
+        error = attempt(lambda: jax_amem.swap({"w": jnp.asarray(values)}, {"w": t}))
+        if error is None:
+            got = t.detach().resolve_conj().resolve_neg()
+            got = got.float().numpy() if dtype == torch.bfloat16 else got.numpy()
+            assert np.array_equal(got, values.astype(got.dtype)), (dtype, shape, transpose, bit)
+        else:
+            assert isinstance(error, SwapError), repr(error)
+            assert torch.equal(base, before), "refused, yet written"
+
+    check()
+    return None
+
+
+# ----------------------------------------------------------------------------- swap: JAX destinations
+
+
+def _jax_swap(src, dst):
+    """The error of swapping into `dst`, after checking every destination is alive and unchanged."""
+    import jax_amem
+
+    leaves = dict(dst)
+    before = {k: np.asarray(v) for k, v in leaves.items()}
+    error = attempt(lambda: jax_amem.swap(src, dst))
+    dead = [k for k, v in leaves.items() if v.is_deleted()]
+    assert not dead, f"destinations lost: {dead[:5]} ({len(dead)})"
+    for name, old in before.items():
+        assert np.array_equal(np.asarray(leaves[name]), old), f"{name} changed"
+    return error
+
+
+@case
+def jax_same_array_twice():
+    _, jnp = _jax()
+    tied = jnp.zeros(4)
+    return _jax_swap({"a": jnp.ones(4), "b": jnp.ones(4)}, {"a": tied, "b": tied})
+
+
+@case
+def jax_1030_destinations_one_tied_pair():
+    _, jnp = _jax()
+    src = {f"p{i:04d}": jnp.full(2, float(i)) for i in range(1030)}
+    dst = {f"p{i:04d}": jnp.zeros(2) for i in range(1029)}
+    dst["p1029"] = dst["p0000"]
+    return _jax_swap(src, dst)
+
+
+@case
+def jax_destination_is_a_source():
+    _, jnp = _jax()
+    src = {"a": jnp.ones(4), "b": jnp.ones(4)}
+    error = _jax_swap(src, {"a": src["a"], "b": jnp.zeros(4)})
+    assert not src["a"].is_deleted()
+    return error
+
+
+@case
+def jax_rollout_made_by_device_put_shares_source_buffers():
+    jax, jnp = _jax()
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    src = {"w": _sharded(jnp.arange(32.0).reshape(4, 8), "a", "b")}
+    other = Mesh(_mesh().devices, ("x", "y"))
+    rollout = jax.device_put(src, {"w": NamedSharding(other, P("x", "y"))})
+    error = _jax_swap(src, rollout)
+    assert not src["w"].is_deleted()
+    return error
+
+
+@case
+def jax_deleted_destination():
+    _, jnp = _jax()
+    import jax_amem
+
+    x = jnp.zeros(4)
+    x.delete()
+    return attempt(lambda: jax_amem.swap({"x": jnp.ones(4)}, {"x": x}))
+
+
+@case
+def jax_wrong_shape_and_dtype():
+    _, jnp = _jax()
+    return _jax_swap({"x": jnp.ones(4)}, {"x": jnp.zeros(5, jnp.int32)})
+
+
+@case
+def jax_zero_size_destination_made_by_jit():
+    """Succeeds: the zero-size array is kept as it is, the other 19 are written."""
+    import jax_amem
+
+    jax, jnp = _jax()
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    src = {f"p{i:02d}": jnp.full((4, 4), float(i)) for i in range(19)}
+    src["z"] = jnp.zeros((0, 4))
+    dst = {f"p{i:02d}": _sharded(jnp.zeros((4, 4)), None, "b") for i in range(19)}
+    dst["z"] = jax.jit(lambda: jnp.zeros((0, 4)), out_shardings=NamedSharding(_mesh(), P(None, "b")))()
+    new = jax_amem.swap(src, dst).dst
+    for i in range(19):
+        assert np.array_equal(np.asarray(new[f"p{i:02d}"]), np.full((4, 4), float(i)))
+    assert new["z"].shape == (0, 4)
+    return None
+
+
+# ----------------------------------------------------------------------------- the three copy targets
+
+
+def _copy_src_dst():
+    _, jnp = _jax()
+    return jnp.arange(16, dtype=jnp.uint8), jnp.zeros(16, jnp.uint8)
+
+
+def _segment_copy(rows):
+    """The error of segment_copy(16 bytes -> 16 bytes, rows); the destination must stay zero."""
+    from jax_amem.copy import segment_copy
+
+    src, dst = _copy_src_dst()
+    error = attempt(lambda: np.asarray(segment_copy(src, dst, rows)))
+    assert not np.asarray(dst).any()
+    return error
+
+
+def _segment_copy_many(rows):
+    from jax_amem.copy import segment_copy_many
+
+    src, dst = _copy_src_dst()
+    return attempt(lambda: segment_copy_many([src], [dst], rows))
+
+
+@case
+def copy_segment_out_of_bounds():
+    return _segment_copy([(0, 10, 8)])
+
+
+@case
+def copy_segment_negative_and_overflowing():
+    errors = [_segment_copy(rows)
+              for rows in ([(-1, 0, 4)], [(0, 0, -4)], [(2**62, 0, 2**62)], [(0, 0, 8), (0, 4, 8)])]
+    assert all(isinstance(e, ValueError) for e in errors), errors
+    return errors[-1]
+
+
+@case
+def copy_segment_float_rows():
+    return _segment_copy([(4.7, 0, 8.9)])
+
+
+@case
+def copy_segment_five_columns():
+    return _segment_copy([(0, 0, 4, 0, 0), (4, 4, 4, 0, 0), (8, 8, 4, 0, 0)])
+
+
+@case
+def copy_segment_tables_generated():
+    """hypothesis over (src_offset, dst_offset, bytes) tables: accepted tables write exactly what
+    a numpy oracle writes; the others raise ValueError; none crashes the process."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from jax_amem.copy import segment_copy
+
+    _, jnp = _jax()
+    src = np.arange(64, dtype=np.uint8)
+    n = st.integers(-4, 72)
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(n, n, n), max_size=6))
+    def check(rows):
+        dst = np.full(64, 255, np.uint8)
+        inside = all(0 <= s and 0 <= d and b > 0 and s + b <= 64 and d + b <= 64 for s, d, b in rows)
+        spans = sorted((d, d + b) for _, d, b in rows)
+        disjoint = all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+        error = attempt(lambda: np.asarray(segment_copy(jnp.asarray(src), jnp.asarray(dst), rows)))
+        if inside and disjoint:
+            assert error is None, (rows, error)
+            want = dst.copy()
+            for s, d, b in rows:
+                want[d:d + b] = src[s:s + b]
+            assert np.array_equal(np.asarray(segment_copy(jnp.asarray(src), jnp.asarray(dst), rows)), want)
+        else:
+            assert isinstance(error, ValueError) or (error is None and not rows), (rows, error)
+
+    check()
+    return None
+
+
+@case
+def copy_many_out_of_bounds():
+    return _segment_copy_many([(0, 0, 0, 12, 8)])
+
+
+@case
+def copy_many_buffer_index_out_of_range():
+    return _segment_copy_many([(1, 0, 0, 0, 4)])
+
+
+@case
+def copy_many_float_rows():
+    return _segment_copy_many([(0, 0, 0.5, 0, 4)])
+
+
+def _to_address(address, nbytes=16, rows=((0, 0, 0, 0, 8),)):
+    from jax_amem.copy import segment_copy_to_addresses
+
+    src, _ = _copy_src_dst()
+    return attempt(lambda: np.asarray(segment_copy_to_addresses([src], [address], [nbytes], list(rows))))
+
+
+@case
+def copy_to_address_0x1000():
+    return _to_address(0x1000)
+
+
+@case
+def copy_to_address_negative():
+    return _to_address(-8)
+
+
+@case
+def copy_to_address_rows_past_the_size():
+    target = np.zeros(16, np.uint8)
+    error = _to_address(target.ctypes.data, 16, [(0, 0, 0, 12, 8)])
+    assert not target.any()
+    return error
+
+
+@case
+def copy_to_address_float_address():
+    target = np.zeros(16, np.uint8)
+    return _to_address(float(target.ctypes.data))
+
+
+@case
+def copy_to_address_past_the_allocation_cuda():
+    """On CUDA: rows that end past the device allocation holding the address (a destination size
+    larger than the tensor's memory) are refused; the bytes after the buffer stay as they were."""
+    jax, jnp = _jax()
+    from jax_amem.copy import segment_copy_to_addresses
+
+    gpu = jax.devices("gpu")[0]
+    src = jax.device_put(jnp.arange(64, dtype=jnp.uint8), gpu)
+    target = jax.device_put(jnp.zeros(1 << 20, jnp.uint8), gpu)
+    address = target.unsafe_buffer_pointer()
+    size = 1 << 40  # far past any allocation
+    return attempt(lambda: np.asarray(segment_copy_to_addresses([src], [address], [size],
+                                                                [(0, 0, 0, size - 64, 64)])))
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+@case
+def plan_rules_not_rules():
+    import jax_amem
+
+    _, jnp = _jax()
+    return attempt(lambda: jax_amem.plan({"w": jnp.ones(4)}, {"w": jnp.ones(4)}, ["hello"]))
+
+
+@case
+def plan_bytes_overflow_int64():
+    import jax_amem
+    from jax_amem import Layout, Owner
+
+    owner = Owner(0, 0)
+    huge = Layout.single((2**61, 8), np.float32, owner)
+    return attempt(lambda: jax_amem.plan({"w": huge}, {"w": huge}))
+
+
+@case
+def plan_shape_mismatch():
+    import jax_amem
+
+    _, jnp = _jax()
+    return attempt(lambda: jax_amem.plan({"w": jnp.ones(4)}, {"w": jnp.ones(5)}))
+
+
+# ----------------------------------------------------------------------------- pause / resume
+
+
+@case
+def pause_resume_without_pause():
+    import jax_amem
+
+    return attempt(jax_amem.resume)
+
+
+@case
+def pause_twice():
+    import jax_amem
+
+    _, jnp = _jax()
+    x = jnp.arange(8.0)
+    jax_amem.pause(keep={"x": x})
+    try:
+        return attempt(lambda: jax_amem.pause(keep={"y": jnp.ones(2)}))
+    finally:
+        back = jax_amem.resume()
+        assert np.array_equal(np.asarray(back.keep["x"]), np.arange(8.0))
+
+
+@case
+def pause_keep_not_arrays():
+    import jax_amem
+
+    error = attempt(lambda: jax_amem.pause(keep={"x": "not an array"}))
+    assert not jax_amem.is_paused()
+    return error
+
+
+@case
+def pause_with_jax_on_cpu():
+    """Succeeds: pause, paused(), resume() and the report with JAX on its CPU platform (on a GPU
+    host these were killed by SIGSEGV)."""
+    import jax_amem
+
+    _, jnp = _jax()
+    x = jnp.arange(1024.0)
+    jax_amem.pause(keep={"x": x})
+    str(jax_amem.memory_report())
+    back = jax_amem.resume()
+    with jax_amem.paused(keep=back.keep) as p:
+        str(jax_amem.memory_report())
+    assert np.array_equal(np.asarray(p.keep["x"]), np.arange(1024.0))
+    return None
+
+
+# ----------------------------------------------------------------------------- nccl (a fake NCCL in the child)
+
+
+def _nccl_with_one_communicator():
+    import ctypes
+
+    from jax_amem import nccl
+
+    class UniqueId(ctypes.Structure):
+        _fields_ = [("internal", ctypes.c_char * 128)]
+
+    lib = ctypes.CDLL("libnccl.so.2", mode=os.RTLD_NOLOAD)
+    uid = UniqueId()
+    uid.internal = b"hostile"
+    comm = ctypes.c_void_p()
+    assert lib.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0
+    (row,) = nccl.communicators()
+    return nccl, row.id
+
+
+def _nccl_ids(transform):
+    nccl, cid = _nccl_with_one_communicator()
+    error = attempt(lambda: nccl.pause(ids=transform(cid), agree=False) if "agree" in nccl.pause.__code__.co_varnames
+                    else nccl.pause(ids=transform(cid)))
+    states = [c.state for c in nccl.communicators()]
+    assert states == ["active"], f"a refused pause changed the communicators: {states}"
+    return error
+
+
+@case
+def nccl_ids_twice():
+    return _nccl_ids(lambda cid: [cid, cid])
+
+
+@case
+def nccl_ids_negative():
+    return _nccl_ids(lambda cid: [-cid])
+
+
+@case
+def nccl_ids_past_2_to_the_64():
+    return _nccl_ids(lambda cid: [2**64 + cid])
+
+
+@case
+def nccl_paused_with_no_communicators():
+    from jax_amem import nccl
+
+    def run():
+        with nccl.paused():
+            pass
+    return attempt(run)
+
+
+# ----------------------------------------------------------------------------- IPC descriptors
+
+
+def _descriptor(**changes):
+    entry = {"handle": os.urandom(64).hex(), "offset": 0, "nbytes": 24, "allocation_bytes": 512, "shape": [2, 3],
+             "dtype": "float32", "device": 0, "pci_bus_id": "0000:00:00.0", **changes}
+    return {"format": 1, "host": socket.gethostname(), "pid": os.getppid(), "tensors": {"w": entry}}
+
+
+def _parse(**changes):
+    from jax_amem.swapping.same_host.ipc import parse_descriptor
+
+    return attempt(lambda: parse_descriptor(_descriptor(**changes)))
+
+
+@case
+def ipc_shape_none():
+    return _parse(shape=None)
+
+
+@case
+def ipc_allocation_bytes_lots():
+    return _parse(allocation_bytes="lots")
+
+
+@case
+def ipc_bytes_outside_the_allocation():
+    return _parse(offset=500)
+
+
+@case
+def ipc_not_a_descriptor():
+    from jax_amem.swapping.same_host.ipc import parse_descriptor
+
+    return attempt(lambda: parse_descriptor(["tensors"]))
+
+
+# ----------------------------------------------------------------------------- the child's main
+
+
+def describe(error) -> dict:
+    if error is None:
+        return {"error": None, "classes": [], "message": ""}
+    return {"error": type(error).__name__, "classes": [c.__name__ for c in type(error).__mro__],
+            "message": str(error)}
+
+
+def main(names) -> int:
+    import jax_amem  # noqa: F401 - first, as users do
+
+    for name in names:
+        try:
+            line = {"case": name, **describe(CASES[name]())}
+        except BaseException:  # noqa: BLE001 - a case's own assertion, or an error it did not expect
+            line = {"case": name, "failed": traceback.format_exc()[-3000:]}
+        print("CASE " + json.dumps(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,184 @@
+"""Bad and hostile input to the swap, the three copy targets, plan, pause/resume, nccl and IPC
+descriptors (issue 12), each case in a child process (tests/hostile/cases.py), so that a crash
+is a failing test, not a dead test run.
+
+Cases that cannot crash each other share a child (one JSON line per case); those that could
+kill the process (raw addresses, the NCCL interposer, pause with JAX on CPU on a GPU host) run
+alone. A case passes when its child exited 0, the case's own checks held (nothing lost or
+written), and the library raised the expected error class with the expected message (or
+nothing, for cases meant to succeed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CASES_FILE = Path(__file__).resolve().parent / "hostile" / "cases.py"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# name: (error class expected among the raised error's classes, or None for success; message regex)
+EXPECTED = {
+    # swap into PyTorch tensors
+    "torch_conj_view": ("SwapError", r"destination 'w' has its conjugate bit set"),
+    "torch_neg_view": ("SwapError", r"destination 'w' has its negative bit set"),
+    "torch_requires_grad_in_a_graph": ("RuntimeError", r"modified by an inplace operation"),
+    "torch_view_of_a_jax_array": ("SwapError", r"destination 'w' is memory of a live jax.Array"),
+    "torch_sparse": ("SwapError", r"destination 'w' is a torch.sparse_coo tensor"),
+    "torch_tensors_as_a_list": ("SwapError", r"list of 1 torch tensors: give them by name"),
+    "torch_plan_is_a_string": ("SwapError", r"plan= must be a jax_amem.reshard.Plan"),
+    "torch_rules_are_strings": ("SwapError", r"rules\[0\] is str 'hello'"),
+    "torch_two_names_one_storage": ("SwapError", r"destinations '(w|v)' and '(w|v)' share memory"),
+    "torch_freed_storage": ("SwapError", r"destination 'w': its storage holds 0 bytes"),
+    "torch_tensor_metadata_generated": (None, ""),
+    # swap into jax.Arrays
+    "jax_same_array_twice": ("SwapError", r"destinations 'a' and 'b' are the same jax.Array"),
+    "jax_1030_destinations_one_tied_pair": ("SwapError", r"'p0000' and 'p1029' are the same jax.Array"),
+    "jax_destination_is_a_source": ("SwapError", r"destination 'a' is source 'a' itself"),
+    "jax_rollout_made_by_device_put_shares_source_buffers": ("SwapError", r"'w' shares a buffer with source 'w'"),
+    "jax_deleted_destination": ("SwapError", r"destination 'x' was deleted"),
+    "jax_wrong_shape_and_dtype": ("SwapError", r"'x'"),
+    "jax_zero_size_destination_made_by_jit": (None, ""),
+    # jax_amem.copy: segment_copy, segment_copy_many, segment_copy_to_addresses
+    "copy_segment_out_of_bounds": ("ValueError", r"."),
+    "copy_segment_negative_and_overflowing": ("ValueError", r"overlap"),
+    "copy_segment_float_rows": ("ValueError", r"integers"),
+    "copy_segment_five_columns": ("ValueError", r"columns"),
+    "copy_segment_tables_generated": (None, ""),
+    "copy_many_out_of_bounds": ("ValueError", r"."),
+    "copy_many_buffer_index_out_of_range": ("ValueError", r"."),
+    "copy_many_float_rows": ("ValueError", r"integers"),
+    "copy_to_address_0x1000": ("ValueError", r"cannot be memory of this process"),
+    "copy_to_address_negative": ("ValueError", r"cannot be memory of this process"),
+    "copy_to_address_rows_past_the_size": ("ValueError", r"."),
+    "copy_to_address_float_address": ("ValueError", r"give integers"),
+    "copy_to_address_past_the_allocation_cuda": ("ValueError", r"allocation ends"),
+    # plan
+    "plan_rules_not_rules": ("RuleError", r"rules hold str .hello., not a Rule or Piece"),
+    "plan_bytes_overflow_int64": ("LayoutError", r"more bytes than int64"),
+    "plan_shape_mismatch": ("ValueError", r"'w'"),
+    # pause / resume
+    "pause_resume_without_pause": ("PauseError", r"."),
+    "pause_twice": ("PauseError", r"."),
+    "pause_keep_not_arrays": ("JaxAmemError|TypeError|ValueError", r"."),
+    "pause_with_jax_on_cpu": (None, ""),
+    # nccl (the interposer over a fake NCCL)
+    "nccl_ids_twice": ("ValueError", r"given twice"),
+    "nccl_ids_negative": ("ValueError", r"out of range"),
+    "nccl_ids_past_2_to_the_64": ("ValueError", r"out of range"),
+    "nccl_paused_with_no_communicators": (None, ""),
+    # CUDA IPC descriptors
+    "ipc_shape_none": ("SwapError", r"entry 'w': shape is NoneType None, not a list of ints"),
+    "ipc_allocation_bytes_lots": ("SwapError", r"entry 'w': allocation_bytes is str 'lots', not an int"),
+    "ipc_bytes_outside_the_allocation": ("SwapError", r"outside its allocation"),
+    "ipc_not_a_descriptor": ("SwapError", r"must be the dict export_tensors returned"),
+}
+
+# Children: a batch runs its cases in one process; a solo case gets a process of its own.
+BATCHES = {
+    "torch": [n for n in EXPECTED if n.startswith("torch_")],
+    "jax": [n for n in EXPECTED if n.startswith("jax_")],
+    "copy": ["copy_segment_out_of_bounds", "copy_segment_negative_and_overflowing", "copy_segment_float_rows",
+             "copy_segment_five_columns", "copy_segment_tables_generated", "copy_many_out_of_bounds",
+             "copy_many_buffer_index_out_of_range", "copy_many_float_rows", "copy_to_address_rows_past_the_size"],
+    "plan": [n for n in EXPECTED if n.startswith("plan_")],
+    "pause": ["pause_resume_without_pause", "pause_twice", "pause_keep_not_arrays", "pause_with_jax_on_cpu"],
+    "ipc": [n for n in EXPECTED if n.startswith("ipc_")],
+}
+SOLO_CPU = ["copy_to_address_0x1000", "copy_to_address_negative", "copy_to_address_float_address"]
+SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")]
+SOLO_GPU = ["copy_to_address_past_the_allocation_cuda", "gpu_pause_with_jax_on_cpu"]
+
+
+
+def _run_child(names, env=None, timeout=600) -> tuple[dict, subprocess.CompletedProcess]:
+    environment = dict(os.environ, JAX_PLATFORMS="cpu")
+    environment.update(env or {})
+    environment = {k: v for k, v in environment.items() if v is not None}
+    done = subprocess.run([sys.executable, "-P", str(CASES_FILE), *names], capture_output=True, text=True,
+                          env=environment, timeout=timeout)
+    lines = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("CASE "):
+            entry = json.loads(line[5:])
+            lines[entry["case"]] = entry
+    return lines, done
+
+
+def _judge(name: str, expected_name: str, lines: dict, done) -> None:
+    entry = lines.get(name)
+    if entry is None:
+        pytest.fail(f"case {name}: its child exited with {done.returncode} (-11 is SIGSEGV) before reporting it:\n"
+                    f"{done.stderr[-3000:]}")
+    if "failed" in entry:
+        pytest.fail(f"case {name}: {entry['failed']}")
+    assert done.returncode == 0, f"child exited with {done.returncode}:\n{done.stderr[-3000:]}"
+    classes, pattern = EXPECTED[expected_name]
+    if classes is None:
+        assert entry["error"] is None, f"case {name} raised {entry['error']}: {entry['message']}"
+        return
+    assert entry["error"] is not None, f"case {name}: nothing was raised"
+    assert set(classes.split("|")) & set(entry["classes"]), (
+        f"case {name} raised {entry['error']} ({entry['classes']}), expected {classes}: {entry['message']}")
+    import re
+
+    assert re.search(pattern, entry["message"]), f"case {name}: message {entry['message']!r} !~ {pattern!r}"
+
+
+def _marks(name: str, *extra) -> list:
+    marks = list(extra)
+    return marks
+
+
+_batch_results: dict = {}
+
+
+def _batch(batch: str):
+    if batch not in _batch_results:
+        _batch_results[batch] = _run_child(BATCHES[batch])
+    return _batch_results[batch]
+
+
+@pytest.mark.parametrize("batch, name", [pytest.param(b, n, marks=_marks(n), id=n)
+                                         for b, names in BATCHES.items() for n in names])
+def test_batched_case(batch, name):
+    lines, done = _batch(batch)
+    _judge(name, name, lines, done)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n), id=n) for n in SOLO_CPU])
+def test_case_alone(name):
+    lines, done = _run_child([name])
+    _judge(name, name, lines, done)
+
+
+@pytest.fixture(scope="module")
+def fake_nccl(tmp_path_factory):
+    from nccl_support.harness import build_fake
+
+    try:
+        return build_fake(tmp_path_factory.mktemp("hostile_nccl"), with_suspend=True)
+    except (RuntimeError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"cannot build the fake NCCL: {error}")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n), id=n) for n in SOLO_NCCL])
+def test_nccl_case(name, fake_nccl):
+    lines, done = _run_child([name], env={"JAX_AMEM_NCCL_LIBRARY": str(fake_nccl),
+                                          "JAX_AMEM_NCCL_HOST_EXCHANGE": "1", "FAKE_NCCL_VERSION": "23007"})
+    _judge(name, name, lines, done)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n, pytest.mark.gpu), id=n) for n in SOLO_GPU])
+def test_gpu_case(name):
+    """On a GPU host: raw addresses bounded by their CUDA allocation (JAX on its GPU), and pause
+    with JAX on its CPU platform while a driver is present."""
+    case = name.removeprefix("gpu_")
+    env = {"JAX_PLATFORMS": None if name.startswith("copy_") else "cpu", "XLA_FLAGS": None}
+    lines, done = _run_child([case], env=env)
+    _judge(case, case, lines, done)
