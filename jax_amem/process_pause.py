@@ -193,10 +193,9 @@ def _nccl_to_pause(enabled: bool):
         return None
     try:
         from . import nccl
-        from .nccl import _api
     except ImportError:
         return None
-    if not nccl.is_installed() or not (nccl.communicators() or _api.in_a_job()):
+    if not nccl.is_installed() or not (nccl.communicators() or nccl.in_a_job()):
         return None
     return nccl
 

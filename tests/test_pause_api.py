@@ -188,10 +188,16 @@ class FakeNccl(types.ModuleType):
     def communicators(self):
         return self._comms
 
+    def in_a_job(self):
+        return False  # no jax.distributed peers
+
     def pause(self):
         self.calls.append(("pause", [a.is_deleted() for a in self.watched]))
         if self._fail:
             raise RuntimeError("rank 1 did not take part")
+
+    def resume_owed(self):
+        return bool(self._comms)
 
     def resume(self):
         self.calls.append(("resume", jax_amem.memory.pool_stats().in_use_bytes))

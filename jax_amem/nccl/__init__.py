@@ -7,8 +7,8 @@ back behind the same handles, so XLA's cached communicators keep working.
 
 from ._api import (Communicator, NcclNotInstalledError, NcclPauseError, NcclReport, can_suspend,
                    communicators, install, is_installed, keep_suspendable, nccl_version, pause,
-                   paused, paused_ids, recover, resume, resume_owed, status)
+                   in_a_job, paused, paused_ids, recover, resume, resume_owed, status)
 
 __all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
            "communicators", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
-           "paused", "paused_ids", "recover", "resume", "resume_owed", "status"]
+           "in_a_job", "paused", "paused_ids", "recover", "resume", "resume_owed", "status"]
