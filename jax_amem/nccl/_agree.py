@@ -47,7 +47,13 @@ class Peers:
 
     def _get(self, key: str, wait: bool = False) -> str | None:
         try:
-            value = self.client.blocking_key_value_get(key, 60_000 if wait else 1)
+            if wait:
+                value = self.client.blocking_key_value_get(key, 60_000)
+            elif hasattr(self.client, "key_value_try_get"):
+                value = self.client.key_value_try_get(key)  # no wait: absent raises at once
+            else:
+                # A 1 ms wait missed keys that were there (jax 0.12 saw none after a barrier timeout).
+                value = self.client.blocking_key_value_get(key, 500)
         except Exception:  # noqa: BLE001 - absent
             if wait:
                 raise
