@@ -9,7 +9,7 @@
 #   build          pip install . (the image's compilers; see below)
 #   gpu            the in-process GPU tests (one pytest process; no multi-process test in it)
 #   swap_ipc       tests/test_swap_ipc.py          (two processes: a pytest process of its own)
-#   swap_nccl      tests/test_swap_nccl.py         (two processes)
+#   swap_nccl      tests/test_swap_nccl.py -m gpu  (two processes)
 #   swap_multigpu  tests/test_swap_multigpu.py     (needs 2+ GPUs: skips on one)
 #   nccl           NCCL pause/resume of XLA's communicators, 2 and 4 JAX processes, the image's NCCL
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
@@ -80,7 +80,10 @@ for name in $STEPS; do
     swap_ipc)
       step swap_ipc 300 $PY -P -m pytest -q tests/test_swap_ipc.py ;;
     swap_nccl)
-      step swap_nccl 400 $PY -P -m pytest -q tests/test_swap_nccl.py ;;
+      # Only its GPU tests: the others stand CPU devices in for the link's GPU (CI runs them), and
+      # on the GPU machine they would start JAX's GPU backend in this pytest process, which the
+      # two-process GPU tests after them cannot share (they hung there).
+      step swap_nccl 400 $PY -P -m pytest -q -rs -m gpu tests/test_swap_nccl.py ;;
     swap_multigpu)
       step swap_multigpu 540 $PY -P -m pytest -q -rs -m multigpu tests/test_swap_multigpu.py ;;
     nccl)
