@@ -562,22 +562,29 @@ def test_jax_receive_program_donates_every_shard_and_chains_the_calls(any_device
     assert returned == [current[k] for k in range(len(dests.shards))]
 
 
-def test_jax_receive_reassembles_the_tree_around_the_written_shards(any_device):
+@pytest.mark.parametrize("which", [0, 1])
+def test_jax_receive_reassembles_the_tree_around_the_written_shards(any_device, which):
     """What receive returns as report.dst: each array rebuilt with the program's outputs as
-    the owner's shards and the other owner's shards as they were, in the tree's structure."""
+    the owner's shards and the other owner's shards as they were, in the tree's structure,
+    after the donation deleted the donated shards (owner (1, 0) holds the single-device
+    'scale', so its donation deletes a whole array of the tree)."""
     import jax
 
     R = any_device
     tree = jax_rollout_tree(jax.devices())
     plan, _ = jax_rollout_plan(tree)
-    owner = ROLLOUTS[1]
-    dests = R.check_destinations(tree, plan, plan.owner_id(owner), owner, 1)
+    owner = ROLLOUTS[which]
+    dests = R.check_destinations(tree, plan, plan.owner_id(owner), owner, owner.device)
     outputs = [jax.device_put(np.full(s.shape, k + 1, s.dtype), next(iter(s.devices())))
                for k, s in enumerate(dests.shards)]  # stand-ins for the written shards
+    scale_pointer = tree["scale"].unsafe_buffer_pointer()
+    for shard in dests.shards:  # as the program's donation leaves them
+        shard.delete()
+    assert tree["scale"].is_deleted() == (owner.device == 0)
     new = dests.assemble(outputs)
     assert sorted(new) == sorted(tree)
-    # (1, 1) holds no "scale": the same buffer, untouched
-    assert new["scale"].unsafe_buffer_pointer() == tree["scale"].unsafe_buffer_pointer()
+    if owner.device == 1:  # (1, 1) holds no "scale": the same buffer, untouched
+        assert new["scale"].unsafe_buffer_pointer() == scale_pointer
     for k, name in enumerate(dests.names):
         array = new[name]
         assert array.sharding == tree[name].sharding and array.shape == tree[name].shape

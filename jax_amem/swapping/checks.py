@@ -63,7 +63,8 @@ def not_a_sequence_of_tensors(dst) -> None:
 # ----------------------------------------------------------------------------- JAX destinations
 
 
-def _shards(array) -> list:
+def shards_of(array) -> list:
+    """Every single-device array of `array`, in the order of `addressable_shards`."""
     arrays = getattr(array, "_arrays", None)  # fast; the public fallback below
     return list(arrays) if arrays is not None else [s.data for s in array.addressable_shards]
 
@@ -73,7 +74,7 @@ def _buffers(named_arrays) -> dict:
     out = {}
     for name, array in named_arrays:
         if array.size:  # an array's shards are all empty or all not (nbytes: 10x slower to read)
-            for shard in _shards(array):
+            for shard in shards_of(array):
                 out.setdefault(shard.unsafe_buffer_pointer(), name)
     return out
 
@@ -101,7 +102,7 @@ def jax_destinations(names, leaves, sources) -> dict:
                             "(e.g. jax.device_put(x, sharding, may_alias=False)); nothing was donated")
     mine, shards = {}, {}
     for name, leaf in zip(names, leaves):
-        shards[name] = _shards(leaf)
+        shards[name] = shards_of(leaf)
         if not leaf.size:
             continue  # no byte: never donated
         for k, shard in enumerate(shards[name]):
@@ -166,7 +167,7 @@ def torch_not_jax_memory(named_ranges) -> None:
 
     starts = np.array([r[0] for r in ranges], np.int64)
     for array in jax.live_arrays():
-        for shard in _shards(array):
+        for shard in shards_of(array):
             try:
                 nbytes = shard.nbytes
                 start = shard.unsafe_buffer_pointer() if nbytes else 0

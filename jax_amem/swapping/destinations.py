@@ -301,6 +301,11 @@ class JaxDestination(WrittenHere):
         shared with another destination or a source, no deleted shard (checks.jax_destinations)."""
         self._shards = checks.jax_destinations(list(self.arrays), list(self.arrays.values()), sources)
 
+    def keep_shards(self) -> None:
+        """Reads every array's single-device shards now: once one shard of an array is donated,
+        JAX refuses to list the array's shards, and `assemble` needs the others."""
+        self._shards = {name: checks.shards_of(a) for name, a in self.arrays.items()}
+
     def after(self, new_tree) -> "JaxDestination":
         return JaxDestination(new_tree)
 

@@ -16,6 +16,10 @@ ROLLOUT_OWNER = (1, 0)
 def start(rank: int, jax_rollout: bool = False):
     """Imports jax_amem first (the NCCL interposer in front) with the right JAX platform.
     `jax_rollout`: the rollout receives into jax.Arrays, so it keeps JAX's GPU backend."""
+    if os.environ.get("WORKER_HANG_DUMP_S"):  # a hang prints every thread's stack, then exits
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["WORKER_HANG_DUMP_S"]), exit=True)
     if rank == 1 and not jax_rollout:
         os.environ["JAX_PLATFORMS"] = "cpu"  # the rollout: PyTorch on the GPU, no JAX GPU backend
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the Llama helpers

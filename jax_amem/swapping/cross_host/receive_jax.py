@@ -95,6 +95,7 @@ class Destinations:
     indices: tuple
     shards: tuple
     owner: Owner            # the link's plan owner
+    writer: JaxDestination  # made from the live tree before any donation (it rebuilds the tree)
 
     @property
     def order(self) -> list:
@@ -107,17 +108,17 @@ class Destinations:
 
     def assemble(self, outputs) -> object:
         """The new pytree: the written shards (the donated buffers' successors) in place of
-        the old, the other shards as they were."""
-        return JaxDestination(self.tree).assemble(self, list(outputs))
+        the old, the other shards as they were. The writer was made before the donation: made
+        now it would find the donated single-device arrays deleted and refuse the tree."""
+        return self.writer.assemble(self, list(outputs))
 
 
 def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destinations:
     """The shards this owner receives into, or SwapError naming the first leaf that is no
     live jax.Array or has a deleted shard, a name missing or extra, a layout (shape, dtype, sharding) other than the plan's, an array
     given twice, or a shard off the link's GPU. Nothing is donated or sent before this passes."""
-    names, leaves, _ = flat_named(tree)
-    check_live_arrays(names, leaves, "destination")
-    arrays = dict(zip(names, leaves))
+    writer = JaxDestination(tree)  # refuses a leaf that is no live jax.Array
+    arrays = writer.arrays
     check_names(plan.dst_layouts, arrays)
     owner = Owner(*owner)
     offset = process_offset(owner.process)
@@ -145,7 +146,8 @@ def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destina
         if not on_link_device(dev, device):
             raise SwapError(f"destination {name!r}: the shard of owner {tuple(owner)} is on {dev}, not on the "
                             f"link's cuda:{device}; connect with device=<that shard's local GPU>")
-    return Destinations(tree, tuple(ids), tuple(out_names), tuple(indices), tuple(shards), owner)
+    writer.keep_shards()
+    return Destinations(tree, tuple(ids), tuple(out_names), tuple(indices), tuple(shards), owner, writer)
 
 
 def _check_shards_live(name: str, array) -> None:
