@@ -24,14 +24,13 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 import jax_amem  # noqa: F401  (first: chooses the cuda_async allocator before JAX starts)
 import jax
 import jax.numpy as jnp
 
 from jax_amem._native import core
-from jax_amem.memory import arrays as array_io, nvml, staging
+from jax_amem.memory import nvml, staging
+from jax_amem.memory.bandwidth import pinned_copy_bandwidth
 
 GOAL_FREED = 0.99
 GOAL_BOUND = 1.1
@@ -50,27 +49,6 @@ def state_bytes(state) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(state))
 
 
-def copy_bandwidth(pool, nbytes: int, repeats: int = 3) -> tuple[float, float]:
-    """(D2H, H2D) GB/s of one driver copy of one nbytes buffer through `pool`, best of `repeats`."""
-    x = jax.block_until_ready(jnp.zeros((nbytes // 4,), jnp.float32))
-    (address,) = pool.place([x.nbytes])
-    row = np.array([[array_io.device_ordinal(x.devices().pop()), x.unsafe_buffer_pointer(),
-                     address, x.nbytes]], np.int64)
-    timings = {"down": [], "up": []}
-    try:
-        for _ in range(repeats + 1):  # the first of each is a warm-up
-            start = time.perf_counter()
-            core.memory.copy_to_host(row)
-            timings["down"].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            core.memory.copy_to_device(row)
-            timings["up"].append(time.perf_counter() - start)
-    finally:
-        pool.release_all()
-        x.delete()
-    return x.nbytes / min(timings["down"][1:]) / 1e9, x.nbytes / min(timings["up"][1:]) / 1e9
-
-
 def pinning_methods(nbytes: int, pinned: bool) -> dict:
     """method -> (seconds to make nbytes in 1 GiB blocks, D2H GB/s, H2D GB/s), each in a fresh pool."""
     out = {}
@@ -83,7 +61,7 @@ def pinning_methods(nbytes: int, pinned: bool) -> dict:
         seconds = time.perf_counter() - start
         pool.free()
         pool = core.memory.StagingPool(pinned, method if pinned else "")  # one block for the copy
-        down, up = copy_bandwidth(pool, nbytes)
+        down, up = pinned_copy_bandwidth(pool, nbytes)
         pool.free()
         out[method] = (seconds, down, up)
     return out

@@ -7,6 +7,10 @@ Kernels are stored (in, out) as Flax does; the swap transposes them into
 PyTorch's (out, in). The arithmetic mirrors transformers' LlamaForCausalLM
 (rotate-half rotary embeddings, key/value heads repeated consecutively, RMSNorm
 in float32) so that the two give the same logits from the same weights.
+Family "qwen3" adds `layers/attn/q_norm/scale` and `k_norm/scale` (L, hd): RMSNorm on
+each head before the rotary embedding, as Qwen3ForCausalLM (the names
+`jax_amem.reshard.rules.qwen3` expects); `tie_embeddings` drops `lm_head` and reads
+the logits off `embed/embedding`.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class Attention(nn.Module):
         q = _dense(c.num_heads * c.head_dim, "q", c.init_std)(x).reshape(batch, length, c.num_heads, c.head_dim)
         k = _dense(c.num_kv_heads * c.head_dim, "k", c.init_std)(x).reshape(batch, length, c.num_kv_heads, c.head_dim)
         v = _dense(c.num_kv_heads * c.head_dim, "v", c.init_std)(x).reshape(batch, length, c.num_kv_heads, c.head_dim)
+        if c.family == "qwen3":  # one RMSNorm over head_dim, shared by every head
+            q = RMSNorm(c.rms_norm_eps, name="q_norm")(q)
+            k = RMSNorm(c.rms_norm_eps, name="k_norm")(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # Query head h reads key/value head h // (H / KV), as transformers' repeat_kv.
         repeat = c.num_heads // c.num_kv_heads
@@ -101,13 +108,16 @@ class Policy(nn.Module):
     @nn.compact
     def __call__(self, tokens):
         c = self.config
-        x = nn.Embed(c.vocab_size, c.hidden_size, name="embed",
-                     embedding_init=nn.initializers.normal(c.init_std))(tokens)
+        embed = nn.Embed(c.vocab_size, c.hidden_size, name="embed",
+                         embedding_init=nn.initializers.normal(c.init_std))
+        x = embed(tokens)
         rope = rotary_tables(jnp.arange(tokens.shape[1]), c.head_dim, c.rope_theta)
         layers = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True},
                          in_axes=nn.broadcast, length=c.num_layers)
         x, _ = layers(c, name="layers")(x, rope)
         x = RMSNorm(c.rms_norm_eps, name="final_norm")(x)
+        if c.tie_embeddings:
+            return embed.attend(x)
         return _dense(c.vocab_size, "lm_head", c.init_std)(x)
 
 

@@ -1,4 +1,5 @@
-"""The rollout: the same architecture as a transformers.LlamaForCausalLM, sampling with PyTorch.
+"""The rollout: the same architecture as a transformers LlamaForCausalLM (or Qwen3ForCausalLM),
+sampling with PyTorch.
 
 The model is built from a config (no download) and its initial weights are
 overwritten to NaN: every weight it ever uses comes from the trainer through
@@ -19,15 +20,24 @@ def torch_device():
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def build_rollout_model(config: PolicyConfig, device=None):
-    """A float32 LlamaForCausalLM of `config`'s architecture, in eval mode, weights set to NaN."""
+def build_rollout_model(config: PolicyConfig, device=None, dtype=None):
+    """A LlamaForCausalLM (Qwen3ForCausalLM for family "qwen3") of `config`'s architecture,
+    in eval mode, weights set to NaN; float32 unless `dtype` (a torch dtype) says otherwise."""
     import torch
-    from transformers import LlamaForCausalLM
+    import transformers
 
+    model_class = transformers.Qwen3ForCausalLM if config.family == "qwen3" else transformers.LlamaForCausalLM
     device = device if device is not None else torch_device()
-    with torch.device(device):
-        model = LlamaForCausalLM(config.to_llama_config())
-    model = model.to(torch.float32).eval()
+    dtype = dtype if dtype is not None else torch.float32
+    previous = torch.get_default_dtype()
+    # Made in `dtype` from the start: a 1.7B model built in float32 first would take 7 GB more.
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = model_class(config.to_hf_config())
+    finally:
+        torch.set_default_dtype(previous)
+    model = model.eval()  # not .to(dtype): that would round the rotary inv_freq (float32) too
     with torch.no_grad():
         for tensor in model.parameters():
             tensor.fill_(float("nan"))
