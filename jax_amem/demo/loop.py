@@ -40,10 +40,11 @@ class LogitsCheck:
     iteration: int
     max_abs_diff: float
     relative: float        # max_abs_diff / max |logit|
+    tolerance: float = LOGITS_TOLERANCE
 
     @property
     def ok(self) -> bool:
-        return self.relative <= LOGITS_TOLERANCE
+        return self.relative <= self.tolerance
 
 
 @dataclasses.dataclass
@@ -114,12 +115,14 @@ class Trainer:
 
 
 class Rollout:
-    """The PyTorch side: a transformers Llama whose weights only ever come from the swap."""
+    """The PyTorch side: a transformers model whose weights only ever come from the swap.
+    dtype: the model's torch dtype (float32 by default); rules: the swap's (default:
+    `swap_rules(config)`, which the Qwen3 family builds from the trainer's `params`)."""
 
-    def __init__(self, config: PolicyConfig):
-        self.model = rollout.build_rollout_model(config)
+    def __init__(self, config: PolicyConfig, dtype=None, params=None):
+        self.model = rollout.build_rollout_model(config, dtype=dtype)
         self.tensors = rollout.rollout_tensors(self.model)
-        self.rules = swap_rules(config)
+        self.rules = swap_rules(config, params, cast=_cast_to(self.model))
 
     def load(self, params):
         """The swap: `params` written into the model's own tensors; returns the SwapReport."""
@@ -129,6 +132,12 @@ class Rollout:
         out = rollout.generate(self.model, prompts, new_tokens, seed)
         _release_torch_cache()
         return out
+
+
+def _cast_to(model) -> str | None:
+    """The swap's cast into `model`'s dtype ("bfloat16"), None for a float32 model."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return None if dtype == "float32" else dtype
 
 
 def _release_torch_cache() -> None:

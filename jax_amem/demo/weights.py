@@ -1,8 +1,9 @@
 """Trainer -> rollout weights: `jax_amem.swap` into the rollout model's own tensors, and the two
 naive ways it is compared with (the weight_swap notebook).
 
-The mapping is `jax_amem.reshard.rules.hf_llama(stacked=True)`: the Flax tree's
-stacked, (in, out) kernels become Hugging Face's per-layer (out, in) weights.
+The mapping is `jax_amem.reshard.rules.hf_llama(stacked=True)` (family "qwen3":
+`rules.qwen3(params, source="flax", layout="hf")`): the Flax tree's stacked, (in, out)
+kernels become Hugging Face's per-layer (out, in) weights.
 """
 
 from __future__ import annotations
@@ -16,8 +17,17 @@ from .. import reshard
 from .config import PolicyConfig
 
 
-def swap_rules(config: PolicyConfig):
-    return reshard.rules.hf_llama(config.num_layers, stacked=True)
+def swap_rules(config: PolicyConfig, params=None, cast: str | None = None):
+    """The rules from the trainer's tree into the rollout model; `cast` converts on the way
+    (e.g. "bfloat16"). The Qwen3 preset reads the shapes of `params` (arrays or
+    ShapeDtypeStructs)."""
+    if config.family == "qwen3":
+        if params is None:
+            raise ValueError("swap_rules: the qwen3 preset needs the trainer's params (their shapes)")
+        return reshard.rules.qwen3(params, source="flax", layout="hf", cast=cast,
+                                   tie_embeddings=config.tie_embeddings)
+    return reshard.rules.hf_llama(config.num_layers, stacked=True, cast=cast,
+                                  tie_embeddings=config.tie_embeddings)
 
 
 def swap_weights(params, tensors, rules, **options):
