@@ -4,6 +4,10 @@ A JAX (Flax) trainer, FSDP-sharded over every device (the GPU when there is one,
 else 8 XLA CPU devices), and a PyTorch (transformers) rollout take turns: the
 trainer's memory is paused while PyTorch samples, the new weights are swapped
 into the rollout model in place. Prints a progress bar and a summary table.
+
+Presets (`--preset`): `small` (a 0.29 MiB Llama that learns to sort digits; the default
+without a GPU of 60 GiB or more), `qwen3-1.7b` (the real size: real_size/presets.py; the
+default on such a GPU) and `qwen3-tiny` (the real-size code path at a CPU size, for tests).
 See docs/demo.md.
 """
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import sys
 
 # The `demo` extra of pyproject.toml (tests/test_packaging.py keeps the two equal): the library
@@ -36,19 +41,69 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed for weights, prompts and sampling")
     parser.add_argument("--check-every", type=int, default=None, help="logits check period")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                        help="small (learns a task), qwen3-1.7b (real size, GPU), qwen3-tiny (the real-size "
+                             "path at CPU size); default: qwen3-1.7b on a GPU of 60 GiB or more, else small")
+    parser.add_argument("--drop-state", action="store_true",
+                        help="real-size presets: drop Adam's state at each pause (it comes back zeroed) "
+                             "instead of keeping it in the pinned pool")
 
 
-def _configs(args):
-    from .config import DEFAULT, QUICK
+SMALL = "small"
+PRESET_NAMES = (SMALL, "qwen3-1.7b", "qwen3-tiny")  # real_size.presets.PRESETS, without importing it
+REAL_SIZE_DEFAULT = "qwen3-1.7b"
+REAL_SIZE_DEFAULT_GIB = 60.0  # real_size.presets.QWEN3_1_7B.min_device_gib (tests keep the two equal)
 
-    policy, loop = QUICK if getattr(args, "quick", False) else DEFAULT
+
+def default_preset() -> str:
+    """qwen3-1.7b when JAX will run on a GPU with REAL_SIZE_DEFAULT_GIB or more, else small.
+    Asks the CUDA driver, not JAX: JAX's backend must not start before the preset's settings."""
+    from ..memory import staging
+    from .._native import core
+
+    available, _ = core.cuda.driver_status()
+    if not (available and core.cuda.device_count() > 0 and staging.jax_may_use_gpu()):
+        return SMALL
+    _, total = core.cuda.mem_get_info(0)
+    return REAL_SIZE_DEFAULT if total >= REAL_SIZE_DEFAULT_GIB * 2**30 else SMALL
+
+
+def preset_name(args) -> str:
+    name = getattr(args, "preset", None)
+    if getattr(args, "quick", False):
+        if name not in (None, SMALL):
+            raise SystemExit(f"--quick runs the small preset; drop it to run --preset {name}")
+        return SMALL
+    name = name or default_preset()
+    if getattr(args, "drop_state", False) and name == SMALL:
+        raise SystemExit("--drop-state is for the real-size presets (qwen3-1.7b, qwen3-tiny): the small "
+                         "preset keeps its state; add --preset qwen3-1.7b or drop --drop-state")
+    return name
+
+
+def _loop_changes(args) -> dict:
+    """--iterations, --seed, --check-every as LoopConfig fields, checked."""
     changes = {name: value for name, value in (
         ("iterations", getattr(args, "iterations", None)), ("seed", getattr(args, "seed", None)),
         ("check_every", getattr(args, "check_every", None))) if value is not None}
     for name, value in changes.items():
         if value < (0 if name == "seed" else 1):
             raise SystemExit(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'seed' else '>= 1'}, got {value}")
-    return policy, dataclasses.replace(loop, **changes)
+    return changes
+
+
+def _configs(args):
+    from .config import DEFAULT, QUICK
+
+    policy, loop = QUICK if getattr(args, "quick", False) else DEFAULT
+    return policy, dataclasses.replace(loop, **_loop_changes(args))
+
+
+def _real_size_preset(args, name: str):
+    from .real_size.presets import PRESETS
+
+    preset = PRESETS[name]
+    return dataclasses.replace(preset, loop=dataclasses.replace(preset.loop, **_loop_changes(args)))
 
 
 class _Progress:
@@ -81,6 +136,9 @@ def main(args) -> int:
     if missing:
         print(missing_message(missing), file=sys.stderr)
         return 2
+    name = preset_name(args)
+    if name != SMALL:
+        return main_real_size(args, name)
     import jax
 
     from .loop import run
@@ -95,5 +153,28 @@ def main(args) -> int:
         result = run(policy, loop, on_start=progress.on_start, on_iteration=progress.on_iteration)
     finally:
         progress.close()
+    print(summary_table(result), flush=True)
+    return 0 if result.checks_ok else 1
+
+
+def main_real_size(args, name: str) -> int:
+    """A real-size preset: progress lines per step, then the summary (real_size/summary.py)."""
+    from ..memory import allocator
+
+    # The peaks compare memory in use with and without the pause: XLA must not preallocate 75%
+    # of the GPU (its default), which would read as the trainer's. Before JAX's GPU backend starts.
+    if not allocator.backends_started():
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    preset = _real_size_preset(args, name)
+    import jax
+
+    from .real_size.loop import run
+    from .real_size.summary import summary_table
+
+    device = jax.devices()[0]
+    print(f"jax-amem demo --preset {name} on {device.platform} ({device.device_kind}), "
+          f"{len(jax.devices())} device(s): {preset.loop.iterations} iterations", flush=True)
+    result = run(preset, drop_state=getattr(args, "drop_state", False),
+                 log=lambda line: print(line, flush=True))
     print(summary_table(result), flush=True)
     return 0 if result.checks_ok else 1
