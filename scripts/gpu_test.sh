@@ -14,6 +14,8 @@
 #   nccl           NCCL pause/resume of XLA's communicators, 2 and 4 JAX processes, the image's NCCL
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
 #   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set) and `python -m jax_amem bench`
+#   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (issue 14's real-size switch; ~3-4 min;
+#                  not in the default list: name it)
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays
@@ -102,8 +104,11 @@ for name in $STEPS; do
         step bench_nccl 400 $PY -P benchmarks/nccl_pause.py --processes 2 4 --cycles 100
       fi
       step bench 300 $PY -P -m jax_amem bench ;;
+    demo_real)
+      # The whole summary (about 40 lines), not the last 12.
+      TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b ;;
     *)
-      echo "unknown step '$name' (steps: $ALL)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL demo_real)"; exit 2 ;;
   esac
 done
 
