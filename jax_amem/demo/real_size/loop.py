@@ -36,6 +36,7 @@ from ..train import group_advantages
 from . import bandwidth, baselines, checks
 from .memory_peak import PeakSampler
 from .presets import RealSizePreset
+from .units import gb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +128,8 @@ class _Run:
         self.trainer = Trainer(preset.policy, preset.loop, preset.task)
         result.param_bytes = _nbytes(self.trainer.params)
         result.opt_state_bytes = _nbytes(self.trainer.opt_state)
-        self.log(f"trainer: {result.param_bytes / 1e9:.2f} GB of float32 parameters + "
-                 f"{result.opt_state_bytes / 1e9:.2f} GB of Adam state ({time.perf_counter() - start:.1f} s)")
+        self.log(f"trainer: {gb(result.param_bytes)} of float32 parameters + {gb(result.opt_state_bytes)} "
+                 f"of Adam state ({time.perf_counter() - start:.1f} s)")
         reservation = jax_amem.reserve(**self.tagged())
         self.roll = Rollout(preset.policy, dtype=_torch_dtype(preset.rollout_dtype), params=self.trainer.params)
         result.rollout_device = str(next(self.roll.model.parameters()).device)
@@ -140,7 +141,7 @@ class _Run:
         result.setup_seconds = time.perf_counter() - start
         self.log(f"set-up {result.setup_seconds:.1f} s: rollout {preset.rollout_dtype} on "
                  f"{result.rollout_device}, first swap {result.initial_swap.seconds:.2f} s, reserve() "
-                 f"pinned {reservation.bytes / 1e9:.2f} GB in {reservation.pool_seconds:.2f} s")
+                 f"staged {gb(reservation.bytes)} in {reservation.pool_seconds:.2f} s")
 
     # -- phases shared by the loop and the resident baseline
     def prompts(self) -> np.ndarray:
@@ -185,7 +186,7 @@ class _Run:
             check = checks.exact_check(self.trainer.params, self.roll.model, self.preset.policy, iteration)
             result.exact_checks.append(check)
             self.log(f"  exact check: {'OK' if check.ok else 'FAILED'}: {check.tensors} tensors, "
-                     f"{check.bytes / 1e9:.2f} GB bit-exact against numpy ({check.seconds:.1f} s)"
+                     f"{gb(check.bytes)} bit-exact against numpy ({check.seconds:.1f} s)"
                      + (f"; differ: {', '.join(check.mismatched[:5])}" if check.mismatched else ""))
         if (iteration + 1) % loop.check_every == 0 or iteration == loop.iterations - 1:
             check = checks.logits_check(self.trainer, self.roll, self.check_tokens, iteration,
