@@ -596,6 +596,30 @@ def test_jax_receive_reassembles_the_tree_around_the_written_shards(any_device, 
                 assert np.isnan(values).all(), name  # the other owner's shard, untouched
 
 
+def test_jax_receive_hands_the_written_shards_back_when_the_end_fails(any_device):
+    """After the program donated and wrote the shards, a failure (the handshake's `done`, the
+    rebuild) raises PartialSwapError whose `dst` is the whole tree: nothing is lost."""
+    import jax
+
+    from jax_amem import PartialSwapError
+
+    R = any_device
+    tree = jax_rollout_tree(jax.devices())
+    plan, _ = jax_rollout_plan(tree)
+    owner = ROLLOUTS[0]
+    dests = R.check_destinations(tree, plan, plan.owner_id(owner), owner, owner.device)
+    outputs = [jax.device_put(np.full(s.shape, k + 1, s.dtype), next(iter(s.devices())))
+               for k, s in enumerate(dests.shards)]
+    for shard in dests.shards:
+        shard.delete()
+    failure = dests.writer.recover(dests, outputs, TimeoutError("the trainer never read `done`"))
+    assert isinstance(failure, PartialSwapError) and "TimeoutError: the trainer never read" in str(failure)
+    assert f"after {len(outputs)} of {len(outputs)} buffers were donated" in str(failure)
+    assert failure.written == ["scale"]  # the only array (1, 0) holds whole
+    assert sorted(failure.dst) == sorted(tree)
+    assert (np.asarray(failure.dst["scale"]) == dests.names.index("scale") + 1).all()
+
+
 def test_aliases_map_destinations_past_token_and_table():
     from jax_amem.swapping.cross_host.receive_jax import aliases
 
