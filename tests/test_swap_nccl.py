@@ -361,7 +361,7 @@ def test_llama_over_nccl_bit_exact_with_pause_between_swaps():
     sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_workers"))
     from run_pair import run_pair
 
-    results, logs = run_pair("nccl_swap_worker.py", ["llama"], timeout=600)
+    results, logs = run_pair("nccl_swap_worker.py", ["llama"], timeout=180)
     text = "\n\n".join(log[-4000:] for log in logs)
     rollout = [r for r in results if r.get("role") == "rollout" and r.get("phase") == "checked"]
     trainer = [r for r in results if r.get("role") == "trainer" and r.get("phase") == "sent"]
@@ -755,7 +755,7 @@ def test_llama_over_nccl_into_a_jax_rollout_in_place():
     from run_pair import run_pair
 
     # Two JAX GPU processes share the GPU: each preallocates this fraction of it.
-    results, logs = run_pair("nccl_swap_worker.py", ["jax"], timeout=600,
+    results, logs = run_pair("nccl_swap_worker.py", ["jax"], timeout=180,
                              extra_env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.2"})
     text = "\n\n".join(log[-4000:] for log in logs)
     rollout = [r for r in results if r.get("role") == "rollout" and r.get("phase") == "checked"]
