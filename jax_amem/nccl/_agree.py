@@ -45,6 +45,10 @@ class Peers:
                 f"communicator is as it was. ({type(error).__name__}: {str(error)[:200]})") from None
         return [json.loads(self._get(f"{prefix}/{p}", wait=True)) for p in range(self.num_processes)]
 
+    def meet(self, kind: str, timeout: float) -> None:
+        """Waits for every process (nothing to read): resume's agreement."""
+        self.exchange(kind, {}, timeout)
+
     def _get(self, key: str, wait: bool = False) -> str | None:
         try:
             if wait:

@@ -243,7 +243,7 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
         try:
             if job is not None:
                 try:
-                    job.exchange("resume", {"ids": len(chosen)}, timeout)
+                    job.meet("resume", timeout)
                 except NcclPauseError:
                     control.cancel_resume()  # still paused: calls fail again instead of waiting
                     raise
