@@ -12,7 +12,11 @@ process, or a program that does not use it) there is nobody to agree with, and e
 process decides alone.
 
 Agreements are numbered in the order a process makes them: every process must make
-the same sequence (pause, resume, ...), as with any collective. Bounded store:
+the same sequence (pause, resume, ...), as with any collective. After a timed-out
+agreement, the late process's call fails at once (the store remembers that barrier
+failed); if the others made no other agreement before it came, the job is in step
+again, else it is out of step for good (the barrier's uses are counted by the store),
+which the next agreement reports. Bounded store:
 the entries live in two slots (agreement number mod 2) and are overwritten, and every
 agreement meets at the same barrier id (the client numbers its uses). Slot reuse is
 safe: a process sets its entry for agreement n+2 only after the barrier of n+1, which
