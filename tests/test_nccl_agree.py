@@ -44,12 +44,16 @@ def test_agreed_pause_and_resume_on_two_processes(fake_with_suspend):
         comm = init_config(lib, make_id(f"p{PROCESS}"), 1, split_share=1)[0]
         report = nccl.pause("auto")
         states = [c.state for c in nccl.communicators()]
-        nccl.resume()
+        restored = nccl.resume()
+        alone = nccl.pause("auto", agree=False)
+        nccl.resume(agree=False)
         out(strategies=[c.last_strategy for c in report.communicators], states=states,
-            after=all_reduce(lib, comm, [PROCESS])[1])
+            after=all_reduce(lib, comm, [PROCESS])[1],
+            agreed=[report.agree_seconds > 0, restored.agree_seconds > 0, alone.agree_seconds])
     """, env=NEW_NCCL)
     for process, result in enumerate(seen):
-        assert result == {"strategies": ["suspend"], "states": ["paused"], "after": [float(process)]}
+        assert result == {"strategies": ["suspend"], "states": ["paused"], "after": [float(process)],
+                          "agreed": [True, True, 0.0]}
 
 
 def test_a_refusal_on_one_process_stops_both_before_anything_is_touched(fake_with_suspend):
