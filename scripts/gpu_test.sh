@@ -13,7 +13,8 @@
 #   swap_multigpu  tests/test_swap_multigpu.py     (needs 2+ GPUs: skips on one)
 #   nccl           NCCL pause/resume of XLA's communicators, 2 and 4 JAX processes, the image's NCCL
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
-#   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set) and `python -m jax_amem bench`
+#   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set), benchmarks/nccl_agreement.py and
+#                  `python -m jax_amem bench`
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays
@@ -101,6 +102,7 @@ for name in $STEPS; do
       else
         step bench_nccl 400 $PY -P benchmarks/nccl_pause.py --processes 2 4 --cycles 100
       fi
+      step bench_agreement 200 $PY -P benchmarks/nccl_agreement.py --processes 2 4  # the store's floor on this host
       step bench 300 $PY -P -m jax_amem bench ;;
     *)
       echo "unknown step '$name' (steps: $ALL)"; exit 2 ;;
