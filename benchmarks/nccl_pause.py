@@ -10,6 +10,9 @@ same run: `recreate` with the parallel teardown on the same communicators, and t
 destroy + sequential init (fresh ids through the key-value store) on communicators of the same
 shapes. Ratio: baseline time over auto's p50. Bytes: what NCCL says each suspend freed, against
 its suspendable bytes (ncclCommMemStats). Device memory and host RSS are sampled over the cycles.
+Split, the same cycles: each pause's and resume's agreement over the jax.distributed store
+(NcclReport.agree_seconds) apart from NCCL's own part (NcclReport.seconds); the agreement
+alone against the store's floor: benchmarks/nccl_agreement.py.
 Use JAX_AMEM_NCCL_LIBRARY to run a newer NCCL (suspend needs >= 2.29.7).
 """
 
@@ -56,6 +59,15 @@ def xla_program(processes: int, cycles: int, timeout: float) -> dict | None:
     for name in ("pause", "resume", "total"):
         print(f"  {name if name != 'total' else 'pause + resume':<34} {worst[name + '_p50'] * 1e3:>8.1f} "
               f"{worst[name + '_p99'] * 1e3:>8.1f}")
+    split = worst.get("split")
+    if split:  # the same cycles, by phase (NcclReport.agree_seconds / .seconds)
+        for name, label in (("pause_agree", "  pause: agreement (store)"),
+                            ("pause_nccl", "  pause: NCCL (suspend / teardown)"),
+                            ("resume_agree", "  resume: agreement (store)"),
+                            ("resume_nccl", "  resume: NCCL (resume / re-init)")):
+            print(f"  {label:<34} {split[name][0] * 1e3:>8.1f} {split[name][1] * 1e3:>8.1f}")
+        rest = worst["total_p50"] - sum(split[name][0] for name in split)
+        print(f"  {'  rest (total p50 - parts p50)':<34} {rest * 1e3:>8.1f}")
     print(f"  {'recreate-parallel (median of 3)':<34} {parallel_ms:>8.1f} {'':>8}  auto is "
           f"{parallel_ms / auto_ms:.1f}x faster")
     print(f"  {'naive destroy + sequential init':<34} {naive_ms:>8.1f} {'':>8}  auto is "
@@ -72,7 +84,7 @@ def xla_program(processes: int, cycles: int, timeout: float) -> dict | None:
           f"host RSS {(samples[-1]['rss'] - samples[0]['rss']) / 2**20:+.1f} MiB "
           f"(second half {(samples[-1]['rss'] - samples[len(samples) // 2]['rss']) / 2**20:+.1f}); "
           f"bit-identical: {all(r['identical'] for r in cycles_rows)}")
-    return {"processes": processes, "auto_ms": auto_ms, "naive_ms": naive_ms, "parallel_ms": parallel_ms,
+    return {"processes": processes, "split": split, "auto_ms": auto_ms, "naive_ms": naive_ms, "parallel_ms": parallel_ms,
             "freed": freed, "suspendable": suspendable, "rows": cycles_rows}
 
 

@@ -19,7 +19,7 @@ from .platform import gpu_status  # and jax_amem.platform.require_gpu, for code 
 from .memory import memory_report
 from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
 from .process_pause import reserve  # grow the pinned pool ahead, off the switch
-from .swapping import SwapError, SwapReport, swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
+from .swapping import PartialSwapError, SwapError, SwapReport, swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
 from . import reshard
 from .reshard import Layout, Owner, plan, rules
 
@@ -40,4 +40,5 @@ __all__ = [
     "Layout", "Owner", "PauseInfo", "Restored", "SwapReport",
     # errors
     "JaxAmemError", "GpuUnavailableError", "NativeCoreMissingError", "PauseError", "SwapError",
+    "PartialSwapError",
 ]

@@ -257,7 +257,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     if _platform(srcs) == "gpu":
         _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
     bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
-    table = prepare_buffer_segments(short, src_bytes, size_list)
+    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
     # Not has_side_effect: an effect would keep every call of the jitted function off JAX's C++
     # dispatch path (5x the dispatch time for a few thousand operands). The token is what keeps
     # the call alive: return it from the jitted function (or use it) and wait for it.

@@ -13,7 +13,8 @@
 #   swap_multigpu  tests/test_swap_multigpu.py     (needs 2+ GPUs: skips on one)
 #   nccl           NCCL pause/resume of XLA's communicators, 2 and 4 JAX processes, the image's NCCL
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
-#   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set) and `python -m jax_amem bench`
+#   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set), benchmarks/nccl_agreement.py and
+#                  `python -m jax_amem bench`
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (issue 14's real-size switch; ~3-4 min;
 #                  not in the default list: name it)
 #
@@ -103,6 +104,7 @@ for name in $STEPS; do
       else
         step bench_nccl 400 $PY -P benchmarks/nccl_pause.py --processes 2 4 --cycles 100
       fi
+      step bench_agreement 200 $PY -P benchmarks/nccl_agreement.py --processes 2 4  # the store's floor on this host
       step bench 300 $PY -P -m jax_amem bench ;;
     demo_real)
       # The whole summary (about 40 lines), not the last 12.

@@ -46,6 +46,27 @@ def test_split_bulk_takes_the_long_rows_only():
     assert bulk[:, 4].tolist() == [8, 16] and short[:, 4].tolist() == [3]
 
 
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), src_sizes=st.lists(st.integers(1, 200), min_size=1, max_size=4),
+       dst_sizes=st.lists(st.integers(1, 200), min_size=1, max_size=4), piece=st.sampled_from([16, 32, 1 << 20]))
+def test_splitting_validated_rows_gives_the_pieces_preparing_them_gives(data, src_sizes, dst_sizes, piece):
+    rows = amem_copy.prepare_buffer_segments(data.draw(many_rows(src_sizes, dst_sizes)), src_sizes, dst_sizes,
+                                             max_piece=1 << 62)
+    split = amem_copy.core.copy.split_buffer_segments(rows, piece)
+    np.testing.assert_array_equal(split, amem_copy.prepare_buffer_segments(rows, src_sizes, dst_sizes, piece))
+
+
+def test_the_rows_are_validated_once_per_call(monkeypatch):
+    """The short rows are a subset of the validated table: split, not validated again."""
+    calls = []
+    validate = amem_copy.prepare_buffer_segments
+    monkeypatch.setattr(amem_copy, "prepare_buffer_segments", lambda *a, **k: calls.append(1) or validate(*a, **k))
+    src, dst = np.arange(64, dtype=np.uint8), np.zeros(64, np.uint8)
+    run([src], [dst], [(0, 0, 0, 0, 40), (0, 0, 40, 40, 24)], bulk_bytes=32)
+    np.testing.assert_array_equal(dst, src)
+    assert len(calls) == 1
+
+
 def test_into_torch_tensors_inside_jit_many_dtypes():
     torch = pytest.importorskip("torch")
     a = jnp.arange(12, dtype=jnp.float32)

@@ -44,12 +44,16 @@ def test_agreed_pause_and_resume_on_two_processes(fake_with_suspend):
         comm = init_config(lib, make_id(f"p{PROCESS}"), 1, split_share=1)[0]
         report = nccl.pause("auto")
         states = [c.state for c in nccl.communicators()]
-        nccl.resume()
+        restored = nccl.resume()
+        alone = nccl.pause("auto", agree=False)
+        nccl.resume(agree=False)
         out(strategies=[c.last_strategy for c in report.communicators], states=states,
-            after=all_reduce(lib, comm, [PROCESS])[1])
+            after=all_reduce(lib, comm, [PROCESS])[1],
+            agreed=[report.agree_seconds > 0, restored.agree_seconds > 0, alone.agree_seconds])
     """, env=NEW_NCCL)
     for process, result in enumerate(seen):
-        assert result == {"strategies": ["suspend"], "states": ["paused"], "after": [float(process)]}
+        assert result == {"strategies": ["suspend"], "states": ["paused"], "after": [float(process)],
+                          "agreed": [True, True, 0.0]}
 
 
 def test_a_refusal_on_one_process_stops_both_before_anything_is_touched(fake_with_suspend):
@@ -142,3 +146,81 @@ def test_whole_process_pause_with_no_communicator_anywhere_owes_no_nccl_resume(f
         out(nccl_paused=info.nccl_paused, nccl_resumed=restored.nccl_resumed)
     """)
     assert seen == [{"nccl_paused": False, "nccl_resumed": False}] * 2
+
+
+def test_a_thousand_agreements_read_only_their_own_round_and_keep_the_store_bounded():
+    # Entries live in two overwritten slots: every round must read that round's payloads
+    # (never the slot's older entry), with one process late now and then, a refusal travelling
+    # in some rounds, and the store holding 2 entries per process at the end.
+    seen = run_job(None, """
+        import time
+        from jax_amem.nccl import _agree
+        peers = _agree.peers()
+        wrong, refusals = [], 0
+        for r in range(1000):
+            if r % 2:
+                peers.meet("resume", 30)
+                continue
+            if r % 97 == PROCESS:
+                time.sleep(0.02)  # late, inside the timeout
+            refused = PROCESS == 1 and r % 10 == 0
+            plan = [{"id": 1, "key": f"k{r}", "rank": PROCESS, "strategy": "suspend",
+                     "refused": refused, "why": f"no at {r}"}]
+            everyone = peers.exchange("pause", {"plan": plan, "round": r, "process": PROCESS}, 30)
+            if [(e["round"], e["process"]) for e in everyone] != [(r, 0), (r, 1)]:
+                wrong.append(r)
+            try:
+                _agree.merge_plans(plan, everyone)
+            except nccl.NcclPauseError as error:
+                refusals += f"process 1: no at {r}" in str(error)
+        keys = sorted(key for key, _ in job.key_value_dir_get("jax_amem/nccl/"))
+        out(wrong=wrong, refusals=refusals, keys=keys)
+    """, timeout=300)
+    slots = [f"jax_amem/nccl/agree/{slot}/{p}" for slot in (0, 1) for p in (0, 1)]
+    assert seen == [{"wrong": [], "refusals": 100, "keys": slots}] * 2
+
+
+def test_a_process_that_stops_after_many_rounds_is_named_not_read_from_its_older_entry():
+    # Its slot still holds its entry from two agreements before: that is not this agreement.
+    # When it comes at last, its call fails at once instead of waiting out its own timeout, and
+    # as the other started no agreement meanwhile, the next one finds them in step.
+    seen = run_job(None, """
+        import time
+        from jax_amem.nccl import _agree
+        peers = _agree.peers()
+        for r in range(20):
+            peers.exchange("pause", {"r": r}, 30)
+        if PROCESS == 1:
+            time.sleep(4)  # late: comes after process 0 timed out
+        start = time.perf_counter()
+        error = attempt(lambda: peers.exchange("pause", {"r": 20}, 2 if PROCESS == 0 else 30))
+        out(error=error, seconds=time.perf_counter() - start)
+        if PROCESS == 0:
+            time.sleep(5)  # starts no other agreement before process 1 came
+        out(next=peers.exchange("pause", {"r": 21, "p": PROCESS}, 30))  # in step again
+    """, timeout=120)
+    early, late = seen
+    assert early["error"][0] == "NcclPauseError" and 1.5 < early["seconds"] < 30
+    assert "agreement 21; not seen: process(es) [1]" in early["error"][1]
+    assert "Nothing was changed" in early["error"][1]
+    assert late["error"][0] == "NcclPauseError" and late["seconds"] < 2
+    assert "every process set its entry: this one came after the others had timed out" in late["error"][1]
+    assert early["next"] == late["next"] == [{"r": 21, "p": 0}, {"r": 21, "p": 1}]
+
+
+def test_processes_out_of_step_are_told_so_instead_of_reading_another_call_s_entry():
+    # Process 0 pauses while process 1 resumes: the pause reads an entry of another kind and
+    # refuses it, naming what process 1 is doing (resume reads nothing and cannot tell).
+    seen = run_job(None, """
+        from jax_amem.nccl import _agree
+        peers = _agree.peers()
+        peers.exchange("pause", {}, 30)
+        if PROCESS == 0:
+            out(error=attempt(lambda: peers.exchange("pause", {"plan": []}, 30)))
+        else:
+            out(error=attempt(lambda: peers.meet("resume", 30)))
+    """)
+    assert seen[1] == {"error": None}
+    assert seen[0]["error"][0] == "NcclPauseError"
+    assert ("pause() is agreement 2 of this process, but the job is out of step "
+            "(process 1: agreement 2 (resume))") in seen[0]["error"][1]

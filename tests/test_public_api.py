@@ -8,7 +8,8 @@ import jax_amem
 VERBS = {"pause", "resume", "paused", "is_paused", "reserve", "memory_report", "swap", "plan", "to_torch",
          "nccl", "rules", "gpu_status"}
 TYPES = {"Layout", "Owner", "PauseInfo", "Restored", "SwapReport"}
-ERRORS = {"JaxAmemError", "GpuUnavailableError", "NativeCoreMissingError", "PauseError", "SwapError"}
+ERRORS = {"JaxAmemError", "GpuUnavailableError", "NativeCoreMissingError", "PauseError", "SwapError",
+          "PartialSwapError"}
 
 
 def test_all_is_the_verbs_types_and_errors_and_nothing_else():

@@ -361,7 +361,7 @@ def test_llama_over_nccl_bit_exact_with_pause_between_swaps():
     sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_workers"))
     from run_pair import run_pair
 
-    results, logs = run_pair("nccl_swap_worker.py", ["llama"], timeout=600)
+    results, logs = run_pair("nccl_swap_worker.py", ["llama"], timeout=180)
     text = "\n\n".join(log[-4000:] for log in logs)
     rollout = [r for r in results if r.get("role") == "rollout" and r.get("phase") == "checked"]
     trainer = [r for r in results if r.get("role") == "trainer" and r.get("phase") == "sent"]
@@ -596,6 +596,30 @@ def test_jax_receive_reassembles_the_tree_around_the_written_shards(any_device, 
                 assert np.isnan(values).all(), name  # the other owner's shard, untouched
 
 
+def test_jax_receive_hands_the_written_shards_back_when_the_end_fails(any_device):
+    """After the program donated and wrote the shards, a failure (the handshake's `done`, the
+    rebuild) raises PartialSwapError whose `dst` is the whole tree: nothing is lost."""
+    import jax
+
+    from jax_amem import PartialSwapError
+
+    R = any_device
+    tree = jax_rollout_tree(jax.devices())
+    plan, _ = jax_rollout_plan(tree)
+    owner = ROLLOUTS[0]
+    dests = R.check_destinations(tree, plan, plan.owner_id(owner), owner, owner.device)
+    outputs = [jax.device_put(np.full(s.shape, k + 1, s.dtype), next(iter(s.devices())))
+               for k, s in enumerate(dests.shards)]
+    for shard in dests.shards:
+        shard.delete()
+    failure = dests.writer.recover(dests, outputs, TimeoutError("the trainer never read `done`"))
+    assert isinstance(failure, PartialSwapError) and "TimeoutError: the trainer never read" in str(failure)
+    assert f"after {len(outputs)} of {len(outputs)} buffers were donated" in str(failure)
+    assert failure.written == ["scale"]  # the only array (1, 0) holds whole
+    assert sorted(failure.dst) == sorted(tree)
+    assert (np.asarray(failure.dst["scale"]) == dests.names.index("scale") + 1).all()
+
+
 def test_aliases_map_destinations_past_token_and_table():
     from jax_amem.swapping.cross_host.receive_jax import aliases
 
@@ -731,7 +755,7 @@ def test_llama_over_nccl_into_a_jax_rollout_in_place():
     from run_pair import run_pair
 
     # Two JAX GPU processes share the GPU: each preallocates this fraction of it.
-    results, logs = run_pair("nccl_swap_worker.py", ["jax"], timeout=600,
+    results, logs = run_pair("nccl_swap_worker.py", ["jax"], timeout=180,
                              extra_env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.2"})
     text = "\n\n".join(log[-4000:] for log in logs)
     rollout = [r for r in results if r.get("role") == "rollout" and r.get("phase") == "checked"]

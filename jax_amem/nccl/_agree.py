@@ -1,16 +1,27 @@
 """Every process agrees on a collective change (pause, resume, recover) before any NCCL call.
 
-Over the jax.distributed key-value store: each process publishes what it is about
-to do, all meet at a barrier bounded by the timeout, then each reads everyone's
-entry. A process that never comes makes the barrier time out on every process that
-did come; they raise NcclPauseError having touched nothing, so every communicator
-stays active and usable. Without jax.distributed (one process, or a program that
-does not use it) there is nobody to agree with, and each process decides alone.
+Over the jax.distributed key-value store, in the fewest store operations: each process
+sets its entry (what it is about to do), all meet at one barrier bounded by the timeout,
+then one directory get reads every entry (pause, recover); resume reads nothing (its
+set only says "I came", for the timeout's message). So pause costs three store calls
+and resume two, whatever the number of processes. A process that never comes makes
+the barrier time out on every process that did come; they raise NcclPauseError having
+touched nothing, so every communicator stays active and usable, and the message names
+the processes whose entry for this agreement is not there. Without jax.distributed (one
+process, or a program that does not use it) there is nobody to agree with, and each
+process decides alone.
 
 Agreements are numbered in the order a process makes them: every process must make
 the same sequence (pause, resume, ...), as with any collective. After a timed-out
-agreement the processes' numbers differ; the program has a bug to fix (a process
-did not take part), not a state to repair.
+agreement, the late process's call fails at once (the store remembers that barrier
+failed); if the others made no other agreement before it came, the job is in step
+again, else it is out of step for good (the barrier's uses are counted by the store),
+which the next agreement reports. Bounded store:
+the entries live in two slots (agreement number mod 2) and are overwritten, and every
+agreement meets at the same barrier id (the client numbers its uses). Slot reuse is
+safe: a process sets its entry for agreement n+2 only after the barrier of n+1, which
+every process reaches only after reading agreement n. Each entry carries its number and
+kind, so a stale or out-of-step entry is refused, never read as current.
 """
 
 from __future__ import annotations
@@ -20,6 +31,12 @@ import json
 from ._control import NcclPauseError
 
 _round = 0
+_PREFIX = "jax_amem/nccl/agree"
+_BARRIER = "jax_amem_nccl_agree"
+
+
+def _slot(number: int) -> str:
+    return f"{_PREFIX}/{number % 2}/"
 
 
 class Peers:
@@ -30,33 +47,59 @@ class Peers:
 
     def exchange(self, kind: str, payload: dict, timeout: float) -> list[dict]:
         """Publishes `payload`, waits for every process, returns every payload by process id."""
+        number = self._arrive(kind, payload, timeout)
+        entries = {}
+        for key, value in self.client.key_value_dir_get(_slot(number)):
+            entries[int(key.rsplit("/", 1)[1])] = json.loads(value)
+        out_of_step = {p: entries.get(p) for p in range(self.num_processes)
+                       if (entries.get(p) or {}).get("agreement") != [number, kind]}
+        if out_of_step:
+            seen = "; ".join(f"process {p}: " + ("no entry" if entry is None else
+                                                 "agreement {} ({})".format(*entry["agreement"]))
+                             for p, entry in sorted(out_of_step.items()))
+            raise NcclPauseError(
+                f"jax_amem.nccl.{kind}() is agreement {number} of this process, but the job is out "
+                f"of step ({seen}): every process must call pause / resume / recover in the same "
+                "order. Nothing was changed by this call.")
+        return [entries[p]["payload"] for p in range(self.num_processes)]
+
+    def meet(self, kind: str, timeout: float) -> None:
+        """Waits for every process (nothing to read): resume's agreement."""
+        self._arrive(kind, None, timeout)
+
+    def _arrive(self, kind: str, payload: dict | None, timeout: float) -> int:
+        """Sets this process's entry and waits at the barrier; returns the agreement's number."""
         global _round
         _round += 1
-        prefix = f"jax_amem/nccl/{_round}/{kind}"
-        self.client.key_value_set(f"{prefix}/{self.process_id}", json.dumps(payload))
+        number = _round
+        entry = json.dumps({"agreement": [number, kind], "payload": payload})
+        self.client.key_value_set(f"{_slot(number)}{self.process_id}", entry, allow_overwrite=True)
         try:
-            self.client.wait_at_barrier(f"jax_amem_nccl_{_round}_{kind}", max(1, int(timeout * 1000)))
+            self.client.wait_at_barrier(_BARRIER, max(1, int(timeout * 1000)))
         except Exception as error:  # noqa: BLE001 - the store's timeout or failure, reworded
-            missing = [p for p in range(self.num_processes) if self._get(f"{prefix}/{p}") is None]
+            missing = [p for p in range(self.num_processes) if not self._arrived(number, p)]
+            seen = (f"not seen: process(es) {missing}" if missing else
+                    "every process set its entry: this one came after the others had timed out")
             raise NcclPauseError(
                 f"jax_amem.nccl.{kind}() timed out after {timeout:g} s waiting for every process "
-                f"to join (agreement {_round}; not seen: process(es) {missing or '?'}): "
-                f"{kind} is collective, every process must call it. Nothing was changed: every "
-                f"communicator is as it was. ({type(error).__name__}: {str(error)[:200]})") from None
-        return [json.loads(self._get(f"{prefix}/{p}", wait=True)) for p in range(self.num_processes)]
+                f"to join (agreement {number}; {seen}): {kind} is collective, every process must "
+                f"call it. Nothing was changed: every communicator is as it was. "
+                f"({type(error).__name__}: {str(error)[:200]})") from None
+        return number
 
-    def _get(self, key: str, wait: bool = False) -> str | None:
+    def _arrived(self, number: int, process: int) -> bool:
+        """Whether `process` set its entry for agreement `number` (an older one in the slot is not it)."""
+        value = self._try_get(f"{_slot(number)}{process}")
+        return value is not None and json.loads(value)["agreement"][0] == number
+
+    def _try_get(self, key: str) -> str | None:
         try:
-            if wait:
-                value = self.client.blocking_key_value_get(key, 60_000)
-            elif hasattr(self.client, "key_value_try_get"):
+            if hasattr(self.client, "key_value_try_get"):
                 value = self.client.key_value_try_get(key)  # no wait: absent raises at once
             else:
                 # A 1 ms wait missed keys that were there (jax 0.12 saw none after a barrier timeout).
                 value = self.client.blocking_key_value_get(key, 500)
         except Exception:  # noqa: BLE001 - absent
-            if wait:
-                raise
             return None
         return value.decode() if isinstance(value, bytes) else value
 

@@ -61,10 +61,11 @@ class NcclReport:
     """What one pause or resume did."""
 
     action: str
-    seconds: float
+    seconds: float     # NCCL's part (suspend / teardown, resume / re-init), the agreement excluded
     communicators: list[Communicator]
     device_free_before: dict[int, int]
     device_free_after: dict[int, int]
+    agree_seconds: float = 0.0  # the agreement over the jax.distributed store before it (0: none)
 
     @property
     def bytes_freed(self) -> dict[int, int]:
@@ -74,7 +75,7 @@ class NcclReport:
 
     def table(self) -> str:
         lines = [f"nccl {self.action}: {len(self.communicators)} communicator(s) in "
-                 f"{self.seconds * 1e3:.1f} ms"]
+                 f"{self.seconds * 1e3:.1f} ms (+ {self.agree_seconds * 1e3:.1f} ms agreeing)"]
         lines.append(f"{'id':>4} {'owner':>8} {'rank':>6} {'device':>6} {'strategy':>9} "
                      f"{'freed MiB':>10} {'kept MiB':>9} {'pause ms':>9} {'resume ms':>10}  key: why")
 
@@ -192,6 +193,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
             chosen = requested  # unknown or inactive ids: the plan names them
         plan = control.plan(chosen, strategy) if chosen else []
         job = _agree.peers() if agree else None
+        agree_seconds = 0.0
         if job is None:
             refused = [entry["why"] for entry in plan if entry["refused"]]
             if refused:
@@ -199,9 +201,11 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
             strategies = [entry["strategy"] for entry in plan]
             anything = bool(plan)
         else:
+            agree_start = time.perf_counter()
             everyone = job.exchange("pause", {"plan": plan}, timeout)
             strategies = _agree.merge_plans(plan, everyone)
             anything = any(other["plan"] for other in everyone)
+            agree_seconds = time.perf_counter() - agree_start
         chosen = [entry["id"] for entry in plan]
         devices = {c.device for c in communicators() if c.id in set(chosen)}
         before = _device_free(devices)
@@ -213,7 +217,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         _job_paused = _job_paused or (anything and job is not None)
         after = _device_free(devices)
     rows = [c for c in communicators() if c.id in set(chosen)]
-    return NcclReport("pause", seconds, rows, before, after)
+    return NcclReport("pause", seconds, rows, before, after, agree_seconds)
 
 
 def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -> NcclReport | Future:
@@ -243,10 +247,11 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
         try:
             if job is not None:
                 try:
-                    job.exchange("resume", {"ids": len(chosen)}, timeout)
+                    job.meet("resume", timeout)
                 except NcclPauseError:
                     control.cancel_resume()  # still paused: calls fail again instead of waiting
                     raise
+            agreed = time.perf_counter()
             if chosen:
                 control.resume(chosen, timeout)
             _job_paused = False
@@ -254,9 +259,9 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
             with _lock:
                 still_paused = {c.id for c in communicators(state="paused")}
                 _paused_ids[:] = [i for i in _paused_ids if i in still_paused]
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - agreed
         rows = [c for c in communicators() if c.id in set(chosen)]
-        return NcclReport("resume", seconds, rows, before, _device_free(devices))
+        return NcclReport("resume", seconds, rows, before, _device_free(devices), agreed - start)
 
     if not async_:
         return work()

@@ -81,6 +81,18 @@ void BindCopy(nb::module_& root) {
       nb::arg("max_piece") = copy::kMaxPieceBytes,
       "As prepare_segments for a copy between several buffers: rows (src_index, dst_index, "
       "src_offset, dst_offset, bytes, 0), checked against each buffer's size.");
+  m.def(
+      "split_buffer_segments",
+      [](SegmentArray segments, int64_t max_piece) {
+        const auto* rows = CheckedRows<copy::BufferSegment>(
+            segments, "(src_index, dst_index, src_offset, dst_offset, bytes, 0)", max_piece);
+        return ToNumpy(copy::SplitBufferSegments(rows, static_cast<int64_t>(segments.shape(0)),
+                                                 max_piece));
+      },
+      nb::arg("segments"), nb::arg("max_piece") = copy::kMaxPieceBytes,
+      "Splits rows that prepare_buffer_segments already validated into pieces of at most "
+      "max_piece bytes, keeping their order; checks nothing else (a subset of a validated "
+      "table is still valid, so it is not sorted and checked a second time).");
 }
 
 }  // namespace amem::bindings

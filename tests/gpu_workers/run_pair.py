@@ -12,6 +12,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 
@@ -21,19 +23,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def collect(procs: list[subprocess.Popen], timeout: float) -> list[str]:
-    """Each process's output (stdout and stderr as piped); on a timeout all are killed."""
-    outputs = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            out, err = proc.communicate()
-            out += "\n<killed: timeout>"
-        outputs.append(out + (err or ""))
-    return outputs
+def collect(procs: list[subprocess.Popen], timeout: float, grace: float = 30) -> list[str]:
+    """Each process's output (stdout, stderr merged into it). All are killed on `timeout`, and
+    `grace` seconds after one of them fails: its peers would otherwise wait for it in a
+    collective or the store until the timeout, spending device time on a known failure."""
+    chunks: list[list[str]] = [[] for _ in procs]
+    readers = [threading.Thread(target=lambda p=p, out=out: out.append(p.stdout.read()), daemon=True)
+               for p, out in zip(procs, chunks)]
+    for reader in readers:
+        reader.start()
+    start, failed_at, note = time.monotonic(), None, ""
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+            failed_at = now
+        if now - start > timeout:
+            note = "\n<killed: timeout>"
+        elif failed_at is not None and now - failed_at > grace:
+            failed = [k for k, p in enumerate(procs) if p.poll() not in (None, 0)]
+            note = f"\n<killed: process {failed[0]} failed {grace:.0f} s before>"
+        if note:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.2)
+    for p, reader in zip(procs, readers):
+        p.wait()
+        reader.join()
+    return ["".join(out) + (note if p.returncode and note else "") for p, out in zip(procs, chunks)]
 
 
 def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,

@@ -102,17 +102,25 @@ def rows():
     return [c.__dict__ for c in jax_amem.nccl.communicators()]
 
 
+# Where a cycle's time goes (NcclReport): the agreements over the store, NCCL's own part.
+SPLIT = ("pause_agree", "pause_nccl", "resume_agree", "resume_nccl")
+
+
 def cycles_phase(run, reference, cycles, strategy, free):
     timings, first, samples = [], None, []
+    split = {name: [] for name in SPLIT}
     every = max(1, cycles // 10)
     identical = True
     for cycle in range(cycles):
         t0 = time.perf_counter()
         report = jax_amem.nccl.pause(strategy)
         t1 = time.perf_counter()
-        jax_amem.nccl.resume()
+        restored = jax_amem.nccl.resume()
         t2 = time.perf_counter()
         timings.append((t1 - t0, t2 - t1))
+        for name, seconds in zip(SPLIT, (report.agree_seconds, report.seconds,
+                                         restored.agree_seconds, restored.seconds)):
+            split[name].append(seconds)
         if first is None:
             first = [c.__dict__ for c in report.communicators]
         if cycle % every == 0 or cycle == cycles - 1:
@@ -127,7 +135,8 @@ def cycles_phase(run, reference, cycles, strategy, free):
     return {"cycles": len(timings), "identical": identical, "first_report": first, "samples": samples,
             "pause_p50": percentile(pauses, 50), "pause_p99": percentile(pauses, 99),
             "resume_p50": percentile(resumes, 50), "resume_p99": percentile(resumes, 99),
-            "total_p50": percentile(totals, 50), "total_p99": percentile(totals, 99)}
+            "total_p50": percentile(totals, 50), "total_p99": percentile(totals, 99),
+            "split": {name: [percentile(v, 50), percentile(v, 99)] for name, v in split.items()}}
 
 
 def baselines(run, reference, store, rank, own, repeats=3):

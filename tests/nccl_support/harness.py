@@ -126,10 +126,11 @@ def build_fake(folder: Path, *, with_suspend: bool = False, soname: str | None =
     return target
 
 
-def _environment(fake: Path, env: dict | None) -> dict:
+def _environment(fake: Path | None, env: dict | None) -> dict:
     environment = dict(os.environ)
-    environment.update({"JAX_AMEM_NCCL_LIBRARY": str(fake), "JAX_AMEM_NCCL_HOST_EXCHANGE": "1",
-                        "JAX_PLATFORMS": "cpu"})
+    environment.update({"JAX_AMEM_NCCL_HOST_EXCHANGE": "1", "JAX_PLATFORMS": "cpu"})
+    if fake is not None:  # None: no NCCL library named (the store alone, e.g. the agreement benchmark)
+        environment["JAX_AMEM_NCCL_LIBRARY"] = str(fake)
     environment.update(env or {})
     return environment
 
@@ -152,7 +153,7 @@ def run_scenario(fake: Path, body: str, env: dict | None = None, timeout: float 
     return _merged(done.stdout)
 
 
-def run_job(fake: Path, body: str, processes: int = 2, env: dict | None = None,
+def run_job(fake: Path | None, body: str, processes: int = 2, env: dict | None = None,
             timeout: float = 120) -> list[dict]:
     """Runs the scenario in `processes` interpreters joined by jax.distributed (on CPU).
 

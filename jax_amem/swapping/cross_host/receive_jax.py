@@ -52,8 +52,12 @@ def receive(tree, plan, link, version: int, start: float) -> NcclSwapReport:
     if fn is None:
         fn = _programs.put(key, jitted(bucket_calls(plan, link.owner, packings, link.pipe, destinations.ids), link.comm))
     written = jax.block_until_ready(fn(destinations.shards))
-    handshake.finish(link, packings, version)
-    return report("rollout", version, packings, link, start, dst=destinations.assemble(written))
+    try:  # the shards are donated and written: whatever fails now, hand them back
+        handshake.finish(link, packings, version)
+        dst = destinations.assemble(written)
+    except Exception as error:
+        raise destinations.writer.recover(destinations, list(written), error) from error
+    return report("rollout", version, packings, link, start, dst=dst)
 
 
 def process_offset(plan_process: int) -> int:
@@ -105,6 +109,11 @@ class Destinations:
     @property
     def dst_indices(self) -> list:
         return list(self.indices)
+
+    @property
+    def buffers(self) -> int:
+        """How many shards the program donates (JaxDestination.recover reports it)."""
+        return len(self.shards)
 
     def assemble(self, outputs) -> object:
         """The new pytree: the written shards (the donated buffers' successors) in place of
