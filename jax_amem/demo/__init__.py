@@ -7,6 +7,9 @@ rollout taking turns. Not part of the library: it has its own extra (`pip instal
     result = demo.run(*demo.QUICK)      # (PolicyConfig, LoopConfig)
     print(demo.summary_table(result))
 
+The real-size preset (`--preset qwen3-1.7b`, a 1.72B Qwen3-style trainer and a bf16 rollout,
+the switch against its measured bounds and two baselines) lives in `real_size/`.
+
 See docs/demo.md. The loop's packages (flax, optax, torch, transformers) are imported on first
 use, so `jax_amem.demo.memory_view` (used by `python -m jax_amem report`) works without them.
 """
