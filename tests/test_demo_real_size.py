@@ -185,3 +185,41 @@ def test_a_medium_preset_on_the_gpu_frees_the_trainer_state_during_the_rollout(n
     paused_rollout = max(it.peak_rollout for it in result.iterations)
     assert resident.peak_rollout - paused_rollout >= 0.9 * state, (resident.peak_rollout, paused_rollout)
     assert "memory: each pause freed" in summary_table(result)
+
+
+def test_a_resident_baseline_that_does_not_fit_is_reported_not_raised(tiny):
+    """Baseline (b) catches PyTorch's and XLA's out-of-memory errors (and nothing else), and the
+    summary says it did not fit."""
+    from jax_amem.demo.real_size import baselines
+    from jax_amem.demo.real_size.loop import _Run
+    from jax_amem.demo.real_size.memory_peak import PeakSampler
+
+    class Stub:
+        sampler = PeakSampler(None)
+        preset = TINY
+
+        def __init__(self, error):
+            self.error, self.calls = error, 0
+
+        def prompts(self):
+            return None
+
+        def generate(self, prompts, iteration):
+            self.calls += 1
+            if self.calls == 2:
+                raise self.error
+            return None, 0.5, None
+
+        def learn(self, prompts, tokens):
+            return 0.0, 0.0, 0.1, None
+
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    out = _Run.resident(Stub(oom), 3)
+    assert out.iterations == 1 and not out.fitted and out.error.startswith("OutOfMemoryError: CUDA out of memory")
+    xla = RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 21474836480 bytes.")
+    assert _Run.resident(Stub(xla), 3).error.startswith("RuntimeError: RESOURCE_EXHAUSTED")
+    with pytest.raises(ValueError, match="not memory"):
+        _Run.resident(Stub(ValueError("not memory")), 3)
+    assert baselines.is_out_of_memory(oom) and not baselines.is_out_of_memory(ValueError("x"))
+    out_text = summary_table(dataclasses.replace(tiny, resident_baseline=_Run.resident(Stub(oom), 3)))
+    assert "baseline (b), no pause: did not fit (OutOfMemoryError: CUDA out of memory" in out_text
