@@ -112,6 +112,36 @@ def cast(frags, dtype: str, source_dtypes) -> list[Fragment]:
     return out
 
 
+def covers(frags, shape) -> bool:
+    """Whether `frags` is one fragment holding the whole value of `shape` (a view of one source)."""
+    return len(frags) == 1 and frags[0].vsize == tuple(shape) and not any(frags[0].vstart)
+
+
+def substitute(frags, bindings) -> list[Fragment] | None:
+    """Fragments of placeholder sources rewritten onto real ones.
+
+    `frags` were computed from placeholder sources (each a `whole` fragment of a value);
+    `bindings[name]` is the one fragment that value really is (see `covers`). Layout
+    operations commute with this rewrite (they act on value coordinates only), so the result
+    equals running the operations on the real fragments. None where the real fragment is
+    already cast and the placeholder's result casts again: the caller runs the operations
+    itself to get the "cast twice" error with the real names.
+    """
+    out = []
+    for f in frags:
+        g = bindings[f.src]
+        if f.dtype is not None and g.dtype is not None:
+            return None
+        sstart = list(g.sstart)
+        for j, offset in enumerate(f.sstart):
+            if offset:
+                sstart[g.axis_of[j]] += offset
+        axis_of = tuple(g.axis_of[a] if a >= 0 else -1 for a in f.axis_of)
+        out.append(Fragment(f.vstart, f.vsize, g.src, tuple(sstart), axis_of,
+                            g.dtype if f.dtype is None else f.dtype))
+    return out
+
+
 # -- reshape --------------------------------------------------------------------------------
 
 

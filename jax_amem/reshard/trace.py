@@ -14,10 +14,21 @@ jaxpr) are evaluated, so constant indices work whatever form they take.
 Traced rules are cached per (function, tree structure, shapes, dtypes, cast): a
 second swap of the same model does no tracing (`trace_count()` says how many
 traces ran).
+
+Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
+about 80 us per array operation, so a whole 70k-tensor model traced op by op costs
+several times the hand-written rules. A function JAX traces once and calls many
+times (a layer converter under `jax.jit`) is converted once per input signature and
+reused: the later calls only rename sources (`fragments.substitute`). The garbage
+collector is paused while a trace runs (the jaxpr and the fragments are hundreds of
+thousands of young objects; its passes cost a quarter of the time).
 """
 
 from __future__ import annotations
 
+import gc
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +59,7 @@ class _Sym:
 
 _cache: dict = {}
 _traces = 0
+_phases: dict = {}
 
 
 def trace_count() -> int:
@@ -57,6 +69,26 @@ def trace_count() -> int:
 
 def clear_cache() -> None:
     _cache.clear()
+
+
+def last_trace_phases() -> dict:
+    """CPU seconds of the last trace, per phase: 'make_jaxpr' (JAX runs the function),
+    'walk' (layout primitives replayed on fragments), 'pieces' (fragments to `Piece`s),
+    and 'calls reused' (how many call equations were answered by an earlier conversion)."""
+    return dict(_phases)
+
+
+@contextmanager
+def _gc_paused():
+    """No cyclic garbage collection inside: a trace makes hundreds of thousands of young
+    objects that live until it ends, and collecting them repeatedly finds nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _abstract(leaf):
@@ -132,17 +164,28 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
 
 
 def _trace(convert, params, names, cast) -> list[Piece]:
+    with _gc_paused():
+        return _trace_phases(convert, params, names, cast)
+
+
+def _trace_phases(convert, params, names, cast) -> list[Piece]:
     import jax
     global _traces
     _traces += 1
+    _phases.clear()
+    clock = time.process_time()
     abstract = jax.tree_util.tree_map(_abstract, params)
     closed, out_shapes = jax.make_jaxpr(convert, return_shape=True)(abstract)
+    _phases["make_jaxpr"], clock = time.process_time() - clock, time.process_time()
     out_names = list(tree_names(out_shapes))
     src_names = list(names)
     ranks = {n: len(leaf.shape) for n, leaf in names.items()}
     dtypes = {n: np.dtype(leaf.dtype).name for n, leaf in names.items()}
     inputs = [_Sym([F.whole(n, names[n].shape)], tuple(names[n].shape), dtypes[n]) for n in src_names]
-    outs = _Interpreter(dtypes, out_names).run(closed.jaxpr, closed.consts, inputs, top=True)
+    interpreter = _Interpreter(dtypes, out_names)
+    outs = interpreter.run(closed.jaxpr, closed.consts, inputs, top=True)
+    _phases["walk"], clock = time.process_time() - clock, time.process_time()
+    _phases["calls reused"] = interpreter.reused
     origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
     pieces = []
     for name, value in zip(out_names, outs):
@@ -156,13 +199,16 @@ def _trace(convert, params, names, cast) -> list[Piece]:
             except ValueError as error:
                 raise TraceError(f"output {name!r}: cast={cast!r} on top of the function's own cast: {error}") from None
         pieces.extend(F.to_pieces(name, frags, ranks, origin))
+    _phases["pieces"] = time.process_time() - clock
     return pieces
 
 
 class _Interpreter:
     def __init__(self, source_dtypes, out_names):
-        self.source_dtypes = source_dtypes
+        self.source_dtypes = dict(source_dtypes)   # placeholders (see _call) are added
         self.out_names = out_names
+        self.converted = {}                        # (id(call jaxpr), inputs' shapes and dtypes) -> (jaxpr, outputs)
+        self.reused = 0
 
     def run(self, jaxpr, consts, args, top=False):
         env = {}
@@ -226,7 +272,46 @@ class _Interpreter:
     def _call(self, eqn, values, **params):
         inner = params.get("jaxpr", params.get("call_jaxpr"))
         jaxpr, consts = (inner.jaxpr, inner.consts) if hasattr(inner, "consts") else (inner, ())
+        if all(isinstance(v, _Sym) and F.covers(v.frags, v.shape) for v in values):
+            reused = self._reuse(inner, jaxpr, consts, values)
+            if reused is not None:
+                return reused
         return self.run(jaxpr, consts, values)
+
+    def _reuse(self, inner, jaxpr, consts, values):
+        """The call's outputs from its conversion on placeholder sources, renamed onto the
+        real ones: a jitted layer converter called for 60 layers is converted once.
+        None where that does not apply (the caller then runs the call itself, so a refusal
+        names the real sources)."""
+        key = (id(inner), tuple((v.shape, v.dtype) for v in values))
+        entry = self.converted.get(key)
+        if entry is None:
+            placeholders = []
+            for k, v in enumerate(values):
+                name = _placeholder(inner, k)
+                self.source_dtypes[name] = v.dtype
+                placeholders.append(_Sym([F.whole(name, v.shape)], v.shape, v.dtype))
+            try:
+                outs = self.run(jaxpr, consts, placeholders)
+            except _Refused:
+                outs = None
+            entry = self.converted[key] = (inner, outs)      # holding `inner` keeps its id unique
+        else:
+            self.reused += 1
+        outs = entry[1]
+        if outs is None:
+            return None
+        bindings = {_placeholder(inner, k): v.frags[0] for k, v in enumerate(values)}
+        result = []
+        for out in outs:
+            if not isinstance(out, _Sym):
+                result.append(out)
+                continue
+            frags = F.substitute(out.frags, bindings)
+            if frags is None:
+                return None
+            result.append(_Sym(frags, out.shape, out.dtype))
+        return result
 
     def _transpose(self, eqn, values, permutation, **_):
         (x,) = values
@@ -332,6 +417,12 @@ class _Interpreter:
         return list(values)
 
     _copy_p = _copy
+
+
+def _placeholder(call, k: int) -> str:
+    """The source name standing for argument k of a call while it is converted once (a NUL
+    first: no tree name has one)."""
+    return f"\0call {id(call)} argument {k}"
 
 
 def _common_dtype(values, what):
