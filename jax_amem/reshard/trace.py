@@ -29,7 +29,6 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,12 +48,24 @@ class TraceError(RuleError):
     """The conversion function does something that is not a pure layout change."""
 
 
-@dataclass
 class _Sym:
-    """A traced value made of source fragments."""
-    frags: list
-    shape: tuple[int, ...]
-    dtype: str
+    """A traced value made of source fragments.
+
+    The output of a reused call (see `_Interpreter._reuse`) keeps its fragments as the call's
+    conversion on placeholders plus the real fragments bound to them, and renames them only
+    when they are read: an output that is a destination goes to pieces by `piece_template`.
+    """
+    __slots__ = ("_frags", "shape", "dtype", "template", "bindings")
+
+    def __init__(self, frags, shape, dtype, template=None, bindings=None):
+        self._frags, self.shape, self.dtype = frags, shape, dtype
+        self.template, self.bindings = template, bindings
+
+    @property
+    def frags(self) -> list:
+        if self._frags is None:
+            self._frags = F.substitute(self.template.frags, self.bindings)
+        return self._frags
 
 
 _cache: dict = {}
@@ -186,11 +197,17 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
     _phases["walk"], clock = time.process_time() - clock, time.process_time()
     _phases["calls reused"] = interpreter.reused
     origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
-    pieces = []
+    pieces, templates = [], {}
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
             raise TraceError(f"output {name!r} is a constant, not made from any source tensor: "
                              "from_function maps sources to destinations only")
+        if value.template is not None and value._frags is None and cast is None:
+            key = (id(value.template), tuple((k, g.src, g.axis_of, g.dtype) for k, g in value.bindings.items()))
+            if key not in templates:
+                templates[key] = F.piece_template(value.template.frags, value.bindings, ranks)
+            pieces.extend(F.from_template(name, templates[key], value.bindings, origin))
+            continue
         frags = value.frags
         if cast is not None and np.dtype(value.dtype) != np.dtype(cast):
             try:
@@ -312,23 +329,15 @@ class _Interpreter:
                 outs = self.run(jaxpr, consts, placeholders)
             except _Refused:
                 outs = None
-            entry = self.converted[key] = (inner, outs)      # holding `inner` keeps its id unique
+            casts = outs is not None and any(f.dtype is not None for o in outs if isinstance(o, _Sym) for f in o.frags)
+            entry = self.converted[key] = (inner, outs, casts)  # holding `inner` keeps its id unique
         else:
             self.reused += 1
-        outs = entry[1]
-        if outs is None:
-            return None
+        outs, casts = entry[1], entry[2]
+        if outs is None or (casts and any(v.frags[0].dtype is not None for v in values)):
+            return None  # a cast on a cast: run the call to get the error with the real names
         bindings = {_placeholder(inner, k): v.frags[0] for k, v in enumerate(values)}
-        result = []
-        for out in outs:
-            if not isinstance(out, _Sym):
-                result.append(out)
-                continue
-            frags = F.substitute(out.frags, bindings)
-            if frags is None:
-                return None
-            result.append(_Sym(frags, out.shape, out.dtype))
-        return result
+        return [_Sym(None, out.shape, out.dtype, out, bindings) if isinstance(out, _Sym) else out for out in outs]
 
     def _transpose(self, eqn, values, permutation, **_):
         (x,) = values
