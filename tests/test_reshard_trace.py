@@ -197,13 +197,13 @@ def test_a_jitted_layer_converter_is_converted_once_and_reused_exactly():
 
 def test_a_jitted_call_on_two_slices_of_one_source_keeps_them_apart():
     rng = np.random.default_rng(5)
-    tree = {"w": rng.standard_normal((5, 3, 4)).astype(np.float32)}
+    tree = {"w": rng.standard_normal((3, 5, 4)).astype(np.float32)}   # layers on axis 1
     pair = jax.jit(lambda a, b: {"ab": jnp.concatenate([a.T, b.T], 1), "b": b[1:]})
 
     def convert(p):
         out = {}
         for i in range(4):
-            out.update({f"{i}.{k}": v for k, v in pair(p["w"][i], p["w"][i + 1]).items()})
+            out.update({f"{i}.{k}": v for k, v in pair(p["w"][:, i], p["w"][:, i + 1]).items()})
         return out
     want = {k: np.asarray(v) for k, v in convert(tree).items()}
     plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
