@@ -197,13 +197,18 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
     _phases["walk"], clock = time.process_time() - clock, time.process_time()
     _phases["calls reused"] = interpreter.reused
     origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
-    pieces, templates = [], {}
+    pieces, templates, signatures = [], {}, {}
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
             raise TraceError(f"output {name!r} is a constant, not made from any source tensor: "
                              "from_function maps sources to destinations only")
         if value.template is not None and value._frags is None and cast is None:
-            key = (id(value.template), tuple((k, g.src, g.axis_of, g.dtype) for k, g in value.bindings.items()))
+            bindings = value.bindings  # one dict per call, shared by its outputs
+            signature = signatures.get(id(bindings))
+            if signature is None:
+                signature = signatures[id(bindings)] = tuple(
+                    (k, g.src, g.axis_of, g.dtype) for k, g in bindings.items())
+            key = (id(value.template), signature)
             if key not in templates:
                 templates[key] = F.piece_template(value.template.frags, value.bindings, ranks)
             pieces.extend(F.from_template(name, templates[key], value.bindings, origin))
