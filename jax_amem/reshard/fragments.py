@@ -143,18 +143,26 @@ def substitute(frags, bindings) -> list[Fragment] | None:
     return out
 
 
-def piece_template(frags, bindings, source_ranks) -> list[tuple]:
-    """`to_pieces` of `substitute(frags, bindings)` with every binding's source start at 0:
-    rows (binding key, dst_start, size, src_start, perm, dtype) that `from_template` turns
-    into the pieces of any bindings with the same sources, axes and casts (the layers of a
-    stacked tree differ only in their start). `to_pieces` reads only axes, sizes and ranks,
-    and a piece's src_start is its fragment's start permuted, so it is linear in the start."""
+def zeroed(bindings, source_ranks):
+    """The bindings with each source start at 0 under a name of its own (two bindings may
+    read one source), those names' ranks, and the binding key of each name: what
+    `piece_template` needs, built once per call's bindings."""
     tags = {key: f"\0binding {i}" for i, key in enumerate(bindings)}
-    zeroed = {key: replace(g, src=tags[key], sstart=(0,) * len(g.sstart)) for key, g in bindings.items()}
+    zero = {key: replace(g, src=tags[key], sstart=(0,) * len(g.sstart)) for key, g in bindings.items()}
     ranks = {tags[key]: source_ranks[g.src] for key, g in bindings.items()}
-    keys = {tag: key for key, tag in tags.items()}
+    return zero, ranks, {tag: key for key, tag in tags.items()}
+
+
+def piece_template(frags, zero) -> list[tuple]:
+    """`to_pieces` of `substitute(frags, bindings)` with every binding's source start at 0
+    (`zero = zeroed(bindings, ...)`): rows (binding key, dst_start, size, src_start, perm,
+    dtype) that `from_template` turns into the pieces of any bindings with the same sources,
+    axes and casts (the layers of a stacked tree differ only in their start). `to_pieces`
+    reads only axes, sizes and ranks, and a piece's src_start is its fragment's start
+    permuted, so it is linear in the start."""
+    bindings, ranks, keys = zero
     return [(keys[p.src], p.dst_start, p.size, p.src_start, p.perm, p.dtype)
-            for p in to_pieces("", substitute(frags, zeroed), ranks)]
+            for p in to_pieces("", substitute(frags, bindings), ranks)]
 
 
 def from_template(dst: str, template, bindings, origin: str = "") -> list[Piece]:

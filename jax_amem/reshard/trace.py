@@ -197,7 +197,7 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
     _phases["walk"], clock = time.process_time() - clock, time.process_time()
     _phases["calls reused"] = interpreter.reused
     origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
-    pieces, templates, signatures = [], {}, {}
+    pieces, templates, signatures, zeroed = [], {}, {}, {}
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
             raise TraceError(f"output {name!r} is a constant, not made from any source tensor: "
@@ -210,7 +210,9 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
                     (k, g.src, g.axis_of, g.dtype) for k, g in bindings.items())
             key = (id(value.template), signature)
             if key not in templates:
-                templates[key] = F.piece_template(value.template.frags, value.bindings, ranks)
+                if signature not in zeroed:
+                    zeroed[signature] = F.zeroed(bindings, ranks)
+                templates[key] = F.piece_template(value.template.frags, zeroed[signature])
             pieces.extend(F.from_template(name, templates[key], value.bindings, origin))
             continue
         frags = value.frags
