@@ -209,6 +209,21 @@ def test_a_jitted_call_on_two_slices_of_one_source_keeps_them_apart():
     plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
 
 
+def test_nested_jitted_calls_and_an_identity_call_are_reused_exactly():
+    from jax_amem.reshard import trace
+    rng = np.random.default_rng(6)
+    tree = {"w": rng.standard_normal((3, 4, 6)).astype(np.float32)}
+    inner = jax.jit(lambda y: y.T[1:].reshape(-1, 2))
+    outer = jax.jit(lambda a: {"in": inner(a), "same": a, "cast": inner(a).astype(jnp.bfloat16)})
+
+    def convert(p):
+        return {f"{i}.{k}": v for i in range(3) for k, v in outer(p["w"][i]).items()}
+    pieces = rules.from_function(convert, tree)
+    assert trace.last_trace_phases()["calls reused"] == 2 + 1   # outer twice, inner once inside it
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    plan_and_run(shard_tree(tree), want, pieces)
+
+
 def test_a_jitted_call_refuses_and_casts_with_the_real_source_names():
     tree = {"x": jax.ShapeDtypeStruct((6, 4), np.float32)}
     add_one = jax.jit(lambda x: (x + 1).T)
