@@ -58,9 +58,9 @@ def _shift_source(f: Fragment, deltas) -> tuple[int, ...]:
 
 
 def transpose(frags, perm) -> list[Fragment]:
-    perm = tuple(perm)
-    return [replace(f, vstart=tuple(f.vstart[a] for a in perm), vsize=tuple(f.vsize[a] for a in perm),
-                    axis_of=tuple(f.axis_of[a] for a in perm)) for f in frags]
+    pick = operator.itemgetter(*perm) if len(perm) > 1 else (lambda t: tuple(t[a] for a in perm))
+    return [Fragment(tuple(pick(f.vstart)), tuple(pick(f.vsize)), f.src, f.sstart, tuple(pick(f.axis_of)), f.dtype)
+            for f in frags]
 
 
 def slice_box(frags, start, limit) -> list[Fragment]:
@@ -83,9 +83,12 @@ def shift(frags, axis: int, offset: int) -> list[Fragment]:
 
 
 def squeeze(frags, dims) -> list[Fragment]:
-    keep = [j for j in range(len(frags[0].vsize)) if j not in set(dims)] if frags else []
-    return [replace(f, vstart=tuple(f.vstart[j] for j in keep), vsize=tuple(f.vsize[j] for j in keep),
-                    axis_of=tuple(f.axis_of[j] for j in keep)) for f in frags]
+    if not frags:
+        return []
+    dropped = set(dims)
+    keep = [j for j in range(len(frags[0].vsize)) if j not in dropped]
+    return [Fragment(tuple(f.vstart[j] for j in keep), tuple(f.vsize[j] for j in keep), f.src, f.sstart,
+                     tuple(f.axis_of[j] for j in keep), f.dtype) for f in frags]
 
 
 def expand(frags, rank: int, kept) -> list[Fragment]:
