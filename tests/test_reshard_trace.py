@@ -158,6 +158,21 @@ def test_from_layer_function_traces_one_layer_and_equals_the_whole_function():
     assert rules.trace_count() == before + 2 and again == pieces[1:]
 
 
+def test_output_names_of_a_state_dict_and_of_a_nested_tree():
+    """A flat {str: array} dict keeps its keys (whatever their order); any other tree is
+    named by its paths, as reshard.tree_names names it."""
+    rng = np.random.default_rng(7)
+    tree = {"x": rng.standard_normal((6, 4)).astype(np.float32)}
+    flat = lambda p: {"z.weight": p["x"], "a.weight": p["x"].T, "m": p["x"][1:3]}
+    nested = lambda p: {"z": {"weight": p["x"]}, "a": [p["x"].T, p["x"][1:3]]}
+    for convert in (flat, nested):
+        out = convert(tree)
+        want = {k: np.asarray(v) for k, v in reshard.tree_names(out).items()}
+        pieces = rules.from_function(convert, tree)
+        assert sorted({p.dst for p in pieces}) == sorted(want)
+        plan_and_run(shard_tree(tree), want, pieces)
+
+
 def test_a_jitted_layer_converter_is_converted_once_and_reused_exactly():
     """A layer converter under jax.jit is converted once per input signature and reused for
     the other layers; a model whose one layer calls another converter (same shapes, other

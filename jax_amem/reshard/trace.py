@@ -236,15 +236,30 @@ def _jaxpr_and_output_names(convert, abstract):
     cost a third of the trace; list positions are cheap. (`make_jaxpr(return_shape=True)`
     would also build a ShapeDtypeStruct per output.)"""
     import jax
-    trees = []
+    found = []
 
     def flat(params):
-        leaves, tree = jax.tree_util.tree_flatten(convert(params))
-        trees.append(tree)
+        out = convert(params)
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        found.append((tree, _state_dict_names(out, leaves)))
         return leaves
     closed = jax.make_jaxpr(flat)(abstract)
-    tree = trees[-1]
-    return closed, list(tree_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves))))
+    tree, names = found[-1]
+    if names is None:
+        names = list(tree_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves))))
+    return closed, names
+
+
+def _state_dict_names(out, leaves) -> list[str] | None:
+    """The keys of a flat `{str: array}` dict (a state dict: the usual output), in the order
+    JAX flattened it, or None for any other tree. `tree_names` would give the same names;
+    it walks key paths, 0.3 s for 70k outputs. Each key is checked against its leaf."""
+    if type(out) is not dict or len(out) != len(leaves) or not all(type(k) is str for k in out):
+        return None
+    keys = sorted(out)
+    if any(out[k] is not leaf for k, leaf in zip(keys, leaves)):
+        return None
+    return keys
 
 
 class _Interpreter:
