@@ -199,23 +199,13 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
     _phases["walk"], clock = time.process_time() - clock, time.process_time()
     _phases["calls reused"] = interpreter.reused
     origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
-    pieces, templates, signatures, zeroed = [], {}, {}, {}
+    pieces, templates = [], _Templates(ranks)
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
             raise TraceError(f"output {name!r} is a constant, not made from any source tensor: "
                              "from_function maps sources to destinations only")
         if value.template is not None and value._frags is None and cast is None:
-            bindings = value.bindings  # one dict per call, shared by its outputs
-            signature = signatures.get(id(bindings))
-            if signature is None:
-                signature = signatures[id(bindings)] = tuple(
-                    (k, g.src, g.axis_of, g.dtype) for k, g in bindings.items())
-            key = (id(value.template), signature)
-            if key not in templates:
-                if signature not in zeroed:
-                    zeroed[signature] = F.zeroed(bindings, ranks)
-                templates[key] = F.piece_template(value.template.frags, zeroed[signature])
-            pieces.extend(F.from_template(name, templates[key], value.bindings, origin))
+            pieces.extend(templates.pieces(name, value, origin))
             continue
         frags = value.frags
         if cast is not None and np.dtype(value.dtype) != np.dtype(cast):
@@ -226,6 +216,34 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
         pieces.extend(F.to_pieces(name, frags, ranks, origin))
     _phases["pieces"] = time.process_time() - clock
     return pieces
+
+
+class _Templates:
+    """Pieces of the outputs of reused calls, through one template per (call output, call
+    signature: the sources, axes and casts bound to the call's arguments)."""
+
+    def __init__(self, ranks):
+        self.ranks = ranks
+        self.number_of = {}      # id(bindings) -> signature number (one bindings dict per call)
+        self.numbers = {}        # signature -> its number
+        self.zeroed = []         # per signature number: fragments.zeroed(...)
+        self.rows = {}           # (id(call output), signature number) -> fragments.piece_template(...)
+
+    def pieces(self, name, value, origin) -> list[Piece]:
+        bindings = value.bindings
+        number = self.number_of.get(id(bindings))
+        if number is None:
+            signature = tuple((k, g.src, g.axis_of, g.dtype) for k, g in bindings.items())
+            number = self.numbers.get(signature)
+            if number is None:
+                number = self.numbers[signature] = len(self.zeroed)
+                self.zeroed.append(F.zeroed(bindings, self.ranks))
+            self.number_of[id(bindings)] = number
+        key = (id(value.template), number)
+        rows = self.rows.get(key)
+        if rows is None:
+            rows = self.rows[key] = F.piece_template(value.template.frags, self.zeroed[number])
+        return F.from_template(name, rows, bindings, origin)
 
 
 def _jaxpr_and_output_names(convert, abstract):
