@@ -16,7 +16,7 @@ second swap of the same model does no tracing (`trace_count()` says how many
 traces ran).
 
 Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
-50 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
+45 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
 operations) costs several times the hand-written rules before any of this module runs.
 A function JAX traces once and calls many times (a layer converter under `jax.jit`)
 is converted once per input signature and reused: the later calls only rename
