@@ -13,12 +13,15 @@ The ceiling of the predicted time is the busiest receiver's (or sender's) bytes
 over its link bandwidth: no plan can beat it. --traced also plans from the same
 mapping written as a conversion function (`rules.from_function` for the globals,
 `rules.from_layer_function` for the layer stack), against the hand-written rules
-(goal <= 1.2x), and a second call (cached: no tracing).
+(goal <= 1.2x), and a second call (cached: no tracing). --whole-trace adds the whole
+model in one `from_function`, plain and with the layer converter under `jax.jit`,
+each from cold caches, with its phases.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import ml_dtypes
@@ -132,15 +135,27 @@ def convert_globals(params):
             "model.norm.weight": params["final_norm"]["scale"]}
 
 
-def convert_whole(params):
+def convert_whole(params, layer_converter=convert_layer):
     """The whole model in one function (the plain from_function path)."""
     import jax
     out = convert_globals(params)
     stacked = params["layers"]
     for i in range(stacked["attn"]["q"]["kernel"].shape[0]):
         layer = jax.tree.map(lambda x: x[i], stacked)
-        out.update({f"model.layers.{i}.{k}": v for k, v in convert_layer(layer).items()})
+        out.update({f"model.layers.{i}.{k}": v for k, v in layer_converter(layer).items()})
     return out
+
+
+@functools.cache
+def jitted_convert_layer():
+    import jax
+    return jax.jit(convert_layer)
+
+
+def convert_whole_jitted(params):
+    """The whole model with the layer converter under jax.jit: JAX traces it once, and
+    from_function converts it once and reuses it for the other layers."""
+    return convert_whole(params, jitted_convert_layer())
 
 
 def cpu_timed(fn):
@@ -150,14 +165,40 @@ def cpu_timed(fn):
     return out, time.process_time() - start
 
 
-def traced_rows(src, dst, table, whole: bool) -> list[tuple]:
-    """Planning from a traced conversion function against the hand-written rules (CPU seconds)."""
+def traced_rows(src, dst, table, whole: bool, repeat: int = 1) -> list[tuple]:
+    """Planning from a traced conversion function against the hand-written rules (CPU seconds;
+    with repeat > 1, the best of that many runs for the hand rules and each whole-model trace)."""
+    import jax
     from jax_amem import rules
+    from jax_amem.reshard.trace import last_trace_phases
 
-    _, hand_seconds = cpu_timed(lambda: reshard.Planner(src, dst, hand_rules(table)))
+    hand_seconds = min(cpu_timed(lambda: reshard.Planner(src, dst, hand_rules(table)))[1] for _ in range(repeat))
     timed = cpu_timed
     tree = reshard.names_tree(src)
+
+    def once(convert):
+        """One whole-model trace from cold caches (ours and JAX's), its phases, and Planner."""
+        rules.clear_trace_cache()
+        jax.clear_caches()
+        pieces, t_traced = timed(lambda: rules.from_function(convert, tree))
+        phases = last_trace_phases()
+        _, t_prep = timed(lambda: reshard.Planner(src, dst, pieces))
+        return t_traced + t_prep, t_prep, phases, pieces
+
+    def whole_model(convert, label):
+        total, t_prep, phases, pieces = min((once(convert) for _ in range(repeat)), key=lambda run: run[0])
+        return pieces, [
+            (f"from_function, {label}: traced + prepared (CPU s)", f"{total:.2f}",
+             f"<= {1.2 * hand_seconds:.2f}", f"{total / hand_seconds:.2f}x"),
+            (f"  make_jaxpr / walk / pieces / Planner (CPU s), calls reused",
+             f"{phases['make_jaxpr']:.2f} / {phases['walk']:.2f} / {phases['pieces']:.2f} / {t_prep:.2f}, "
+             f"{phases['calls reused']}", "", ""),
+        ]
+
+    if whole:
+        pieces_jitted, jitted_rows = whole_model(convert_whole_jitted, "whole model, layer converter under jax.jit")
     rules.clear_trace_cache()
+    jax.clear_caches()
     count = rules.trace_count()
 
     def traced():
@@ -177,14 +218,11 @@ def traced_rows(src, dst, table, whole: bool) -> list[tuple]:
          "0 traces", ""),
     ]
     if whole:
-        rules.clear_trace_cache()
-        pieces_whole, t_whole = timed(lambda: rules.from_function(convert_whole, tree))
-        _, t_prep_whole = timed(lambda: reshard.Planner(src, dst, pieces_whole))
+        pieces_whole, whole_rows = whole_model(convert_whole, "whole model, plain")
         fields = lambda ps: sorted((p.dst, p.dst_start, p.size, p.src, p.src_start, p.perm, p.dtype) for p in ps)
-        same = fields(pieces_whole) == fields(pieces)
-        rows += [("from_function, whole model traced: traced + prepared (CPU s)", f"{t_whole + t_prep_whole:.2f}",
-                  f"<= {1.2 * hand_seconds:.2f}", f"{(t_whole + t_prep_whole) / hand_seconds:.2f}x"),
-                 ("whole-model and one-layer traces give the same pieces", str(same), "True", "")]
+        same = fields(pieces_whole) == fields(pieces) == fields(pieces_jitted)
+        rows += whole_rows + jitted_rows + [
+            ("whole-model (plain, jitted layer) and one-layer traces give the same pieces", str(same), "True", "")]
     return rows
 
 
@@ -208,6 +246,7 @@ def main(argv=None) -> list[tuple]:
     parser.add_argument("--no-global", action="store_true", help="skip the global plan (per-rank only)")
     parser.add_argument("--traced", action="store_true", help="also plan from a traced conversion function")
     parser.add_argument("--whole-trace", action="store_true", help="with --traced: also trace the whole model")
+    parser.add_argument("--repeat", type=int, default=1, help="with --traced: best of this many runs (a shared machine)")
     args = parser.parse_args(argv)
     c = SMALL if args.small else FULL
     bandwidths = reshard.Bandwidths(device=2000e9, nvlink=450e9, network=50e9)
@@ -231,7 +270,7 @@ def main(argv=None) -> list[tuple]:
         ("per-rank check() (s)", f"{t_check_rank:.2f}", "", ""),
     ]
     if args.traced:
-        rows += traced_rows(src, dst, table, args.whole_trace)
+        rows += traced_rows(src, dst, table, args.whole_trace, args.repeat)
     if not args.no_global:
         plan, t_global = timed(lambda: planner.plan(cache=False))
         same = plan.for_owner(receiver) == recv_plan and plan.for_owner(sender) == send_plan

@@ -158,6 +158,97 @@ def test_from_layer_function_traces_one_layer_and_equals_the_whole_function():
     assert rules.trace_count() == before + 2 and again == pieces[1:]
 
 
+def test_output_names_of_a_state_dict_and_of_a_nested_tree():
+    """A flat {str: array} dict keeps its keys (whatever their order); any other tree is
+    named by its paths, as reshard.tree_names names it."""
+    rng = np.random.default_rng(7)
+    tree = {"x": rng.standard_normal((6, 4)).astype(np.float32)}
+    flat = lambda p: {"z.weight": p["x"], "a.weight": p["x"].T, "m": p["x"][1:3]}
+    nested = lambda p: {"z": {"weight": p["x"]}, "a": [p["x"].T, p["x"][1:3]]}
+    for convert in (flat, nested):
+        out = convert(tree)
+        want = {k: np.asarray(v) for k, v in reshard.tree_names(out).items()}
+        pieces = rules.from_function(convert, tree)
+        assert sorted({p.dst for p in pieces}) == sorted(want)
+        plan_and_run(shard_tree(tree), want, pieces)
+
+
+def test_a_jitted_layer_converter_is_converted_once_and_reused_exactly():
+    """A layer converter under jax.jit is converted once per input signature and reused for
+    the other layers; a model whose one layer calls another converter (same shapes, other
+    elements) still gets that layer's own plan."""
+    from jax_amem.reshard import trace
+    rng = np.random.default_rng(4)
+    tree = {"layers": {"q": rng.standard_normal((4, D, H, HD)).astype(np.float32),
+                       "wi": rng.standard_normal((4, 2, D, 6)).astype(np.float32)},
+            "embed": rng.standard_normal((10, D)).astype(np.float32)}
+
+    def layer(p):
+        return {"q": p["q"].reshape(D, -1).T, "w0": p["wi"][0].T, "w1": p["wi"][1][:, 1:]}
+
+    def other(p):  # the same output shapes from other elements
+        return {"q": p["q"].reshape(D, -1).T, "w0": p["wi"][1].T, "w1": p["wi"][0][:, :5]}
+
+    def model(converter_of):
+        def convert(p):
+            out = {"embed": p["embed"]}
+            for i in range(4):
+                one = {k: v[i] for k, v in p["layers"].items()}
+                out.update({f"l.{i}.{k}": v for k, v in converter_of(i)(one).items()})
+            return out
+        return convert
+
+    jit_layer, jit_other = jax.jit(layer), jax.jit(other)
+    same = model(lambda i: jit_layer)
+    odd = model(lambda i: jit_other if i == 2 else jit_layer)
+    for convert, reused in ((same, 3), (odd, 2)):
+        pieces = rules.from_function(convert, tree)
+        assert trace.last_trace_phases()["calls reused"] == reused
+        want = {k: np.asarray(v) for k, v in convert(tree).items()}
+        plan_and_run(shard_tree(tree), want, pieces)
+    fields = lambda ps: [(p.dst, p.dst_start, p.size, p.src, p.src_start, p.perm, p.dtype) for p in ps]
+    assert fields(rules.from_function(same, tree)) == fields(rules.from_function(model(lambda i: layer), tree))
+
+
+def test_a_jitted_call_on_two_slices_of_one_source_keeps_them_apart():
+    rng = np.random.default_rng(5)
+    tree = {"w": rng.standard_normal((3, 5, 4)).astype(np.float32)}   # layers on axis 1
+    pair = jax.jit(lambda a, b: {"ab": jnp.concatenate([a.T, b.T], 1), "b": b[1:]})
+
+    def convert(p):
+        out = {}
+        for i in range(4):
+            out.update({f"{i}.{k}": v for k, v in pair(p["w"][:, i], p["w"][:, i + 1]).items()})
+        return out
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
+
+
+def test_nested_jitted_calls_and_an_identity_call_are_reused_exactly():
+    from jax_amem.reshard import trace
+    rng = np.random.default_rng(6)
+    tree = {"w": rng.standard_normal((3, 4, 6)).astype(np.float32)}
+    inner = jax.jit(lambda y: y.T[1:].reshape(-1, 2))
+    outer = jax.jit(lambda a: {"in": inner(a), "same": a, "cast": inner(a).astype(jnp.bfloat16)})
+
+    def convert(p):
+        return {f"{i}.{k}": v for i in range(3) for k, v in outer(p["w"][i]).items()}
+    pieces = rules.from_function(convert, tree)
+    assert trace.last_trace_phases()["calls reused"] == 2 + 1   # outer twice, inner once inside it
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    plan_and_run(shard_tree(tree), want, pieces)
+
+
+def test_a_jitted_call_refuses_and_casts_with_the_real_source_names():
+    tree = {"x": jax.ShapeDtypeStruct((6, 4), np.float32)}
+    add_one = jax.jit(lambda x: (x + 1).T)
+    with pytest.raises(rules.TraceError, match=r"primitive 'add'.*source 'x'.*feeds output 'y'"):
+        rules.from_function(lambda p: {"y": add_one(p["x"])}, tree)
+    to_half = jax.jit(lambda x: x.T.astype(jnp.float16))
+    with pytest.raises(rules.TraceError, match=r"source 'x' is cast twice \(float32 -> bfloat16 -> float16\)"):
+        rules.from_function(lambda p: {"y": to_half(p["x"].astype(jnp.bfloat16))}, tree)
+
+
 def _random_shape(size, rng):
     """A random row-major factorisation of `size`, unit axes included."""
     factors = [p for p in (2, 3, 5) for _ in range(20) if size % p ** (_ + 1) == 0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from dataclasses import dataclass, replace
 
 from .rule_types import Piece
@@ -57,9 +58,9 @@ def _shift_source(f: Fragment, deltas) -> tuple[int, ...]:
 
 
 def transpose(frags, perm) -> list[Fragment]:
-    perm = tuple(perm)
-    return [replace(f, vstart=tuple(f.vstart[a] for a in perm), vsize=tuple(f.vsize[a] for a in perm),
-                    axis_of=tuple(f.axis_of[a] for a in perm)) for f in frags]
+    pick = operator.itemgetter(*perm) if len(perm) > 1 else (lambda t: tuple(t[a] for a in perm))
+    return [Fragment(tuple(pick(f.vstart)), tuple(pick(f.vsize)), f.src, f.sstart, tuple(pick(f.axis_of)), f.dtype)
+            for f in frags]
 
 
 def slice_box(frags, start, limit) -> list[Fragment]:
@@ -82,9 +83,12 @@ def shift(frags, axis: int, offset: int) -> list[Fragment]:
 
 
 def squeeze(frags, dims) -> list[Fragment]:
-    keep = [j for j in range(len(frags[0].vsize)) if j not in set(dims)] if frags else []
-    return [replace(f, vstart=tuple(f.vstart[j] for j in keep), vsize=tuple(f.vsize[j] for j in keep),
-                    axis_of=tuple(f.axis_of[j] for j in keep)) for f in frags]
+    if not frags:
+        return []
+    dropped = set(dims)
+    keep = [j for j in range(len(frags[0].vsize)) if j not in dropped]
+    return [Fragment(tuple(f.vstart[j] for j in keep), tuple(f.vsize[j] for j in keep), f.src, f.sstart,
+                     tuple(f.axis_of[j] for j in keep), f.dtype) for f in frags]
 
 
 def expand(frags, rank: int, kept) -> list[Fragment]:
@@ -109,6 +113,67 @@ def cast(frags, dtype: str, source_dtypes) -> list[Fragment]:
         else:
             raise ValueError(f"source {f.src!r} is cast twice ({source_dtypes[f.src]} -> {f.dtype} -> {dtype}); "
                              "the sender casts once: cast straight to the final dtype")
+    return out
+
+
+def covers(frags, shape) -> bool:
+    """Whether `frags` is one fragment holding the whole value of `shape` (a view of one source)."""
+    return len(frags) == 1 and frags[0].vsize == tuple(shape) and not any(frags[0].vstart)
+
+
+def substitute(frags, bindings) -> list[Fragment] | None:
+    """Fragments of placeholder sources rewritten onto real ones.
+
+    `frags` were computed from placeholder sources (each a `whole` fragment of a value);
+    `bindings[name]` is the one fragment that value really is (see `covers`). Layout
+    operations commute with this rewrite (they act on value coordinates only), so the result
+    equals running the operations on the real fragments. None where the real fragment is
+    already cast and the placeholder's result casts again: the caller runs the operations
+    itself to get the "cast twice" error with the real names.
+    """
+    out = []
+    for f in frags:
+        g = bindings[f.src]
+        if f.dtype is not None and g.dtype is not None:
+            return None
+        sstart = list(g.sstart)
+        for j, offset in enumerate(f.sstart):
+            if offset:
+                sstart[g.axis_of[j]] += offset
+        axis_of = tuple(g.axis_of[a] if a >= 0 else -1 for a in f.axis_of)
+        out.append(Fragment(f.vstart, f.vsize, g.src, tuple(sstart), axis_of,
+                            g.dtype if f.dtype is None else f.dtype))
+    return out
+
+
+def zeroed(bindings, source_ranks):
+    """The bindings with each source start at 0 under a name of its own (two bindings may
+    read one source), those names' ranks, and the binding key of each name: what
+    `piece_template` needs, built once per call's bindings."""
+    tags = {key: f"\0binding {i}" for i, key in enumerate(bindings)}
+    zero = {key: replace(g, src=tags[key], sstart=(0,) * len(g.sstart)) for key, g in bindings.items()}
+    ranks = {tags[key]: source_ranks[g.src] for key, g in bindings.items()}
+    return zero, ranks, {tag: key for key, tag in tags.items()}
+
+
+def piece_template(frags, zero) -> list[tuple]:
+    """`to_pieces` of `substitute(frags, bindings)` with every binding's source start at 0
+    (`zero = zeroed(bindings, ...)`): rows (binding key, dst_start, size, src_start, perm,
+    dtype) that `from_template` turns into the pieces of any bindings with the same sources,
+    axes and casts (the layers of a stacked tree differ only in their start). `to_pieces`
+    reads only axes, sizes and ranks, and a piece's src_start is its fragment's start
+    permuted, so it is linear in the start."""
+    bindings, ranks, keys = zero
+    return [(keys[p.src], p.dst_start, p.size, p.src_start, p.perm, p.dtype)
+            for p in to_pieces("", substitute(frags, bindings), ranks)]
+
+
+def from_template(dst: str, template, bindings, origin: str = "") -> list[Piece]:
+    out = []
+    for key, dst_start, size, start, perm, dtype in template:  # map(): ~70k pieces per model
+        g = bindings[key]
+        base = g.sstart if perm is None else tuple(map(g.sstart.__getitem__, perm))
+        out.append(Piece(dst, dst_start, size, g.src, tuple(map(operator.add, start, base)), perm, dtype, origin))
     return out
 
 

@@ -14,11 +14,23 @@ jaxpr) are evaluated, so constant indices work whatever form they take.
 Traced rules are cached per (function, tree structure, shapes, dtypes, cast): a
 second swap of the same model does no tracing (`trace_count()` says how many
 traces ran).
+
+Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
+45 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
+operations) costs several times the hand-written rules before any of this module runs.
+A function JAX traces once and calls many times (a layer converter under `jax.jit`)
+is converted once per input signature and reused: the later calls only rename
+sources (`fragments.substitute`), and their destinations go to pieces through one
+template per output (`fragments.piece_template`). The garbage collector is paused
+while a trace runs (the jaxpr and the fragments are hundreds of thousands of young
+objects; its passes cost a quarter of the time).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import gc
+import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -38,16 +50,29 @@ class TraceError(RuleError):
     """The conversion function does something that is not a pure layout change."""
 
 
-@dataclass
 class _Sym:
-    """A traced value made of source fragments."""
-    frags: list
-    shape: tuple[int, ...]
-    dtype: str
+    """A traced value made of source fragments.
+
+    The output of a reused call (see `_Interpreter._reuse`) keeps its fragments as the call's
+    conversion on placeholders plus the real fragments bound to them, and renames them only
+    when they are read: an output that is a destination goes to pieces by `piece_template`.
+    """
+    __slots__ = ("_frags", "shape", "dtype", "template", "bindings")
+
+    def __init__(self, frags, shape, dtype, template=None, bindings=None):
+        self._frags, self.shape, self.dtype = frags, shape, dtype
+        self.template, self.bindings = template, bindings
+
+    @property
+    def frags(self) -> list:
+        if self._frags is None:
+            self._frags = F.substitute(self.template.frags, self.bindings)
+        return self._frags
 
 
 _cache: dict = {}
 _traces = 0
+_phases: dict = {}
 
 
 def trace_count() -> int:
@@ -57,6 +82,26 @@ def trace_count() -> int:
 
 def clear_cache() -> None:
     _cache.clear()
+
+
+def last_trace_phases() -> dict:
+    """CPU seconds of the last trace, per phase: 'make_jaxpr' (JAX runs the function),
+    'walk' (layout primitives replayed on fragments), 'pieces' (fragments to `Piece`s),
+    and 'calls reused' (how many call equations were answered by an earlier conversion)."""
+    return dict(_phases)
+
+
+@contextmanager
+def _gc_paused():
+    """No cyclic garbage collection inside: a trace makes hundreds of thousands of young
+    objects that live until it ends, and collecting them repeatedly finds nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _abstract(leaf):
@@ -132,23 +177,36 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
 
 
 def _trace(convert, params, names, cast) -> list[Piece]:
+    with _gc_paused():
+        return _trace_phases(convert, params, names, cast)
+
+
+def _trace_phases(convert, params, names, cast) -> list[Piece]:
     import jax
     global _traces
     _traces += 1
+    _phases.clear()
+    clock = time.process_time()
     abstract = jax.tree_util.tree_map(_abstract, params)
-    closed, out_shapes = jax.make_jaxpr(convert, return_shape=True)(abstract)
-    out_names = list(tree_names(out_shapes))
+    closed, out_names = _jaxpr_and_output_names(convert, abstract)
+    _phases["make_jaxpr"], clock = time.process_time() - clock, time.process_time()
     src_names = list(names)
     ranks = {n: len(leaf.shape) for n, leaf in names.items()}
     dtypes = {n: np.dtype(leaf.dtype).name for n, leaf in names.items()}
     inputs = [_Sym([F.whole(n, names[n].shape)], tuple(names[n].shape), dtypes[n]) for n in src_names]
-    outs = _Interpreter(dtypes, out_names).run(closed.jaxpr, closed.consts, inputs, top=True)
+    interpreter = _Interpreter(dtypes, out_names)
+    outs = interpreter.run(closed.jaxpr, closed.consts, inputs, top=True)
+    _phases["walk"], clock = time.process_time() - clock, time.process_time()
+    _phases["calls reused"] = interpreter.reused
     origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
-    pieces = []
+    pieces, templates = [], _Templates(ranks)
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
             raise TraceError(f"output {name!r} is a constant, not made from any source tensor: "
                              "from_function maps sources to destinations only")
+        if value.template is not None and value._frags is None and cast is None:
+            pieces.extend(templates.pieces(name, value, origin))
+            continue
         frags = value.frags
         if cast is not None and np.dtype(value.dtype) != np.dtype(cast):
             try:
@@ -156,13 +214,78 @@ def _trace(convert, params, names, cast) -> list[Piece]:
             except ValueError as error:
                 raise TraceError(f"output {name!r}: cast={cast!r} on top of the function's own cast: {error}") from None
         pieces.extend(F.to_pieces(name, frags, ranks, origin))
+    _phases["pieces"] = time.process_time() - clock
     return pieces
+
+
+class _Templates:
+    """Pieces of the outputs of reused calls, through one template per (call output, call
+    signature: the sources, axes and casts bound to the call's arguments)."""
+
+    def __init__(self, ranks):
+        self.ranks = ranks
+        self.number_of = {}      # id(bindings) -> signature number (one bindings dict per call)
+        self.numbers = {}        # signature -> its number
+        self.zeroed = []         # per signature number: fragments.zeroed(...)
+        self.rows = {}           # (id(call output), signature number) -> fragments.piece_template(...)
+
+    def pieces(self, name, value, origin) -> list[Piece]:
+        bindings = value.bindings
+        number = self.number_of.get(id(bindings))
+        if number is None:
+            signature = tuple((k, g.src, g.axis_of, g.dtype) for k, g in bindings.items())
+            number = self.numbers.get(signature)
+            if number is None:
+                number = self.numbers[signature] = len(self.zeroed)
+                self.zeroed.append(F.zeroed(bindings, self.ranks))
+            self.number_of[id(bindings)] = number
+        key = (id(value.template), number)
+        rows = self.rows.get(key)
+        if rows is None:
+            rows = self.rows[key] = F.piece_template(value.template.frags, self.zeroed[number])
+        return F.from_template(name, rows, bindings, origin)
+
+
+def _jaxpr_and_output_names(convert, abstract):
+    """The jaxpr of `convert` and its outputs' names.
+
+    The function is traced returning its outputs as a flat list, its output tree kept aside:
+    JAX names every result by its key path (debug information), and for 70k dict keys that
+    cost a third of the trace; list positions are cheap. (`make_jaxpr(return_shape=True)`
+    would also build a ShapeDtypeStruct per output.)"""
+    import jax
+    found = []
+
+    def flat(params):
+        out = convert(params)
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        found.append((tree, _state_dict_names(out, leaves)))
+        return leaves
+    closed = jax.make_jaxpr(flat)(abstract)
+    tree, names = found[-1]
+    if names is None:
+        names = list(tree_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves))))
+    return closed, names
+
+
+def _state_dict_names(out, leaves) -> list[str] | None:
+    """The keys of a flat `{str: array}` dict (a state dict: the usual output), in the order
+    JAX flattened it, or None for any other tree. `tree_names` would give the same names;
+    it walks key paths, 0.3 s for 70k outputs. Each key is checked against its leaf."""
+    if type(out) is not dict or len(out) != len(leaves) or not all(type(k) is str for k in out):
+        return None
+    keys = sorted(out)
+    if any(out[k] is not leaf for k, leaf in zip(keys, leaves)):
+        return None
+    return keys
 
 
 class _Interpreter:
     def __init__(self, source_dtypes, out_names):
-        self.source_dtypes = source_dtypes
+        self.source_dtypes = dict(source_dtypes)   # placeholders (see _call) are added
         self.out_names = out_names
+        self.converted = {}                        # (id(call jaxpr), inputs' shapes and dtypes) -> (jaxpr, outputs)
+        self.reused = 0
 
     def run(self, jaxpr, consts, args, top=False):
         env = {}
@@ -226,7 +349,38 @@ class _Interpreter:
     def _call(self, eqn, values, **params):
         inner = params.get("jaxpr", params.get("call_jaxpr"))
         jaxpr, consts = (inner.jaxpr, inner.consts) if hasattr(inner, "consts") else (inner, ())
+        if all(isinstance(v, _Sym) and F.covers(v.frags, v.shape) for v in values):
+            reused = self._reuse(inner, jaxpr, consts, values)
+            if reused is not None:
+                return reused
         return self.run(jaxpr, consts, values)
+
+    def _reuse(self, inner, jaxpr, consts, values):
+        """The call's outputs from its conversion on placeholder sources, renamed onto the
+        real ones: a jitted layer converter called for 60 layers is converted once.
+        None where that does not apply (the caller then runs the call itself, so a refusal
+        names the real sources)."""
+        key = (id(inner), tuple((v.shape, v.dtype) for v in values))
+        entry = self.converted.get(key)
+        if entry is None:
+            placeholders = []
+            for k, v in enumerate(values):
+                name = _placeholder(inner, k)
+                self.source_dtypes[name] = v.dtype
+                placeholders.append(_Sym([F.whole(name, v.shape)], v.shape, v.dtype))
+            try:
+                outs = self.run(jaxpr, consts, placeholders)
+            except _Refused:
+                outs = None
+            casts = outs is not None and any(f.dtype is not None for o in outs if isinstance(o, _Sym) for f in o.frags)
+            entry = self.converted[key] = (inner, outs, casts)  # holding `inner` keeps its id unique
+        else:
+            self.reused += 1
+        outs, casts = entry[1], entry[2]
+        if outs is None or (casts and any(v.frags[0].dtype is not None for v in values)):
+            return None  # a cast on a cast: run the call to get the error with the real names
+        bindings = {_placeholder(inner, k): v.frags[0] for k, v in enumerate(values)}
+        return [_Sym(None, out.shape, out.dtype, out, bindings) if isinstance(out, _Sym) else out for out in outs]
 
     def _transpose(self, eqn, values, permutation, **_):
         (x,) = values
@@ -332,6 +486,12 @@ class _Interpreter:
         return list(values)
 
     _copy_p = _copy
+
+
+def _placeholder(call, k: int) -> str:
+    """The source name standing for argument k of a call while it is converted once (a NUL
+    first: no tree name has one)."""
+    return f"\0call {id(call)} argument {k}"
 
 
 def _common_dtype(values, what):
