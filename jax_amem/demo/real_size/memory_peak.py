@@ -51,7 +51,7 @@ class PeakSampler:
 
     def __enter__(self) -> "PeakSampler":
         if self.ordinal is not None:
-            self._thread = threading.Thread(target=self._run, name="jax_amem.demo.peak", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="jax-amem peak memory sampler", daemon=True)
             self._thread.start()
         return self
 
