@@ -37,7 +37,9 @@ EXPECTED = {
     "torch_two_names_one_storage": ("SwapError", r"destinations '(w|v)' and '(w|v)' share memory"),
     "torch_freed_storage": ("SwapError", r"destination 'w': its storage holds 0 bytes"),
     "torch_tensor_metadata_generated": (None, ""),
+    "torch_source_names_collide": ("SwapError", r"two tree leaves are both named 'a/b'"),
     # swap into jax.Arrays
+    "jax_destination_names_collide": ("SwapError", r"two tree leaves are both named 'a/b'"),
     "jax_same_array_twice": ("SwapError", r"destinations 'a' and 'b' are the same jax.Array"),
     "jax_1030_destinations_one_tied_pair": ("SwapError", r"'p0000' and 'p1029' are the same jax.Array"),
     "jax_destination_is_a_source": ("SwapError", r"destination 'a' is source 'a' itself"),

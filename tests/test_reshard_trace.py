@@ -294,3 +294,94 @@ def test_random_layout_programs_equal_numpy(seed):
     program = _random_program(rng)
     want = {"y": np.asarray(program({"x": jnp.asarray(tree["x"])})["y"])}
     plan_and_run(shard_tree(tree), want, rules.from_function(program, tree))
+
+
+# -- hostile converters and bad arguments (issue 12's standard: equal to running the function, or refused
+#    naming the input)
+
+def test_hostile_jitted_converters_equal_running_them():
+    """A jitted call whose closure changes between calls of one shape (JAX reuses its first trace, and
+    so must the plan), one function under two static arguments, a call returning its input and its
+    transpose, and a jitted identity of two different concatenations: each plan equals running
+    `convert` for real, byte for byte."""
+    rng = np.random.default_rng(7)
+    tree = {f"w{i}": rng.standard_normal((4, 8)).astype(np.float32) for i in range(3)}
+    row = [0]
+    at_row = jax.jit(lambda a: a[row[0]])
+    static = jax.jit(lambda a, i: a[i:], static_argnums=1)
+    both = jax.jit(lambda a: (a, a.T))
+    same = jax.jit(lambda a: a)
+
+    def convert(p):
+        out = {}
+        for i in range(3):
+            row[0] = i
+            out[f"row{i}"] = at_row(p[f"w{i}"])
+        out.update(s1=static(p["w0"], 1), s2=static(p["w1"], 2), s1b=static(p["w2"], 1),
+                   a=both(p["w0"])[0], at=both(p["w1"])[1],
+                   c01=same(jnp.concatenate([p["w0"], p["w1"]])), c10=same(jnp.concatenate([p["w1"], p["w0"]])))
+        return out
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    row[0] = 0
+    plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
+
+
+def test_a_tuple_output_and_integer_keys_equal_running_the_function():
+    rng = np.random.default_rng(8)
+    tree = {1: rng.standard_normal((4, 8)).astype(np.float32), 2: rng.standard_normal((2, 8)).astype(np.float32)}
+
+    def convert(p):
+        return p[1].T, (p[2][1:], p[1])
+    pieces = rules.from_function(convert, tree)
+    want = {k: np.asarray(v) for k, v in reshard.tree_names(convert(tree)).items()}
+    assert sorted(want) == ["0", "1/0", "1/1"]
+    plan_and_run(shard_tree(tree), want, pieces)
+
+
+def test_two_leaves_with_one_name_are_refused_in_params_and_outputs():
+    """A key holding '/' beside the nested key it spells: the names no longer lined up with the
+    leaves (params: a raw KeyError; outputs: a plan that wrote 'a/b' from the wrong tensor)."""
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(reshard.LayoutError, match=r"two tree leaves are both named 'a/b' \(paths \['a'\]\['b'\] "
+                                                 r"and \['a/b'\]\).*rename one"):
+        reshard.tree_names({"a/b": x, "a": {"b": x}})
+    with pytest.raises(rules.TraceError, match=r"params: two tree leaves are both named 'a/b'"):
+        rules.from_function(lambda p: {"o": p["a"]["b"]}, {"a/b": x, "a": {"b": x + 1}})
+    with pytest.raises(rules.TraceError, match=r"the output of .*<lambda>: two tree leaves are both named 'a/b'"):
+        rules.from_function(lambda p: {"a/b": p["x"], "a": {"b": p["y"]}}, {"x": x, "y": x + 1})
+
+
+def test_bad_outputs_arguments_and_a_raising_converter_are_named():
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(rules.TraceError, match=r"is not a tree JAX can flatten .*return a dict of destination names"):
+        rules.from_function(lambda p: {1: p["x"], "1": p["x"]}, {"x": x})
+    with pytest.raises(rules.TraceError, match=r"params leaf 'x' is str 'hello', not an array"):
+        rules.from_function(lambda p: {"o": p["x"]}, {"x": "hello"})
+    with pytest.raises(rules.TraceError, match=r"cast='floaty' is not a dtype"):
+        rules.from_function(lambda p: {"o": p["x"]}, {"x": x}, cast="floaty")
+    with pytest.raises(rules.TraceError, match=r"the conversion function is int 3, not a function"):
+        rules.from_function(3, {"x": x})
+
+    def broken(p):
+        raise RuntimeError("the user's own bug")
+    with pytest.raises(RuntimeError, match="the user's own bug") as raised:
+        rules.from_function(broken, {"x": x})
+    assert any("from_function traced it" in note for note in raised.value.__notes__)
+    assert rules.from_function(lambda p: {}, {}) == []
+
+
+@pytest.mark.parametrize("stack, prefix, message", [
+    ("layers", "model.layers.", r"prefix 'model.layers.' must hold one '\{\}' for the layer number"),
+    ("layers", "model.{1}.", r"prefix 'model.\{1\}.' must hold one '\{\}'"),
+    ("layerz", "l.{}.", r"stack 'layerz': params has no key 'layerz' \(its keys: e, layers, s\)"),
+    ("layers/w/x", "l.{}.", r"stack 'layers/w/x': layers/w has no key 'x'"),
+    (3, "l.{}.", r"stack and prefix are strings"),
+    ("layers", None, r"stack and prefix are strings"),
+    ("s", "l.{}.", r"s has no axis 0 to hold the layers"),
+])
+def test_from_layer_function_refuses_bad_stack_and_prefix(stack, prefix, message):
+    tree = {"layers": {"w": np.zeros((3, 4, 8), np.float32)}, "e": np.zeros((4, 8), np.float32),
+            "s": np.float32(1)}
+    with pytest.raises(rules.TraceError, match=message):
+        rules.from_layer_function(lambda layer: {"w": layer["w"].T} if isinstance(layer, dict) else {"w": layer},
+                                  tree, stack, prefix)

@@ -36,6 +36,7 @@ import numpy as np
 
 from . import fragments as F
 from .from_jax import tree_names
+from .layout import LayoutError
 from .lowering import RuleError
 from .rule_types import Piece
 
@@ -119,7 +120,12 @@ def from_function(convert, params, *, cast: str | None = None) -> list[Piece]:
     """
     import jax
 
-    names = tree_names(params)
+    _check_arguments(convert, cast, "from_function")
+    names = _names(params, "params")
+    for name, leaf in names.items():
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            raise TraceError(f"params leaf {name!r} is {type(leaf).__name__} {leaf!r:.60}, not an array: give "
+                             "jax.Arrays, numpy arrays, ShapeDtypeStructs or Layouts")
     leaves, treedef = jax.tree_util.tree_flatten(params)
     shapes = tuple((tuple(int(n) for n in leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves)
     key = (convert, treedef, shapes, cast)
@@ -147,9 +153,30 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
     """
     import jax
 
+    _check_arguments(convert_layer, cast, "from_layer_function")
+    if not isinstance(stack, str) or not isinstance(prefix, str):
+        raise TraceError(f"from_layer_function: stack and prefix are strings ('layers', 'model.layers.{{}}.'), "
+                         f"got {type(stack).__name__} and {type(prefix).__name__}")
+    try:
+        named = {prefix.format(0), prefix.format(1)}
+    except (IndexError, KeyError, ValueError) as error:
+        named = error
+    if not isinstance(named, set) or len(named) != 2:
+        raise TraceError(f"from_layer_function: prefix {prefix!r} must hold one '{{}}' for the layer number "
+                         "(e.g. 'model.layers.{}.'): each layer's outputs need names of their own")
     layers = params
-    for key in stack.split("/"):
+    for depth, key in enumerate(stack.split("/")):
+        if not hasattr(layers, "keys") or key not in layers:
+            where = "/".join(stack.split("/")[:depth]) or "params"
+            keys = sorted(map(str, layers.keys())) if hasattr(layers, "keys") else []
+            raise TraceError(f"from_layer_function: stack {stack!r}: {where} has no key {key!r} "
+                             f"(its keys: {', '.join(keys[:8]) or 'none, it is a ' + type(layers).__name__})")
         layers = layers[key]
+    scalars = ["/".join(filter(None, (stack, n))) for n, x in tree_names(layers).items()
+               if len(getattr(x, "shape", ())) == 0]
+    if scalars:
+        raise TraceError(f"from_layer_function: {scalars[0]} has no axis 0 to hold the layers "
+                         "(a scalar): stack holds every layer's tensors stacked on axis 0")
     one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(tuple(x.shape[1:]), np.dtype(x.dtype)), layers)
     counts = {int(x.shape[0]) for x in jax.tree_util.tree_leaves(layers)}
     if len(counts) != 1:
@@ -176,6 +203,17 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
     return pieces
 
 
+def _check_arguments(convert, cast, verb: str) -> None:
+    if not callable(convert):
+        raise TraceError(f"{verb}: the conversion function is {type(convert).__name__} {convert!r:.60}, "
+                         "not a function")
+    if cast is not None:
+        try:
+            np.dtype(cast)
+        except TypeError:
+            raise TraceError(f"{verb}: cast={cast!r} is not a dtype (e.g. 'bfloat16')") from None
+
+
 def _trace(convert, params, names, cast) -> list[Piece]:
     with _gc_paused():
         return _trace_phases(convert, params, names, cast)
@@ -198,7 +236,7 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
     outs = interpreter.run(closed.jaxpr, closed.consts, inputs, top=True)
     _phases["walk"], clock = time.process_time() - clock, time.process_time()
     _phases["calls reused"] = interpreter.reused
-    origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
+    origin = f"from_function({_label(convert)})"
     pieces, templates = [], _Templates(ranks)
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
@@ -258,14 +296,37 @@ def _jaxpr_and_output_names(convert, abstract):
 
     def flat(params):
         out = convert(params)
-        leaves, tree = jax.tree_util.tree_flatten(out)
+        try:
+            leaves, tree = jax.tree_util.tree_flatten(out)
+        except Exception as error:  # e.g. a dict with keys 1 and "1": JAX cannot sort them
+            raise TraceError(f"the output of {_label(convert)} is not a tree JAX can flatten ({error}): "
+                             "return a dict of destination names (strings)") from None
         found.append((tree, _state_dict_names(out, leaves)))
         return leaves
-    closed = jax.make_jaxpr(flat)(abstract)
+    try:
+        closed = jax.make_jaxpr(flat)(abstract)
+    except TraceError:
+        raise
+    except Exception as error:  # the user's own error: theirs to read, with where it came from
+        error.add_note(f"(raised by {_label(convert)} while jax_amem.rules.from_function traced it on "
+                       "abstract values: no bytes, only shapes and dtypes)")
+        raise
     tree, names = found[-1]
     if names is None:
-        names = list(tree_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves))))
+        names = list(_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves)), f"the output of {_label(convert)}"))
     return closed, names
+
+
+def _label(convert) -> str:
+    return getattr(convert, "__qualname__", type(convert).__name__)
+
+
+def _names(tree, what: str) -> dict:
+    """`tree_names(tree)`, a name shared by two leaves refused as a TraceError naming `what`."""
+    try:
+        return tree_names(tree)
+    except LayoutError as error:
+        raise TraceError(f"{what}: {error}") from None
 
 
 def _state_dict_names(out, leaves) -> list[str] | None:
