@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import numbers
 import threading
 import time
 from concurrent.futures import Future
@@ -20,6 +22,30 @@ _paused_ids: list[int] = []
 _job_paused = False
 _lock = threading.Lock()
 _ID_LIMIT = 2**64
+_TIMEOUT_LIMIT = 1e6  # seconds (11.6 days): the store's barrier counts milliseconds in an int
+# True while a resume (async_=True: on its own thread) runs: every call here is collective and
+# numbered in call order (_agree), so another one meanwhile would put this process out of step.
+_resuming = False
+
+
+def _checked_timeout(timeout, verb: str) -> float:
+    """`timeout` as seconds, refused before anything is touched unless 0 < timeout <= 1e6."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout is a number of seconds, "
+                        f"not {type(timeout).__name__}")
+    value = float(timeout)
+    if not (math.isfinite(value) and 0 < value <= _TIMEOUT_LIMIT):
+        raise ValueError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout must be a finite number of "
+                         f"seconds, above 0 and at most {_TIMEOUT_LIMIT:g} (the default is 60)")
+    return value
+
+
+def _refuse_while_resuming(verb: str) -> None:
+    """Under _lock."""
+    if _resuming:
+        raise NcclPauseError(f"jax_amem.nccl.{verb}() while a resume is still running (resume(async_=True) "
+                             "returned a Future): wait for that Future first. Every process must make these "
+                             "collective calls in the same order. Nothing was changed by this call.")
 
 
 class NcclNotInstalledError(JaxAmemError):
@@ -186,7 +212,9 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
     if teardown not in TEARDOWNS:
         raise ValueError(f"teardown must be one of {sorted(TEARDOWNS)}, got {teardown!r}")
     requested = None if ids is None else _checked_ids(ids)
+    timeout = _checked_timeout(timeout, "pause")
     with _lock:
+        _refuse_while_resuming("pause")
         if requested is None:
             chosen = [c.id for c in communicators(owner=owner, device=device, state="active")]
         else:
@@ -228,23 +256,26 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
     one that does not join within `timeout` leaves every communicator paused, and
     resume can be called again.
     """
-    global _job_paused
+    global _job_paused, _resuming
     control = _require()
+    timeout = _checked_timeout(timeout, "resume")
     with _lock:
+        _refuse_while_resuming("resume")
         job = _agree.peers() if agree else None
         if not _paused_ids and not (_job_paused and job is not None):
             raise NcclPauseError("nothing to resume: no communicator was paused by jax_amem.nccl.pause()")
         chosen = list(_paused_ids)
         if chosen:
             control.begin_resume(chosen)
+        _resuming = True
     rows_before = communicators()
     devices = {c.device for c in rows_before if c.id in set(chosen)}
 
     def work() -> NcclReport:
-        global _job_paused
-        before = _device_free(devices)
-        start = time.perf_counter()
+        global _job_paused, _resuming
         try:
+            before = _device_free(devices)
+            start = time.perf_counter()
             if job is not None:
                 try:
                     job.meet("resume", timeout)
@@ -259,6 +290,7 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
             with _lock:
                 still_paused = {c.id for c in communicators(state="paused")}
                 _paused_ids[:] = [i for i in _paused_ids if i in still_paused]
+                _resuming = False
         seconds = time.perf_counter() - agreed
         rows = [c for c in communicators() if c.id in set(chosen)]
         return NcclReport("resume", seconds, rows, before, _device_free(devices), agreed - start)
@@ -302,8 +334,10 @@ def recover(*, timeout: float = 60.0) -> list[Communicator]:
     it again. Returns the recovered communicators.
     """
     control = _require()
+    timeout = _checked_timeout(timeout, "recover")
     job = _agree.peers()
     with _lock:
+        _refuse_while_resuming("recover")
         mine = communicators()
         broken_here = sorted({c.key for c in mine if c.state == "broken"})
         if job is None:
