@@ -381,9 +381,7 @@ class JaxDestination(WrittenHere):
             note = f"; the pytree could not be rebuilt ({rebuild}): error.shards holds every written shard"
         else:
             note = ": error.dst holds every destination (the written ones new, the others as they were)"
-        failure = PartialSwapError(
+        return PartialSwapError(
             f"the swap into jax.Arrays failed after {len(outputs)} of {program.buffers} buffers were donated and "
-            f"written ({len(written)} arrays in full){note}. Cause: {type(error).__name__}: {error}")
-        failure.dst, failure.written = tree, written
-        failure.shards = dict(zip(order, outputs))
-        return failure
+            f"written ({len(written)} arrays in full){note}. Cause: {type(error).__name__}: {error}",
+            dst=tree, written=written, shards=dict(zip(order, outputs)))
