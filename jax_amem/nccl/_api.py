@@ -40,6 +40,13 @@ def _checked_timeout(timeout, verb: str) -> float:
     return value
 
 
+def _check_flag(value, verb: str, name: str) -> None:
+    """A flag must be a bool: agree="no" is a true string, and would agree."""
+    if not isinstance(value, bool):
+        raise TypeError(f"jax_amem.nccl.{verb}({name}={value!r}): {name} is True or False, "
+                        f"not {type(value).__name__}")
+
+
 def _refuse_while_resuming(verb: str) -> None:
     """Under _lock."""
     if _resuming:
@@ -206,13 +213,14 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
     except communicators whose peers vanished mid-pause (reported as broken: see recover()).
     """
     global _job_paused
+    timeout = _checked_timeout(timeout, "pause")
+    _check_flag(agree, "pause", "agree")
     control = _require()
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
     if teardown not in TEARDOWNS:
         raise ValueError(f"teardown must be one of {sorted(TEARDOWNS)}, got {teardown!r}")
     requested = None if ids is None else _checked_ids(ids)
-    timeout = _checked_timeout(timeout, "pause")
     with _lock:
         _refuse_while_resuming("pause")
         if requested is None:
@@ -257,8 +265,10 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
     resume can be called again.
     """
     global _job_paused, _resuming
-    control = _require()
     timeout = _checked_timeout(timeout, "resume")
+    _check_flag(agree, "resume", "agree")
+    _check_flag(async_, "resume", "async_")
+    control = _require()
     with _lock:
         _refuse_while_resuming("resume")
         job = _agree.peers() if agree else None
@@ -333,8 +343,8 @@ def recover(*, timeout: float = 60.0) -> list[Communicator]:
     all its ranks), rank 0 of each makes a fresh unique id, and every rank initialises
     it again. Returns the recovered communicators.
     """
-    control = _require()
     timeout = _checked_timeout(timeout, "recover")
+    control = _require()
     job = _agree.peers()
     with _lock:
         _refuse_while_resuming("recover")
