@@ -385,3 +385,16 @@ def test_from_layer_function_refuses_bad_stack_and_prefix(stack, prefix, message
     with pytest.raises(rules.TraceError, match=message):
         rules.from_layer_function(lambda layer: {"w": layer["w"].T} if isinstance(layer, dict) else {"w": layer},
                                   tree, stack, prefix)
+
+
+def test_a_rematerialised_layout_function_is_inlined_like_a_jitted_one():
+    """jax.checkpoint binds `remat2` in this JAX, which was refused as computing values although
+    the module inlines remat / checkpoint calls."""
+    rng = np.random.default_rng(9)
+    tree = {"x": rng.standard_normal((4, 8)).astype(np.float32), "s": rng.standard_normal((3, 4, 8)).astype(np.float32)}
+    flip = jax.checkpoint(lambda a: a.T)
+
+    def convert(p):
+        return {"o": flip(p["x"]), "q": flip(p["s"][1]), "r": jax.checkpoint(lambda a: a[1:].reshape(-1))(p["s"][2])}
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))

@@ -44,7 +44,7 @@ from .rule_types import Piece
 LAYOUT_PRIMITIVES = ("reshape", "transpose", "concatenate", "split", "slice", "dynamic_slice", "squeeze",
                      "expand_dims", "broadcast_in_dim (as expand_dims)", "convert_element_type", "copy",
                      "stack", "pjit / jit / closed_call (inlined)")
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "remat2", "checkpoint")
 
 
 class TraceError(RuleError):
