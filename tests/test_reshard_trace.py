@@ -398,3 +398,31 @@ def test_a_rematerialised_layout_function_is_inlined_like_a_jitted_one():
         return {"o": flip(p["x"]), "q": flip(p["s"][1]), "r": jax.checkpoint(lambda a: a[1:].reshape(-1))(p["s"][2])}
     want = {k: np.asarray(v) for k, v in convert(tree).items()}
     plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
+
+
+ROWS = 2  # read by _first_rows: a global the cache must see change
+
+
+def _first_rows(p):
+    return {"o": p["x"][:ROWS]}
+
+
+def test_a_cached_trace_is_not_reused_when_a_plain_value_the_function_reads_changed():
+    """The cache was keyed by the function alone: after ROWS = 3 it still returned the plan for 2."""
+    global ROWS
+    tree = {"x": np.arange(32, dtype=np.float32).reshape(8, 4)}
+    try:
+        for rows in (2, 3, 2):
+            ROWS = rows
+            count = rules.trace_count()
+            pieces = rules.from_function(_first_rows, tree)
+            assert [p.size for p in pieces] == [(rows, 4)]
+            plan_and_run(shard_tree(tree), {"o": tree["x"][:rows]}, pieces)
+        assert rules.trace_count() == count  # ROWS = 2 again: the first trace, from the cache
+
+        def cut(k):
+            return lambda p: {"o": p["x"][:k]}
+        closures = {k: rules.from_function(f, tree)[0].size for k, f in ((1, cut(1)), (5, cut(5)))}
+        assert closures == {1: (1, 4), 5: (5, 4)}
+    finally:
+        ROWS = 2

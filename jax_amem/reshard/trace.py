@@ -11,9 +11,9 @@ data-dependent indices...) is refused, naming it and the outputs it feeds.
 Scalars computed from constants only (the index arithmetic `x[-1]` leaves in a
 jaxpr) are evaluated, so constant indices work whatever form they take.
 
-Traced rules are cached per (function, tree structure, shapes, dtypes, cast): a
-second swap of the same model does no tracing (`trace_count()` says how many
-traces ran).
+Traced rules are cached per (function, the plain values it reads: `_plain_state`,
+tree structure, shapes, dtypes, cast): a second swap of the same model does no
+tracing (`trace_count()` says how many traces ran).
 
 Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
 45 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
@@ -117,6 +117,10 @@ def from_function(convert, params, *, cast: str | None = None) -> list[Piece]:
     only shapes and dtypes are read). Source names are `tree_names(params)`; destination
     names are `tree_names(convert(params))` (a flat dict of state-dict names keeps its keys).
     `cast`: a dtype every output is sent in when `convert` leaves it uncast.
+    Cached per function and the plain values it reads (`_plain_state`): a function that reads
+    state held in a mutable object must be a new function each time it changes, or call
+    `rules.clear_trace_cache()` (jitted calls inside `convert` reuse JAX's own trace, as they do
+    when `convert` runs, so the plan still equals running it).
     """
     import jax
 
@@ -128,7 +132,7 @@ def from_function(convert, params, *, cast: str | None = None) -> list[Piece]:
                              "jax.Arrays, numpy arrays, ShapeDtypeStructs or Layouts")
     leaves, treedef = jax.tree_util.tree_flatten(params)
     shapes = tuple((tuple(int(n) for n in leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves)
-    key = (convert, treedef, shapes, cast)
+    key = (convert, _plain_state(convert), treedef, shapes, cast)
     try:
         hit = _cache.get(key)
     except TypeError:  # an unhashable function: trace every time
@@ -184,7 +188,7 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
                          f"axis 0 (found {sorted(counts)})")
     count = counts.pop()
     leaves, treedef = jax.tree_util.tree_flatten(one)
-    key = ("layers", convert_layer, treedef, tuple((x.shape, x.dtype.name) for x in leaves), stack, prefix, count,
+    key = ("layers", convert_layer, _plain_state(convert_layer), treedef, tuple((x.shape, x.dtype.name) for x in leaves), stack, prefix, count,
            cast)
     try:
         hit = _cache.get(key)
@@ -201,6 +205,37 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
     if key is not None:
         _cache[key] = tuple(pieces)
     return pieces
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _plain(value) -> bool:
+    return isinstance(value, _PLAIN) or (type(value) is tuple and all(isinstance(v, _PLAIN) for v in value))
+
+
+def _plain_state(convert) -> tuple:
+    """The plain values (numbers, strings, tuples of them) `convert` reads besides its argument:
+    the globals its code names, its closure's cells, its defaults. Part of the cache key, so
+    `N = 3` after a trace made with `N = 2` traces again instead of returning the old plan.
+    State held in mutable objects (a list, a config object) is not seen: a function that
+    reads it must be a new function, or call `clear_trace_cache()`, as with `jax.jit`."""
+    function = getattr(convert, "__func__", convert)  # a bound method: its function
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return ()
+    namespace = getattr(function, "__globals__", {})
+    state = [(name, namespace[name]) for name in code.co_names if name in namespace and _plain(namespace[name])]
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        state.append(value if _plain(value) else None)
+    defaults = (getattr(function, "__defaults__", None) or ()) + tuple((getattr(function, "__kwdefaults__", None)
+                                                                         or {}).items())
+    state.extend(v for v in defaults if _plain(v))
+    return tuple(state)
 
 
 def _check_arguments(convert, cast, verb: str) -> None:
