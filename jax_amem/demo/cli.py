@@ -110,8 +110,9 @@ def preset_name(args) -> str:
         name = SMALL
     name = name or default_preset()
     if getattr(args, "drop_state", False) and name == SMALL:
-        instead = ("--quick runs the small preset: drop --quick and add --preset qwen3-tiny (CPU) or "
-                   "qwen3-1.7b (GPU)" if getattr(args, "quick", False) else "add --preset qwen3-1.7b")
+        presets = "--preset qwen3-1.7b (GPU) or --preset qwen3-tiny (CPU)"
+        instead = (f"--quick runs the small preset: drop --quick and add {presets}" if getattr(args, "quick", False)
+                   else f"add {presets}")
         raise SystemExit("--drop-state is for the real-size presets (qwen3-1.7b, qwen3-tiny): the small "
                          f"preset keeps its state; {instead}, or drop --drop-state")
     return name
