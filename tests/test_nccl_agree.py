@@ -293,3 +293,26 @@ def test_a_call_while_an_async_resume_runs_is_refused_and_the_job_stays_in_step(
         assert "wait for that Future first" in error[1]
     for process, result in enumerate(seen):
         assert result["states"] == ["active"] and result["after"] == [float(process)]
+
+
+def test_paused_resumes_with_the_timeout_it_was_given(fake_with_suspend):
+    """nccl.paused(timeout=2) resumed with the default 60 s: a process that never resumed held the
+    others a minute instead of 2 s."""
+    seen = run_job(fake_with_suspend, """
+        import time
+        lib = interposer()
+        comm = init_config(lib, make_id(f"c{PROCESS}"), 1, split_share=1)[0]
+        if PROCESS == 0:
+            def leave():
+                with nccl.paused(timeout=2):
+                    pass
+            start = time.perf_counter()
+            error = attempt(leave)
+            out(error=error, seconds=time.perf_counter() - start)
+        else:
+            nccl.pause("auto", timeout=2)
+            time.sleep(12)  # never resumes
+            out(error=None, seconds=0)
+    """, env=NEW_NCCL)
+    assert seen[0]["error"][0] == "NcclPauseError" and "timed out after 2 s" in seen[0]["error"][1]
+    assert seen[0]["seconds"] < 10

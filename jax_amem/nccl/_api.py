@@ -321,7 +321,8 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
 
 @contextlib.contextmanager
 def paused(strategy: str = "auto", **selection):
-    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit.
+    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit, both with
+    the `timeout` and `agree` given (pause's other arguments are pause's alone).
 
     With no communicator to pause (in the whole job), it does nothing and exits quietly.
     """
@@ -330,7 +331,7 @@ def paused(strategy: str = "auto", **selection):
         yield report
     finally:
         if _paused_ids or _job_paused:
-            resume(agree=selection.get("agree", True))
+            resume(**{k: v for k, v in selection.items() if k in ("timeout", "agree")})
 
 
 def recover(*, timeout: float = 60.0) -> list[Communicator]:
