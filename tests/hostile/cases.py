@@ -532,6 +532,18 @@ def pause_keep_not_arrays():
 
 
 @case
+def pause_nccl_flag_is_a_string():
+    """nccl="no" is a true string: it paused NCCL (collectively) where the caller meant not to."""
+    import jax_amem
+
+    _, jnp = _jax()
+    x = jnp.arange(8.0)
+    error = attempt(lambda: jax_amem.pause(keep={"x": x}, nccl="no"))
+    assert not jax_amem.is_paused() and not x.is_deleted()
+    return error
+
+
+@case
 def pause_with_jax_on_cpu():
     """Succeeds: pause, paused(), resume() and the report with JAX on its CPU platform (on a GPU
     host these were killed by SIGSEGV)."""
