@@ -170,12 +170,13 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
                          "(e.g. 'model.layers.{}.'): each layer's outputs need names of their own")
     layers = params
     for depth, key in enumerate(stack.split("/")):
-        if not hasattr(layers, "keys") or key not in layers:
+        try:
+            layers = layers[key]
+        except (KeyError, IndexError, TypeError):
             where = "/".join(stack.split("/")[:depth]) or "params"
             keys = sorted(map(str, layers.keys())) if hasattr(layers, "keys") else []
             raise TraceError(f"from_layer_function: stack {stack!r}: {where} has no key {key!r} "
-                             f"(its keys: {', '.join(keys[:8]) or 'none, it is a ' + type(layers).__name__})")
-        layers = layers[key]
+                             f"(its keys: {', '.join(keys[:8]) or 'none, it is a ' + type(layers).__name__})") from None
     scalars = ["/".join(filter(None, (stack, n))) for n, x in tree_names(layers).items()
                if len(getattr(x, "shape", ())) == 0]
     if scalars:
