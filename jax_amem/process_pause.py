@@ -252,6 +252,9 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
     non-array or deleted leaf, or an array both kept and dropped.
     """
     global _state
+    if not isinstance(nccl, bool):  # nccl="no" is a true string: it would pause NCCL, collectively
+        raise PauseError(f"jax_amem.pause(nccl={nccl!r}): nccl is True or False, not {type(nccl).__name__}; "
+                         "nothing was paused")
     with _lock:
         if _state is not None:
             raise PauseError("already paused: call jax_amem.resume() before pausing again.")

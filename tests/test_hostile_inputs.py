@@ -37,7 +37,9 @@ EXPECTED = {
     "torch_two_names_one_storage": ("SwapError", r"destinations '(w|v)' and '(w|v)' share memory"),
     "torch_freed_storage": ("SwapError", r"destination 'w': its storage holds 0 bytes"),
     "torch_tensor_metadata_generated": (None, ""),
+    "torch_source_names_collide": ("SwapError", r"two tree leaves are both named 'a/b'"),
     # swap into jax.Arrays
+    "jax_destination_names_collide": ("SwapError", r"two tree leaves are both named 'a/b'"),
     "jax_same_array_twice": ("SwapError", r"destinations 'a' and 'b' are the same jax.Array"),
     "jax_1030_destinations_one_tied_pair": ("SwapError", r"'p0000' and 'p1029' are the same jax.Array"),
     "jax_destination_is_a_source": ("SwapError", r"destination 'a' is source 'a' itself"),
@@ -68,6 +70,7 @@ EXPECTED = {
     "pause_twice": ("PauseError", r"."),
     "pause_keep_not_arrays": ("JaxAmemError|TypeError|ValueError", r"."),
     "pause_with_jax_on_cpu": (None, ""),
+    "pause_nccl_flag_is_a_string": ("PauseError", r"jax_amem.pause\(nccl='no'\): nccl is True or False, not str"),
     # nccl (the interposer over a fake NCCL)
     "nccl_ids_twice": ("ValueError", r"given twice"),
     "nccl_ids_negative": ("ValueError", r"out of range"),
@@ -88,7 +91,8 @@ BATCHES = {
              "copy_segment_five_columns", "copy_segment_tables_generated", "copy_many_out_of_bounds",
              "copy_many_buffer_index_out_of_range", "copy_many_float_rows", "copy_to_address_rows_past_the_size"],
     "plan": [n for n in EXPECTED if n.startswith("plan_")],
-    "pause": ["pause_resume_without_pause", "pause_twice", "pause_keep_not_arrays", "pause_with_jax_on_cpu"],
+    "pause": ["pause_resume_without_pause", "pause_twice", "pause_keep_not_arrays", "pause_with_jax_on_cpu",
+              "pause_nccl_flag_is_a_string"],
     "ipc": [n for n in EXPECTED if n.startswith("ipc_")],
 }
 SOLO_CPU = ["copy_to_address_0x1000", "copy_to_address_negative", "copy_to_address_float_address"]

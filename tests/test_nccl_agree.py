@@ -224,3 +224,95 @@ def test_processes_out_of_step_are_told_so_instead_of_reading_another_call_s_ent
     assert seen[0]["error"][0] == "NcclPauseError"
     assert ("pause() is agreement 2 of this process, but the job is out of step "
             "(process 1: agreement 2 (resume))") in seen[0]["error"][1]
+
+
+BAD_TIMEOUTS = "[0, -1, float('nan'), float('inf'), '60', None, True, 1e9]"
+
+
+def test_bad_timeouts_are_refused_before_the_agreement_and_leave_the_job_in_step(fake_with_suspend):
+    """A bad timeout (0, negative, NaN, inf, a string...) used to reach the store: NaN, inf and
+    strings failed inside the barrier call and read as "timed out after nan s", and every refused
+    call had used up one agreement number, so the next good pause found the job out of step."""
+    seen = run_job(fake_with_suspend, f"""
+        lib = interposer()
+        comm = init_config(lib, make_id(f"b{{PROCESS}}"), 1, split_share=1)[0]
+        errors = []
+        if PROCESS == 0:
+            before = len(fake_log())
+            for bad in {BAD_TIMEOUTS}:
+                errors.append(attempt(lambda: nccl.pause("auto", timeout=bad)))
+            errors.append(attempt(lambda: nccl.recover(timeout=float('nan'))))
+            untouched = fake_log()[before:] == [] and [c.state for c in nccl.communicators()] == ["active"]
+        else:
+            untouched = True
+        report = nccl.pause("auto", timeout=30)
+        if PROCESS == 0:
+            for bad in {BAD_TIMEOUTS}:
+                errors.append(attempt(lambda: nccl.resume(timeout=bad)))
+        nccl.resume(timeout=30)
+        out(errors=errors, untouched=untouched, paused=[c.last_strategy for c in report.communicators],
+            after=all_reduce(lib, comm, [PROCESS])[1])
+    """, env=NEW_NCCL)
+    first = seen[0]
+    kinds = [e[0] for e in first["errors"]]
+    assert kinds == ["ValueError"] * 4 + ["TypeError"] * 3 + ["ValueError"] * 2 + \
+        ["ValueError"] * 4 + ["TypeError"] * 3 + ["ValueError"], first["errors"]
+    assert "jax_amem.nccl.pause(timeout=nan): timeout must be a finite number of seconds, above 0" in first["errors"][2][1]
+    assert "jax_amem.nccl.pause(timeout='60'): timeout is a number of seconds, not str" in first["errors"][4][1]
+    assert "jax_amem.nccl.recover(timeout=nan)" in first["errors"][8][1]
+    assert "jax_amem.nccl.resume(timeout=-1)" in first["errors"][10][1]
+    for process, result in enumerate(seen):
+        assert result["untouched"] and result["paused"] == ["suspend"] and result["after"] == [float(process)]
+
+
+def test_a_call_while_an_async_resume_runs_is_refused_and_the_job_stays_in_step(fake_with_suspend):
+    """resume(async_=True) agrees on its own thread: a pause, resume or recover made meanwhile took
+    the next agreement number first (or ran a second resume), putting this process out of step."""
+    seen = run_job(fake_with_suspend, """
+        import time
+        lib = interposer()
+        comm = init_config(lib, make_id(f"a{PROCESS}"), 1, split_share=1)[0]
+        nccl.pause("auto")
+        errors = []
+        if PROCESS == 0:
+            future = nccl.resume(async_=True)
+            errors = [attempt(lambda: nccl.resume()), attempt(lambda: nccl.pause("auto")),
+                      attempt(lambda: nccl.recover())]
+            future.result()
+        else:
+            time.sleep(1)  # process 0's resume waits at the barrier meanwhile
+            nccl.resume()
+        nccl.pause("auto")
+        nccl.resume()
+        out(errors=errors, states=[c.state for c in nccl.communicators()],
+            after=all_reduce(lib, comm, [PROCESS])[1])
+    """, env=NEW_NCCL)
+    assert [e[0] for e in seen[0]["errors"]] == ["NcclPauseError"] * 3, seen[0]["errors"]
+    for verb, error in zip(("resume", "pause", "recover"), seen[0]["errors"]):
+        assert f"jax_amem.nccl.{verb}() while a resume is still running" in error[1]
+        assert "wait for that Future first" in error[1]
+    for process, result in enumerate(seen):
+        assert result["states"] == ["active"] and result["after"] == [float(process)]
+
+
+def test_paused_resumes_with_the_timeout_it_was_given(fake_with_suspend):
+    """nccl.paused(timeout=2) resumed with the default 60 s: a process that never resumed held the
+    others a minute instead of 2 s."""
+    seen = run_job(fake_with_suspend, """
+        import time
+        lib = interposer()
+        comm = init_config(lib, make_id(f"c{PROCESS}"), 1, split_share=1)[0]
+        if PROCESS == 0:
+            def leave():
+                with nccl.paused(timeout=2):
+                    pass
+            start = time.perf_counter()
+            error = attempt(leave)
+            out(error=error, seconds=time.perf_counter() - start)
+        else:
+            nccl.pause("auto", timeout=2)
+            time.sleep(12)  # never resumes
+            out(error=None, seconds=0)
+    """, env=NEW_NCCL)
+    assert seen[0]["error"][0] == "NcclPauseError" and "timed out after 2 s" in seen[0]["error"][1]
+    assert seen[0]["seconds"] < 10

@@ -46,3 +46,27 @@ def test_paused_with_no_communicators_is_a_no_op(fake_with_suspend):
     """)
     assert seen["inside"] == 0 and seen["paused"] == []
     assert "nothing to resume" in seen["resume"][1]  # an explicit resume still says so
+
+
+def test_bad_timeouts_and_flags_are_refused_alone_too(fake_with_suspend):
+    """Without jax.distributed (the agreement is skipped): a NaN or negative timeout reached NCCL's
+    wait loop, and agree="no" (a true string) agreed."""
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comms = init_config(lib, make_id("flags"), 1, split_share=1)
+        before = len(fake_log())
+        errors = [attempt(lambda: nccl.pause(timeout=float("nan"))), attempt(lambda: nccl.pause(timeout=-5)),
+                  attempt(lambda: nccl.pause(agree="no")), attempt(lambda: nccl.pause(timeout="soon"))]
+        untouched = fake_log()[before:] == [] and [c.state for c in nccl.communicators()] == ["active"]
+        nccl.pause(timeout=5)
+        errors += [attempt(lambda: nccl.resume(timeout=0)), attempt(lambda: nccl.resume(async_="yes")),
+                   attempt(lambda: nccl.recover(timeout=float("-inf")))]
+        still = [c.state for c in nccl.communicators()]
+        nccl.resume(timeout=5)
+        out(errors=errors, untouched=untouched, still=still, states=[c.state for c in nccl.communicators()])
+    """, env={"FAKE_NCCL_VERSION": "23007"})
+    assert [e[0] for e in seen["errors"]] == ["ValueError", "ValueError", "TypeError", "TypeError",
+                                              "ValueError", "TypeError", "ValueError"], seen["errors"]
+    assert "jax_amem.nccl.pause(agree='no'): agree is True or False, not str" in seen["errors"][2][1]
+    assert "jax_amem.nccl.resume(timeout=0): timeout must be a finite number of seconds, above 0" in seen["errors"][4][1]
+    assert seen["untouched"] and seen["still"] == ["paused"] and seen["states"] == ["active"]

@@ -294,3 +294,135 @@ def test_random_layout_programs_equal_numpy(seed):
     program = _random_program(rng)
     want = {"y": np.asarray(program({"x": jnp.asarray(tree["x"])})["y"])}
     plan_and_run(shard_tree(tree), want, rules.from_function(program, tree))
+
+
+# -- hostile converters and bad arguments (issue 12's standard: equal to running the function, or refused
+#    naming the input)
+
+def test_hostile_jitted_converters_equal_running_them():
+    """A jitted call whose closure changes between calls of one shape (JAX reuses its first trace, and
+    so must the plan), one function under two static arguments, a call returning its input and its
+    transpose, and a jitted identity of two different concatenations: each plan equals running
+    `convert` for real, byte for byte."""
+    rng = np.random.default_rng(7)
+    tree = {f"w{i}": rng.standard_normal((4, 8)).astype(np.float32) for i in range(3)}
+    row = [0]
+    at_row = jax.jit(lambda a: a[row[0]])
+    static = jax.jit(lambda a, i: a[i:], static_argnums=1)
+    both = jax.jit(lambda a: (a, a.T))
+    same = jax.jit(lambda a: a)
+
+    def convert(p):
+        out = {}
+        for i in range(3):
+            row[0] = i
+            out[f"row{i}"] = at_row(p[f"w{i}"])
+        out.update(s1=static(p["w0"], 1), s2=static(p["w1"], 2), s1b=static(p["w2"], 1),
+                   a=both(p["w0"])[0], at=both(p["w1"])[1],
+                   c01=same(jnp.concatenate([p["w0"], p["w1"]])), c10=same(jnp.concatenate([p["w1"], p["w0"]])))
+        return out
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    row[0] = 0
+    plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
+
+
+def test_a_tuple_output_and_integer_keys_equal_running_the_function():
+    rng = np.random.default_rng(8)
+    tree = {1: rng.standard_normal((4, 8)).astype(np.float32), 2: rng.standard_normal((2, 8)).astype(np.float32)}
+
+    def convert(p):
+        return p[1].T, (p[2][1:], p[1])
+    pieces = rules.from_function(convert, tree)
+    want = {k: np.asarray(v) for k, v in reshard.tree_names(convert(tree)).items()}
+    assert sorted(want) == ["0", "1/0", "1/1"]
+    plan_and_run(shard_tree(tree), want, pieces)
+
+
+def test_two_leaves_with_one_name_are_refused_in_params_and_outputs():
+    """A key holding '/' beside the nested key it spells: the names no longer lined up with the
+    leaves (params: a raw KeyError; outputs: a plan that wrote 'a/b' from the wrong tensor)."""
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(reshard.LayoutError, match=r"two tree leaves are both named 'a/b' \(paths \['a'\]\['b'\] "
+                                                 r"and \['a/b'\]\).*rename one"):
+        reshard.tree_names({"a/b": x, "a": {"b": x}})
+    with pytest.raises(rules.TraceError, match=r"params: two tree leaves are both named 'a/b'"):
+        rules.from_function(lambda p: {"o": p["a"]["b"]}, {"a/b": x, "a": {"b": x + 1}})
+    with pytest.raises(rules.TraceError, match=r"the output of .*<lambda>: two tree leaves are both named 'a/b'"):
+        rules.from_function(lambda p: {"a/b": p["x"], "a": {"b": p["y"]}}, {"x": x, "y": x + 1})
+
+
+def test_bad_outputs_arguments_and_a_raising_converter_are_named():
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(rules.TraceError, match=r"is not a tree JAX can flatten .*return a dict of destination names"):
+        rules.from_function(lambda p: {1: p["x"], "1": p["x"]}, {"x": x})
+    with pytest.raises(rules.TraceError, match=r"params leaf 'x' is str 'hello', not an array"):
+        rules.from_function(lambda p: {"o": p["x"]}, {"x": "hello"})
+    with pytest.raises(rules.TraceError, match=r"cast='floaty' is not a dtype"):
+        rules.from_function(lambda p: {"o": p["x"]}, {"x": x}, cast="floaty")
+    with pytest.raises(rules.TraceError, match=r"the conversion function is int 3, not a function"):
+        rules.from_function(3, {"x": x})
+
+    def broken(p):
+        raise RuntimeError("the user's own bug")
+    with pytest.raises(RuntimeError, match="the user's own bug") as raised:
+        rules.from_function(broken, {"x": x})
+    assert any("from_function traced it" in note for note in raised.value.__notes__)
+    assert rules.from_function(lambda p: {}, {}) == []
+
+
+@pytest.mark.parametrize("stack, prefix, message", [
+    ("layers", "model.layers.", r"prefix 'model.layers.' must hold one '\{\}' for the layer number"),
+    ("layers", "model.{1}.", r"prefix 'model.\{1\}.' must hold one '\{\}'"),
+    ("layerz", "l.{}.", r"stack 'layerz': params has no key 'layerz' \(its keys: e, layers, s\)"),
+    ("layers/w/x", "l.{}.", r"stack 'layers/w/x': layers/w has no key 'x'"),
+    (3, "l.{}.", r"stack and prefix are strings"),
+    ("layers", None, r"stack and prefix are strings"),
+    ("s", "l.{}.", r"s has no axis 0 to hold the layers"),
+])
+def test_from_layer_function_refuses_bad_stack_and_prefix(stack, prefix, message):
+    tree = {"layers": {"w": np.zeros((3, 4, 8), np.float32)}, "e": np.zeros((4, 8), np.float32),
+            "s": np.float32(1)}
+    with pytest.raises(rules.TraceError, match=message):
+        rules.from_layer_function(lambda layer: {"w": layer["w"].T} if isinstance(layer, dict) else {"w": layer},
+                                  tree, stack, prefix)
+
+
+def test_a_rematerialised_layout_function_is_inlined_like_a_jitted_one():
+    """jax.checkpoint binds `remat2` in this JAX, which was refused as computing values although
+    the module inlines remat / checkpoint calls."""
+    rng = np.random.default_rng(9)
+    tree = {"x": rng.standard_normal((4, 8)).astype(np.float32), "s": rng.standard_normal((3, 4, 8)).astype(np.float32)}
+    flip = jax.checkpoint(lambda a: a.T)
+
+    def convert(p):
+        return {"o": flip(p["x"]), "q": flip(p["s"][1]), "r": jax.checkpoint(lambda a: a[1:].reshape(-1))(p["s"][2])}
+    want = {k: np.asarray(v) for k, v in convert(tree).items()}
+    plan_and_run(shard_tree(tree), want, rules.from_function(convert, tree))
+
+
+ROWS = 2  # read by _first_rows: a global the cache must see change
+
+
+def _first_rows(p):
+    return {"o": p["x"][:ROWS]}
+
+
+def test_a_cached_trace_is_not_reused_when_a_plain_value_the_function_reads_changed():
+    """The cache was keyed by the function alone: after ROWS = 3 it still returned the plan for 2."""
+    global ROWS
+    tree = {"x": np.arange(32, dtype=np.float32).reshape(8, 4)}
+    try:
+        for rows in (2, 3, 2):
+            ROWS = rows
+            count = rules.trace_count()
+            pieces = rules.from_function(_first_rows, tree)
+            assert [p.size for p in pieces] == [(rows, 4)]
+            plan_and_run(shard_tree(tree), {"o": tree["x"][:rows]}, pieces)
+        assert rules.trace_count() == count  # ROWS = 2 again: the first trace, from the cache
+
+        def cut(k):
+            return lambda p: {"o": p["x"][:k]}
+        closures = {k: rules.from_function(f, tree)[0].size for k, f in ((1, cut(1)), (5, cut(5)))}
+        assert closures == {1: (1, 4), 5: (5, 4)}
+    finally:
+        ROWS = 2

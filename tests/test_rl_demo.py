@@ -12,8 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-def run_cli(*args, timeout=180):
-    env = dict(os.environ)
+def run_cli(*args, timeout=180, **env_changes):
+    env = dict(os.environ, **env_changes)
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     # -P: the installed package, not the source tree, as in the Makefile.
     return subprocess.run([sys.executable, "-P", "-m", "jax_amem", *args], capture_output=True,
@@ -62,6 +62,30 @@ def test_demo_flags_change_the_preset():
 def test_demo_refuses_bad_flags(flag, value, message):
     done = run_cli("demo", "--quick", flag, value, timeout=60)
     assert done.returncode != 0 and message in done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    # a wrong preset name lists the choices and names the closest
+    (["--preset", "Qwen3-1.7B"], "unknown preset 'Qwen3-1.7B': choose from small, qwen3-1.7b, qwen3-tiny; "
+                                 "did you mean 'qwen3-1.7b'?"),
+    (["--preset", "llama-70b"], "unknown preset 'llama-70b': choose from small, qwen3-1.7b, qwen3-tiny"),
+    # contradictory flags are refused, not silently dropped (--quick --drop-state ran the small loop)
+    (["--quick", "--preset", "qwen3-1.7b"], "--quick runs the small preset; drop it to run --preset qwen3-1.7b"),
+    (["--quick", "--drop-state"], "--drop-state is for the real-size presets"),
+    # a seed JAX and torch cannot take (an OverflowError deep in the loop before)
+    (["--preset", "qwen3-tiny", "--seed", str(2**70)], f"--seed must be below 2**32 = {2**32}, got {2**70}"),
+    (["--seed", str(2**32)], f"--seed must be below 2**32 = {2**32}"),
+    (["--preset", "qwen3-tiny", "--iterations", "-3"], "--iterations must be >= 1, got -3"),
+    # the real size without a GPU: refused before anything is built (it allocated 20 GB on CPU)
+    (["--preset", "qwen3-1.7b"], "--preset qwen3-1.7b needs a GPU with 60 GiB or more (JAX runs on CPU here). "
+                                 "Run `python -m jax_amem demo --preset qwen3-tiny`"),
+    (["--preset", "qwen3-1.7b", "--drop-state", "--iterations", "1"], "needs a GPU with 60 GiB or more"),
+])
+def test_demo_refuses_contradictory_and_unknown_choices(argv, message):
+    # JAX_PLATFORMS=cpu: on the GPU machine too, the real size must be refused, not run
+    done = run_cli("demo", "--no-progress", *argv, timeout=60, JAX_PLATFORMS="cpu")
+    assert done.returncode != 0 and message in done.stderr, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "set-up" not in done.stdout
 
 
 def test_report_says_what_a_pause_would_free():

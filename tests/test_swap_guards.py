@@ -248,3 +248,19 @@ def test_descriptor_fields_of_the_wrong_kind_are_named(changes, match):
     parse_descriptor(descriptor())  # the unchanged one parses
     with pytest.raises(SwapError, match=match):
         parse_descriptor(descriptor(**changes))
+
+
+def test_partial_swap_errors_do_not_share_their_fields_and_survive_pickling():
+    """PartialSwapError is public: made by hand (as a user's own wrapper may), each error has its own
+    `written` and `shards` (they were class-level [] and {}, shared by every error), and a pickled
+    one keeps its message and fields (errors cross process pools)."""
+    import pickle
+
+    first, second = PartialSwapError("first"), PartialSwapError("second")
+    first.written.append("w")
+    first.shards["k"] = 1
+    assert second.written == [] and second.shards == {} and second.dst is None
+    assert isinstance(first, SwapError) and str(first) == "first"
+    made = PartialSwapError("m", dst={"w": 1}, written=["w"], shards={("w", 0): 2})
+    back = pickle.loads(pickle.dumps(made))
+    assert (str(back), back.dst, back.written, back.shards) == ("m", {"w": 1}, ["w"], {("w", 0): 2})

@@ -771,3 +771,26 @@ def test_llama_over_nccl_into_a_jax_rollout_in_place():
     assert [p for p in paused if p["role"] == "trainer"][0]["refused"].endswith("nothing was sent"), text
     assert len([r for r in results if r.get("phase") == "done"]) == 2, text
     print(json.dumps(results, indent=1))
+
+
+def test_jax_destinations_sharing_a_buffer_are_refused_before_anything_moves(any_device):
+    """Two distinct jax.Arrays over the same buffers (one rebuilt from the other's shards) passed the receiver's check, which compared objects only:
+    the program then donated one buffer twice, after the offers were answered."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as PS
+
+    R = any_device
+    devices = jax.devices()
+    mesh = Mesh(np.array(devices[:2]), ("tp",))
+    sharded = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, PS("tp")))
+    again = jax.make_array_from_single_device_arrays(
+        sharded.shape, sharded.sharding, [jax.device_put(s.data, s.device) for s in sharded.addressable_shards])
+    from jax_amem.swapping import cross_host as nt
+    for tree in ({"a": sharded, "b": again},):
+        src = {n: Layout.single((8, 4), np.float32, (0, 0)) for n in tree}
+        plan = reshard.plan(src, nt.destination_layouts(tree, 1))
+        # (on a GPU, device_put of a shard already there may give that very shard: the same array)
+        with pytest.raises(SwapError, match=r"destinations 'a' and 'b' (share a buffer on|are the same array)"):
+            R.check_destinations(tree, plan, plan.owner_id((1, 0)), (1, 0), 0)
+        assert not any(a.is_deleted() for a in tree.values())
+        assert np.array_equal(np.asarray(tree["a"]), np.arange(32).reshape(8, 4))

@@ -13,7 +13,9 @@ See docs/demo.md.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import difflib
 import importlib.util
 import os
 import sys
@@ -41,7 +43,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed for weights, prompts and sampling")
     parser.add_argument("--check-every", type=int, default=None, help="logits check period")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--preset", choices=PRESET_NAMES, default=None,
+    parser.add_argument("--preset", type=preset_choice, default=None, metavar="{" + ",".join(PRESET_NAMES) + "}",
                         help="small (learns a task), qwen3-1.7b (real size, GPU), qwen3-tiny (the real-size "
                              "path at CPU size); default: qwen3-1.7b on a GPU of 60 GiB or more, else small")
     parser.add_argument("--drop-state", action="store_true",
@@ -55,17 +57,49 @@ REAL_SIZE_DEFAULT = "qwen3-1.7b"
 REAL_SIZE_DEFAULT_GIB = 60.0  # real_size.presets.QWEN3_1_7B.min_device_gib (tests keep the two equal)
 
 
-def default_preset() -> str:
-    """qwen3-1.7b when JAX will run on a GPU with REAL_SIZE_DEFAULT_GIB or more, else small.
+SEED_LIMIT = 2**32  # the seeds reach jax.random.PRNGKey and torch.manual_seed (times 100003): 32 bits fit both
+
+
+def preset_choice(text: str) -> str:
+    """--preset's value: one of PRESET_NAMES, else an error that lists them and names the closest."""
+    if text in PRESET_NAMES:
+        return text
+    close = difflib.get_close_matches(text.lower(), PRESET_NAMES, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise argparse.ArgumentTypeError(f"unknown preset {text!r}: choose from {', '.join(PRESET_NAMES)}{hint}")
+
+
+def jax_gpu_gib() -> float | None:
+    """The memory of the GPU JAX will run on, in GiB; None when JAX will run on CPU.
     Asks the CUDA driver, not JAX: JAX's backend must not start before the preset's settings."""
     from ..memory import staging
     from .._native import core
 
     available, _ = core.cuda.driver_status()
     if not (available and core.cuda.device_count() > 0 and staging.jax_may_use_gpu()):
-        return SMALL
+        return None
     _, total = core.cuda.mem_get_info(0)
-    return REAL_SIZE_DEFAULT if total >= REAL_SIZE_DEFAULT_GIB * 2**30 else SMALL
+    return total / 2**30
+
+
+def default_preset() -> str:
+    """qwen3-1.7b when JAX will run on a GPU with REAL_SIZE_DEFAULT_GIB or more, else small."""
+    gib = jax_gpu_gib()
+    return REAL_SIZE_DEFAULT if gib is not None and gib >= REAL_SIZE_DEFAULT_GIB else SMALL
+
+
+def check_fits(preset) -> None:
+    """Refuse a preset that needs more GPU memory than JAX has here, before anything is built
+    (on CPU, qwen3-1.7b would try to allocate its 20 GB of trainer state in host memory)."""
+    if preset.min_device_gib <= 0:
+        return
+    gib = jax_gpu_gib()
+    if gib is not None and gib >= preset.min_device_gib:
+        return
+    here = "JAX runs on CPU here" if gib is None else f"this GPU has {gib:.1f} GiB"
+    raise SystemExit(f"--preset {preset.name} needs a GPU with {preset.min_device_gib:.0f} GiB or more "
+                     f"({here}). Run `python -m jax_amem demo --preset qwen3-tiny` (the same code path "
+                     "at CPU size) or `python -m jax_amem demo --preset small` (the default, which learns its task)")
 
 
 def preset_name(args) -> str:
@@ -73,11 +107,14 @@ def preset_name(args) -> str:
     if getattr(args, "quick", False):
         if name not in (None, SMALL):
             raise SystemExit(f"--quick runs the small preset; drop it to run --preset {name}")
-        return SMALL
+        name = SMALL
     name = name or default_preset()
     if getattr(args, "drop_state", False) and name == SMALL:
+        presets = "--preset qwen3-1.7b (GPU) or --preset qwen3-tiny (CPU)"
+        instead = (f"--quick runs the small preset: drop --quick and add {presets}" if getattr(args, "quick", False)
+                   else f"add {presets}")
         raise SystemExit("--drop-state is for the real-size presets (qwen3-1.7b, qwen3-tiny): the small "
-                         "preset keeps its state; add --preset qwen3-1.7b or drop --drop-state")
+                         f"preset keeps its state; {instead}, or drop --drop-state")
     return name
 
 
@@ -89,6 +126,8 @@ def _loop_changes(args) -> dict:
     for name, value in changes.items():
         if value < (0 if name == "seed" else 1):
             raise SystemExit(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'seed' else '>= 1'}, got {value}")
+        if name == "seed" and value >= SEED_LIMIT:
+            raise SystemExit(f"--seed must be below 2**32 = {SEED_LIMIT}, got {value}")
     return changes
 
 
@@ -166,6 +205,7 @@ def main_real_size(args, name: str) -> int:
     if not allocator.backends_started():
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     preset = _real_size_preset(args, name)
+    check_fits(preset)
     import jax
 
     from .real_size.loop import run

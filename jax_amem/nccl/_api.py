@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import numbers
 import threading
 import time
 from concurrent.futures import Future
@@ -20,6 +22,37 @@ _paused_ids: list[int] = []
 _job_paused = False
 _lock = threading.Lock()
 _ID_LIMIT = 2**64
+_TIMEOUT_LIMIT = 1e6  # seconds (11.6 days): the store's barrier counts milliseconds in an int
+# True while a resume (async_=True: on its own thread) runs: every call here is collective and
+# numbered in call order (_agree), so another one meanwhile would put this process out of step.
+_resuming = False
+
+
+def _checked_timeout(timeout, verb: str) -> float:
+    """`timeout` as seconds, refused before anything is touched unless 0 < timeout <= 1e6."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout is a number of seconds, "
+                        f"not {type(timeout).__name__}")
+    value = float(timeout)
+    if not (math.isfinite(value) and 0 < value <= _TIMEOUT_LIMIT):
+        raise ValueError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout must be a finite number of "
+                         f"seconds, above 0 and at most {_TIMEOUT_LIMIT:g} (the default is 60)")
+    return value
+
+
+def _check_flag(value, verb: str, name: str) -> None:
+    """A flag must be a bool: agree="no" is a true string, and would agree."""
+    if not isinstance(value, bool):
+        raise TypeError(f"jax_amem.nccl.{verb}({name}={value!r}): {name} is True or False, "
+                        f"not {type(value).__name__}")
+
+
+def _refuse_while_resuming(verb: str) -> None:
+    """Under _lock."""
+    if _resuming:
+        raise NcclPauseError(f"jax_amem.nccl.{verb}() while a resume is still running (resume(async_=True) "
+                             "returned a Future): wait for that Future first. Every process must make these "
+                             "collective calls in the same order. Nothing was changed by this call.")
 
 
 class NcclNotInstalledError(JaxAmemError):
@@ -180,6 +213,8 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
     except communicators whose peers vanished mid-pause (reported as broken: see recover()).
     """
     global _job_paused
+    timeout = _checked_timeout(timeout, "pause")
+    _check_flag(agree, "pause", "agree")
     control = _require()
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
@@ -187,6 +222,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         raise ValueError(f"teardown must be one of {sorted(TEARDOWNS)}, got {teardown!r}")
     requested = None if ids is None else _checked_ids(ids)
     with _lock:
+        _refuse_while_resuming("pause")
         if requested is None:
             chosen = [c.id for c in communicators(owner=owner, device=device, state="active")]
         else:
@@ -228,23 +264,28 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
     one that does not join within `timeout` leaves every communicator paused, and
     resume can be called again.
     """
-    global _job_paused
+    global _job_paused, _resuming
+    timeout = _checked_timeout(timeout, "resume")
+    _check_flag(agree, "resume", "agree")
+    _check_flag(async_, "resume", "async_")
     control = _require()
     with _lock:
+        _refuse_while_resuming("resume")
         job = _agree.peers() if agree else None
         if not _paused_ids and not (_job_paused and job is not None):
             raise NcclPauseError("nothing to resume: no communicator was paused by jax_amem.nccl.pause()")
         chosen = list(_paused_ids)
         if chosen:
             control.begin_resume(chosen)
+        _resuming = True
     rows_before = communicators()
     devices = {c.device for c in rows_before if c.id in set(chosen)}
 
     def work() -> NcclReport:
-        global _job_paused
-        before = _device_free(devices)
-        start = time.perf_counter()
+        global _job_paused, _resuming
         try:
+            before = _device_free(devices)
+            start = time.perf_counter()
             if job is not None:
                 try:
                     job.meet("resume", timeout)
@@ -259,6 +300,7 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
             with _lock:
                 still_paused = {c.id for c in communicators(state="paused")}
                 _paused_ids[:] = [i for i in _paused_ids if i in still_paused]
+                _resuming = False
         seconds = time.perf_counter() - agreed
         rows = [c for c in communicators() if c.id in set(chosen)]
         return NcclReport("resume", seconds, rows, before, _device_free(devices), agreed - start)
@@ -279,7 +321,8 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
 
 @contextlib.contextmanager
 def paused(strategy: str = "auto", **selection):
-    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit.
+    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit, both with
+    the `timeout` and `agree` given (pause's other arguments are pause's alone).
 
     With no communicator to pause (in the whole job), it does nothing and exits quietly.
     """
@@ -288,7 +331,7 @@ def paused(strategy: str = "auto", **selection):
         yield report
     finally:
         if _paused_ids or _job_paused:
-            resume(agree=selection.get("agree", True))
+            resume(**{k: v for k, v in selection.items() if k in ("timeout", "agree")})
 
 
 def recover(*, timeout: float = 60.0) -> list[Communicator]:
@@ -301,9 +344,11 @@ def recover(*, timeout: float = 60.0) -> list[Communicator]:
     all its ranks), rank 0 of each makes a fresh unique id, and every rank initialises
     it again. Returns the recovered communicators.
     """
+    timeout = _checked_timeout(timeout, "recover")
     control = _require()
     job = _agree.peers()
     with _lock:
+        _refuse_while_resuming("recover")
         mine = communicators()
         broken_here = sorted({c.key for c in mine if c.state == "broken"})
         if job is None:

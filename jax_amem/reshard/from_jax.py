@@ -13,21 +13,41 @@ from .layout import Layout, LayoutError
 
 def tree_names(tree) -> dict[str, Any]:
     """Flattens a pytree into `{"a/b/0": leaf}` with '/'-joined keys (dict keys,
-    attribute names, sequence indices)."""
+    attribute names, sequence indices). LayoutError where two leaves get one name (a key
+    holding '/': `{"a/b": x, "a": {"b": y}}`): a name would stand for two tensors and the
+    names would no longer line up with the leaves."""
     import jax
 
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        parts = []
-        for key in path:
-            for attr in ("key", "name", "idx"):
-                if hasattr(key, attr):
-                    parts.append(str(getattr(key, attr)))
-                    break
-            else:
-                parts.append(str(key))
-        out["/".join(parts)] = leaf
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    out = {_path_name(path): leaf for path, leaf in flat}
+    if len(out) != len(flat):
+        _refuse_collision(flat)
     return out
+
+
+def _path_name(path) -> str:
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def _refuse_collision(flat) -> None:
+    import jax
+
+    seen = {}
+    for path, _ in flat:
+        name = _path_name(path)
+        if name in seen:
+            raise LayoutError(f"two tree leaves are both named {name!r} (paths {jax.tree_util.keystr(seen[name])} "
+                              f"and {jax.tree_util.keystr(path)}): leaves are named by their keys joined with "
+                              "'/', so a key must not hold '/' nor repeat another's text; rename one")
+        seen[name] = path
 
 
 def names_tree(flat: dict) -> dict:

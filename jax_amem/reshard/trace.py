@@ -11,9 +11,9 @@ data-dependent indices...) is refused, naming it and the outputs it feeds.
 Scalars computed from constants only (the index arithmetic `x[-1]` leaves in a
 jaxpr) are evaluated, so constant indices work whatever form they take.
 
-Traced rules are cached per (function, tree structure, shapes, dtypes, cast): a
-second swap of the same model does no tracing (`trace_count()` says how many
-traces ran).
+Traced rules are cached per (function, the plain values it reads: `_plain_state`,
+tree structure, shapes, dtypes, cast): a second swap of the same model does no
+tracing (`trace_count()` says how many traces ran).
 
 Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
 45 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
@@ -36,6 +36,7 @@ import numpy as np
 
 from . import fragments as F
 from .from_jax import tree_names
+from .layout import LayoutError
 from .lowering import RuleError
 from .rule_types import Piece
 
@@ -43,7 +44,7 @@ from .rule_types import Piece
 LAYOUT_PRIMITIVES = ("reshape", "transpose", "concatenate", "split", "slice", "dynamic_slice", "squeeze",
                      "expand_dims", "broadcast_in_dim (as expand_dims)", "convert_element_type", "copy",
                      "stack", "pjit / jit / closed_call (inlined)")
-_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint")
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "remat2", "checkpoint")
 
 
 class TraceError(RuleError):
@@ -116,13 +117,22 @@ def from_function(convert, params, *, cast: str | None = None) -> list[Piece]:
     only shapes and dtypes are read). Source names are `tree_names(params)`; destination
     names are `tree_names(convert(params))` (a flat dict of state-dict names keeps its keys).
     `cast`: a dtype every output is sent in when `convert` leaves it uncast.
+    Cached per function and the plain values it reads (`_plain_state`): a function that reads
+    state held in a mutable object must be a new function each time it changes, or call
+    `rules.clear_trace_cache()` (jitted calls inside `convert` reuse JAX's own trace, as they do
+    when `convert` runs, so the plan still equals running it).
     """
     import jax
 
-    names = tree_names(params)
+    _check_arguments(convert, cast, "from_function")
+    names = _names(params, "params")
+    for name, leaf in names.items():
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            raise TraceError(f"params leaf {name!r} is {type(leaf).__name__} {leaf!r:.60}, not an array: give "
+                             "jax.Arrays, numpy arrays, ShapeDtypeStructs or Layouts")
     leaves, treedef = jax.tree_util.tree_flatten(params)
     shapes = tuple((tuple(int(n) for n in leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves)
-    key = (convert, treedef, shapes, cast)
+    key = (convert, _plain_state(convert), treedef, shapes, cast)
     try:
         hit = _cache.get(key)
     except TypeError:  # an unhashable function: trace every time
@@ -147,9 +157,31 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
     """
     import jax
 
+    _check_arguments(convert_layer, cast, "from_layer_function")
+    if not isinstance(stack, str) or not isinstance(prefix, str):
+        raise TraceError(f"from_layer_function: stack and prefix are strings ('layers', 'model.layers.{{}}.'), "
+                         f"got {type(stack).__name__} and {type(prefix).__name__}")
+    try:
+        named = {prefix.format(0), prefix.format(1)}
+    except (IndexError, KeyError, ValueError) as error:
+        named = error
+    if not isinstance(named, set) or len(named) != 2:
+        raise TraceError(f"from_layer_function: prefix {prefix!r} must hold one '{{}}' for the layer number "
+                         "(e.g. 'model.layers.{}.'): each layer's outputs need names of their own")
     layers = params
-    for key in stack.split("/"):
-        layers = layers[key]
+    for depth, key in enumerate(stack.split("/")):
+        try:
+            layers = layers[key]
+        except (KeyError, IndexError, TypeError):
+            where = "/".join(stack.split("/")[:depth]) or "params"
+            keys = sorted(map(str, layers.keys())) if hasattr(layers, "keys") else []
+            raise TraceError(f"from_layer_function: stack {stack!r}: {where} has no key {key!r} "
+                             f"(its keys: {', '.join(keys[:8]) or 'none, it is a ' + type(layers).__name__})") from None
+    scalars = ["/".join(filter(None, (stack, n))) for n, x in tree_names(layers).items()
+               if len(getattr(x, "shape", ())) == 0]
+    if scalars:
+        raise TraceError(f"from_layer_function: {scalars[0]} has no axis 0 to hold the layers "
+                         "(a scalar): stack holds every layer's tensors stacked on axis 0")
     one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(tuple(x.shape[1:]), np.dtype(x.dtype)), layers)
     counts = {int(x.shape[0]) for x in jax.tree_util.tree_leaves(layers)}
     if len(counts) != 1:
@@ -157,7 +189,7 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
                          f"axis 0 (found {sorted(counts)})")
     count = counts.pop()
     leaves, treedef = jax.tree_util.tree_flatten(one)
-    key = ("layers", convert_layer, treedef, tuple((x.shape, x.dtype.name) for x in leaves), stack, prefix, count,
+    key = ("layers", convert_layer, _plain_state(convert_layer), treedef, tuple((x.shape, x.dtype.name) for x in leaves), stack, prefix, count,
            cast)
     try:
         hit = _cache.get(key)
@@ -174,6 +206,48 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
     if key is not None:
         _cache[key] = tuple(pieces)
     return pieces
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _plain(value) -> bool:
+    return isinstance(value, _PLAIN) or (type(value) is tuple and all(isinstance(v, _PLAIN) for v in value))
+
+
+def _plain_state(convert) -> tuple:
+    """The plain values (numbers, strings, tuples of them) `convert` reads besides its argument:
+    the globals its code names, its closure's cells, its defaults. Part of the cache key, so
+    `N = 3` after a trace made with `N = 2` traces again instead of returning the old plan.
+    State held in mutable objects (a list, a config object) is not seen: a function that
+    reads it must be a new function, or call `clear_trace_cache()`, as with `jax.jit`."""
+    function = getattr(convert, "__func__", convert)  # a bound method: its function
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return ()
+    namespace = getattr(function, "__globals__", {})
+    state = [(name, namespace[name]) for name in code.co_names if name in namespace and _plain(namespace[name])]
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        state.append(value if _plain(value) else None)
+    defaults = (getattr(function, "__defaults__", None) or ()) + tuple((getattr(function, "__kwdefaults__", None)
+                                                                         or {}).items())
+    state.extend(v for v in defaults if _plain(v))
+    return tuple(state)
+
+
+def _check_arguments(convert, cast, verb: str) -> None:
+    if not callable(convert):
+        raise TraceError(f"{verb}: the conversion function is {type(convert).__name__} {convert!r:.60}, "
+                         "not a function")
+    if cast is not None:
+        try:
+            np.dtype(cast)
+        except TypeError:
+            raise TraceError(f"{verb}: cast={cast!r} is not a dtype (e.g. 'bfloat16')") from None
 
 
 def _trace(convert, params, names, cast) -> list[Piece]:
@@ -198,7 +272,7 @@ def _trace_phases(convert, params, names, cast) -> list[Piece]:
     outs = interpreter.run(closed.jaxpr, closed.consts, inputs, top=True)
     _phases["walk"], clock = time.process_time() - clock, time.process_time()
     _phases["calls reused"] = interpreter.reused
-    origin = f"from_function({getattr(convert, '__qualname__', type(convert).__name__)})"
+    origin = f"from_function({_label(convert)})"
     pieces, templates = [], _Templates(ranks)
     for name, value in zip(out_names, outs):
         if not isinstance(value, _Sym):
@@ -258,14 +332,37 @@ def _jaxpr_and_output_names(convert, abstract):
 
     def flat(params):
         out = convert(params)
-        leaves, tree = jax.tree_util.tree_flatten(out)
+        try:
+            leaves, tree = jax.tree_util.tree_flatten(out)
+        except Exception as error:  # e.g. a dict with keys 1 and "1": JAX cannot sort them
+            raise TraceError(f"the output of {_label(convert)} is not a tree JAX can flatten ({error}): "
+                             "return a dict of destination names (strings)") from None
         found.append((tree, _state_dict_names(out, leaves)))
         return leaves
-    closed = jax.make_jaxpr(flat)(abstract)
+    try:
+        closed = jax.make_jaxpr(flat)(abstract)
+    except TraceError:
+        raise
+    except Exception as error:  # the user's own error: theirs to read, with where it came from
+        error.add_note(f"(raised by {_label(convert)} while jax_amem.rules.from_function traced it on "
+                       "abstract values: no bytes, only shapes and dtypes)")
+        raise
     tree, names = found[-1]
     if names is None:
-        names = list(tree_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves))))
+        names = list(_names(jax.tree_util.tree_unflatten(tree, range(tree.num_leaves)), f"the output of {_label(convert)}"))
     return closed, names
+
+
+def _label(convert) -> str:
+    return getattr(convert, "__qualname__", type(convert).__name__)
+
+
+def _names(tree, what: str) -> dict:
+    """`tree_names(tree)`, a name shared by two leaves refused as a TraceError naming `what`."""
+    try:
+        return tree_names(tree)
+    except LayoutError as error:
+        raise TraceError(f"{what}: {error}") from None
 
 
 def _state_dict_names(out, leaves) -> list[str] | None:

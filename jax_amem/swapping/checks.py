@@ -86,7 +86,8 @@ def jax_destinations(names, leaves, sources) -> dict:
     buffers where the sharding is equivalent), no deleted shard. Donating such a buffer
     twice, or a source's, fails inside XLA after earlier groups were donated. Returns
     {name: [single-device arrays]}: after a partial donation an array's shards can no longer
-    be asked of it, so a swap that must hand them back keeps them from here."""
+    be asked of it, so a swap that must hand them back keeps them from here. `sources` None:
+    none in this process (the rollout's end of a cross-host swap)."""
     first = {}
     for name, leaf in zip(names, leaves):
         other = first.setdefault(id(leaf), name)
@@ -94,7 +95,8 @@ def jax_destinations(names, leaves, sources) -> dict:
             raise SwapError(f"destinations {other!r} and {name!r} are the same jax.Array (tied weights?): each "
                             "destination is donated, so give each array once and drop the other's rule "
                             "(nothing was donated)")
-    source_ids = dict(zip(map(id, sources.arrays.values()), sources.arrays))
+    source_arrays = {} if sources is None else sources.arrays
+    source_ids = dict(zip(map(id, source_arrays.values()), source_arrays))
     for name, leaf in zip(names, leaves):
         if id(leaf) in source_ids:
             raise SwapError(f"destination {name!r} is source {source_ids[id(leaf)]!r} itself: the swap donates its "
@@ -115,7 +117,7 @@ def jax_destinations(names, leaves, sources) -> dict:
             if other != name:
                 raise SwapError(f"destinations {other!r} and {name!r} share a buffer on {shard.device}: each "
                                 "destination is donated, so give each buffer once (nothing was donated)")
-    theirs = _buffers(sources.arrays.items())
+    theirs = _buffers(source_arrays.items())
     for address, name in mine.items():
         if address in theirs:
             raise SwapError(f"destination {name!r} shares a buffer with source {theirs[address]!r} (made with "

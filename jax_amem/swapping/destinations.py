@@ -298,13 +298,10 @@ class JaxDestination(WrittenHere):
 
     def before_donating(self, sources) -> None:
         """Per swap, before the first donation: no array named twice, none a source, no buffer
-        shared with another destination or a source, no deleted shard (checks.jax_destinations)."""
+        shared with another destination or a source, no deleted shard (checks.jax_destinations;
+        `sources` None: none in this process). Keeps every array's single-device shards: once
+        one shard of an array is donated, JAX refuses to list them, and `assemble` needs them."""
         self._shards = checks.jax_destinations(list(self.arrays), list(self.arrays.values()), sources)
-
-    def keep_shards(self) -> None:
-        """Reads every array's single-device shards now: once one shard of an array is donated,
-        JAX refuses to list the array's shards, and `assemble` needs the others."""
-        self._shards = {name: checks.shards_of(a) for name, a in self.arrays.items()}
 
     def after(self, new_tree) -> "JaxDestination":
         return JaxDestination(new_tree)
@@ -384,9 +381,7 @@ class JaxDestination(WrittenHere):
             note = f"; the pytree could not be rebuilt ({rebuild}): error.shards holds every written shard"
         else:
             note = ": error.dst holds every destination (the written ones new, the others as they were)"
-        failure = PartialSwapError(
+        return PartialSwapError(
             f"the swap into jax.Arrays failed after {len(outputs)} of {program.buffers} buffers were donated and "
-            f"written ({len(written)} arrays in full){note}. Cause: {type(error).__name__}: {error}")
-        failure.dst, failure.written = tree, written
-        failure.shards = dict(zip(order, outputs))
-        return failure
+            f"written ({len(written)} arrays in full){note}. Cause: {type(error).__name__}: {error}",
+            dst=tree, written=written, shards=dict(zip(order, outputs)))

@@ -18,6 +18,8 @@ class PartialSwapError(SwapError):
     the old ones); `written` the names written in full; `shards` every written single-device
     buffer by (name, owner). The cause is chained (__cause__)."""
 
-    dst = None
-    written: list = []
-    shards: dict = {}
+    def __init__(self, message: str = "", *, dst=None, written=(), shards=None):
+        super().__init__(message)
+        # Per instance: class-level [] and {} were shared by every error (a caller's append
+        # showed in the next one).
+        self.dst, self.written, self.shards = dst, list(written), dict(shards or {})

@@ -8,7 +8,7 @@ import operator
 import jax
 import jax.numpy as jnp
 
-from ..reshard import Layout, Owner, tree_names
+from ..reshard import Layout, LayoutError, Owner, tree_names
 from .errors import SwapError
 
 
@@ -51,7 +51,11 @@ def flat_named(tree) -> tuple[list, list, object]:
     if names is None:
         if len(_names_of_treedef) > 256:
             _names_of_treedef.clear()
-        names = _names_of_treedef[treedef] = list(tree_names(tree))
+        try:
+            names = list(tree_names(tree))
+        except LayoutError as error:
+            raise SwapError(str(error)) from None
+        _names_of_treedef[treedef] = names
     return names, leaves, treedef
 
 

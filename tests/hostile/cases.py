@@ -77,6 +77,17 @@ def _torch_swap(dst, src=None, **kwargs):
 
 
 @case
+def torch_source_names_collide():
+    """Source leaves {"a/b": x} and {"a": {"b": y}} are both named 'a/b': the swap wrote one of them
+    into 'a/b' silently (the names no longer lined up with the leaves)."""
+    import torch
+
+    _, jnp = _jax()
+    src = {"a/b": jnp.full((2, 3), 1.0), "a": {"b": jnp.full((2, 3), 2.0)}}
+    return _torch_swap({"a/b": torch.zeros(2, 3)}, src)
+
+
+@case
 def torch_conj_view():
     import torch
 
@@ -225,6 +236,20 @@ def _jax_swap(src, dst):
     assert not dead, f"destinations lost: {dead[:5]} ({len(dead)})"
     for name, old in before.items():
         assert np.array_equal(np.asarray(leaves[name]), old), f"{name} changed"
+    return error
+
+
+@case
+def jax_destination_names_collide():
+    """Destination leaves {"a/b": x} and {"a": {"b": y}}: one name for two arrays."""
+    _, jnp = _jax()
+    dst = {"a/b": jnp.zeros(4) + 0, "a": {"b": jnp.zeros(4) + 0}}
+    before = [np.asarray(v) for v in (dst["a/b"], dst["a"]["b"])]
+    import jax_amem
+
+    error = attempt(lambda: jax_amem.swap({"a/b": jnp.ones(4), "x": jnp.ones(4)}, dst))
+    assert not dst["a/b"].is_deleted() and not dst["a"]["b"].is_deleted(), "a destination was lost"
+    assert all(np.array_equal(np.asarray(v), b) for v, b in zip((dst["a/b"], dst["a"]["b"]), before))
     return error
 
 
@@ -503,6 +528,18 @@ def pause_keep_not_arrays():
 
     error = attempt(lambda: jax_amem.pause(keep={"x": "not an array"}))
     assert not jax_amem.is_paused()
+    return error
+
+
+@case
+def pause_nccl_flag_is_a_string():
+    """nccl="no" is a true string: it paused NCCL (collectively) where the caller meant not to."""
+    import jax_amem
+
+    _, jnp = _jax()
+    x = jnp.arange(8.0)
+    error = attempt(lambda: jax_amem.pause(keep={"x": x}, nccl="no"))
+    assert not jax_amem.is_paused() and not x.is_deleted()
     return error
 
 

@@ -125,7 +125,7 @@ class Destinations:
 def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destinations:
     """The shards this owner receives into, or SwapError naming the first leaf that is no
     live jax.Array or has a deleted shard, a name missing or extra, a layout (shape, dtype, sharding) other than the plan's, an array
-    given twice, or a shard off the link's GPU. Nothing is donated or sent before this passes."""
+    given twice, two arrays sharing a buffer, or a shard off the link's GPU. Nothing is donated or sent before this passes."""
     writer = JaxDestination(tree)  # refuses a leaf that is no live jax.Array
     arrays = writer.arrays
     check_names(plan.dst_layouts, arrays)
@@ -155,7 +155,7 @@ def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destina
         if not on_link_device(dev, device):
             raise SwapError(f"destination {name!r}: the shard of owner {tuple(owner)} is on {dev}, not on the "
                             f"link's cuda:{device}; connect with device=<that shard's local GPU>")
-    writer.keep_shards()
+    writer.before_donating(None)  # buffers shared by two arrays (not only one array twice), deleted shards
     return Destinations(tree, tuple(ids), tuple(out_names), tuple(indices), tuple(shards), owner, writer)
 
 
