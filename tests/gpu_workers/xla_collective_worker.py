@@ -54,6 +54,9 @@ def main():
     rank, port, cycles, strategy = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
     probe_guard = "--probe-guard" in sys.argv
     with_torch = "--torch" in sys.argv
+    # "destroy" (one after another) gives every communicator the driver's reading around its
+    # own teardown; under "parallel" several on one device report NCCL's count (none < 2.29).
+    teardown = sys.argv[sys.argv.index("--teardown") + 1] if "--teardown" in sys.argv else "parallel"
     local = int(os.environ.get("WORKER_LOCAL_DEVICE", "0"))
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                                process_id=rank, local_device_ids=[local])
@@ -75,7 +78,7 @@ def main():
     for cycle in range(cycles):
         free_before = free_bytes(device_index)
         t0 = time.perf_counter()
-        paused = jax_amem.nccl.pause(strategy)
+        paused = jax_amem.nccl.pause(strategy, teardown=teardown)
         t1 = time.perf_counter()
         free_paused = free_bytes(device_index)
         resumed = jax_amem.nccl.resume()
