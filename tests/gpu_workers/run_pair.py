@@ -58,11 +58,17 @@ def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
              extra_env: dict | None = None, processes: int = 2) -> tuple[list[dict], list[str]]:
     """Each worker gets RANK PORT *args; returns every RESULT line and each worker's output."""
     port = str(free_port())
+    # A second rendezvous (torch.distributed beside JAX's) needs a port of its own: port + 1 can
+    # be an ephemeral port a gRPC client of the first one already holds (EADDRINUSE on the H200).
+    spare_port = str(free_port())
+    while spare_port == port:
+        spare_port = str(free_port())
     procs = []
     for rank in range(processes):
         env = dict(os.environ)
         env.update(extra_env or {})
         env["PYTHONUNBUFFERED"] = "1"
+        env["WORKER_SPARE_PORT"] = spare_port
         env.setdefault("NCCL_NVLS_ENABLE", "0")
         # Several processes share one GPU: each preallocates only its share.
         env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3" if processes <= 2 else str(0.6 / processes))

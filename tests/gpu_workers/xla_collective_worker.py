@@ -68,7 +68,8 @@ def main():
     x = jax.make_array_from_process_local_data(sharding, rows, (2, 1 << 20))
     step = jax.jit(lambda a: jnp.sum(a * 1.5, axis=0), out_shardings=NamedSharding(mesh, P()))
     reference = np.asarray(step(x).addressable_data(0))
-    torch_check = start_torch(rank, int(port) + 1, local) if with_torch else (lambda: True)
+    torch_port = int(os.environ["WORKER_SPARE_PORT"])  # not port + 1: see run_pair
+    torch_check = start_torch(rank, torch_port, local) if with_torch else (lambda: True)
     comms = jax_amem.nccl.communicators()
     emit(phase="created", rank=rank, communicators=[c.__dict__ for c in comms])
     device_index = jax.local_devices()[0].local_hardware_id
@@ -115,4 +116,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -P leaves it out
+    from exit_on_error import run_main
+    run_main(main)

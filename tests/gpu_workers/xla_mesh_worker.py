@@ -263,4 +263,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -P leaves it out
+    from exit_on_error import run_main
+    run_main(main)
