@@ -97,6 +97,9 @@ def test_four_processes_2x2_mesh_auto_with_a_forced_split():
             assert comm["last_strategy"] == "recreate", comm
             if nccl_version() >= SUSPEND_SINCE:
                 assert "memory manager" in comm["why"], comm
+    for split in phase(results, "split", 4):  # the cost keep_suspendable is measured against
+        print(f"split without keep_suspendable: {split['split_seconds'] * 1e3:.1f} ms, "
+              f"{split['split_device_bytes'] / 2**20:.1f} MiB")
     for refused in phase(results, "refused", 4):  # explicit suspend: refused everywhere, untouched
         assert refused["error"][0] == "NcclPauseError" and "cannot suspend" in refused["error"][1]
         assert refused["states"] == ["active"]
