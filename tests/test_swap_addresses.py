@@ -102,6 +102,30 @@ def test_calls_are_bounded_by_transformed_bytes_not_by_plain_copies(monkeypatch)
     assert all(torch.equal(t, torch.full((8, 6), float(i), dtype=torch.bfloat16)) for i, t in enumerate(dst.values()))
 
 
+def test_a_stacked_sources_view_is_made_once_not_once_per_layer(monkeypatch):
+    # Two stacked (layers, in, out) sources, each layer transposed and cast into its own tensor,
+    # the destinations in a model's layer-by-layer order. A call makes each whole view it reads;
+    # the layer order made every view once per layer (the Qwen3-1.7B preset: 26x its bound on
+    # the H200), and so did a view larger than a call's room for views (the room is smaller
+    # than one fp32 view here). Ordered by view, the big view's readers together: one call each.
+    layers, rows, cols = 6, 8, 4
+    view_bytes = layers * rows * cols * 2
+    monkeypatch.setattr(schedule, "GROUP_TEMPORARY_BYTES", view_bytes + view_bytes // 2)
+    values = {name: np.arange(layers * rows * cols, dtype=np.float32).reshape(layers, rows, cols) * k
+              for k, name in ((1, "a"), (-1, "b"))}
+    src = {name: jax.device_put(v, jax.devices()[0]) for name, v in values.items()}
+    dst = {f"l{i}.{name}": errors.sentinel(cols, rows, dtype=torch.bfloat16)
+           for i in range(layers) for name in "ab"}
+    rules = [reshard.Rule.copy(f"l{i}.{name}", name, index=(i,), transpose=(1, 0), cast="bfloat16")
+             for i in range(layers) for name in "ab"]
+    report = jax_amem.swap(src, dst, rules=rules)
+    assert report.calls == 2, report
+    for i in range(layers):
+        for name in "ab":
+            expected = torch.from_numpy(values[name][i].T.copy()).to(torch.bfloat16)
+            assert torch.equal(dst[f"l{i}.{name}"], expected), (i, name)
+
+
 def test_tensors_that_moved_get_their_own_program_and_the_old_one_stays_cached():
     src = errors.sources()
     first_dst = errors.good_destination()
