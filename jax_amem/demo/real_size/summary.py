@@ -18,6 +18,13 @@ def parameters(policy) -> int:
     return c.num_layers * layer + c.vocab_size * c.hidden_size + c.hidden_size + head
 
 
+def _pause_parts(pause) -> str:
+    """Where a pause's time went, so that a slow first pause says which part was slow."""
+    return (f"staging {pause.staging_seconds:.4f} (pinning {pause.allocate_seconds:.4f}), copies "
+            f"{pause.copy_seconds:.4f}, release {pause.release_seconds:.4f} s, {pause.collections} "
+            "garbage collections")
+
+
 def _median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -86,9 +93,7 @@ def summary_table(result: RealSizeResult) -> str:
     first, later = its[0].pause, [i.pause for i in its[1:]]
     lines.append(f"  first pause {first.seconds:.4f} s" + (
         f" = {first.seconds / _median([i.seconds for i in later]):.2f}x the later ones" if later else "")
-        + f"; pause parts (last): staging {its[-1].pause.staging_seconds:.4f} (pinning "
-        f"{its[-1].pause.allocate_seconds:.4f}), copies {its[-1].pause.copy_seconds:.4f}, release "
-        f"{its[-1].pause.release_seconds:.4f} s, {its[-1].pause.collections} garbage collections")
+        + f"; pause parts (first / last): {_pause_parts(first)} / {_pause_parts(its[-1].pause)}")
     lines.append(f"  NCCL paused: {its[-1].pause.nccl_paused} (one process: XLA makes communicators for "
                  "multi-GPU collectives only)" if not its[-1].pause.nccl_paused else "  NCCL paused: True")
     lines += [""] + memory_lines(result) + [""] + baseline_lines(result) + [""] + check_lines(result)
