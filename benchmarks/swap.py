@@ -2,6 +2,7 @@
 same bytes and two baselines, all measured in the same run, with the goals of issue 14.
 
     python -P benchmarks/swap.py [--cases 4x2048 4x512 64x4 2000x0.015625] [--repeats 20]
+                                 [--sweep] [--json PATH]
 
 A case is COUNTxMIB (tensors x MiB each; GPU default: 4 x 2 GiB, 4 x 512 MiB, 64 x 4 MiB,
 2000 x 16 KiB; CPU: 4 x 8 MiB, 200 x 16 KiB). Columns, each for the same bytes: the swap
@@ -12,6 +13,10 @@ to the destination's sharding (a forced copy), and the per-tensor
 `dst.copy_(torch.from_dlpack(src))` loop. Times are medians of --repeats runs; every run ends
 when the device is idle.
 
+--sweep runs the tensor-size sweep instead (16 KiB to 2 GiB per tensor, SWEEP_GPU / SWEEP_CPU):
+what the notebooks plot as GB/s against tensor size, beside the device copy and the loop.
+--json PATH writes the rows and the machine (docs/figures/ keeps the H200's).
+
 Goals (issue 14, H200): every swap of 256 MiB or more within 85% of the device copy (device
 copy time / swap time >= 0.85); 2000 x 16 KiB in 1 ms or less and >= 30x faster than the
 per-tensor copy_ loop. On a CPU the goals are not judged (the figures show the Python cost).
@@ -20,6 +25,7 @@ per-tensor copy_ loop. On a CPU the goals are not judged (the figures show the P
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -143,6 +149,23 @@ def print_table(rows: list[dict], where: str, judged: bool) -> None:
               f"transports {r['transports']}; swap {r['bytes'] / r['swap_s'] / 1e9:.1f} GB/s")
 
 
+# The sweep: tensor sizes from 16 KiB to 2 GiB, counts chosen so that each case is tens of MiB
+# to 8 GiB and creating the sources stays quick.
+SWEEP_GPU = ["2000x0.015625", "2000x0.0625", "1000x0.25", "1000x1", "256x4", "64x16", "16x64", "8x128",
+             "4x256", "4x512", "4x2048"]
+SWEEP_CPU = ["200x0.015625", "100x0.25", "16x4", "4x8"]
+
+
+def write_json(path: str, rows: list[dict], device, torch_device) -> None:
+    import torch
+
+    machine = dict(platform=device.platform, device_kind=device.device_kind, torch_device=str(torch_device),
+                   jax=jax.__version__, torch=torch.__version__, bulk_bytes=jax_amem.copy.BULK_BYTES)
+    with open(path, "w") as f:
+        json.dump(dict(format=1, machine=machine, rows=rows), f, indent=1)
+        f.write("\n")
+
+
 def parse_case(text: str) -> tuple[int, float]:
     count, mib = text.lower().split("x")
     return int(count), float(mib)
@@ -158,13 +181,20 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--bulk-mib", type=float, default=None,
                         help="rows of at least this many MiB run as one driver copy each, the rest in the "
                              "kernel (jax_amem.copy.BULK_BYTES; default as set there)")
+    parser.add_argument("--sweep", action="store_true", help="the tensor-size sweep (SWEEP_GPU / SWEEP_CPU)")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the rows to PATH as JSON")
     args = parser.parse_args(argv)
+    if args.sweep and args.cases:
+        parser.error("--sweep and --cases choose the cases both: give one of them")
     if args.bulk_mib is not None:
         jax_amem.copy.BULK_BYTES = int(args.bulk_mib * 2**20)
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
     torch_device = torch.device("cuda", device.local_hardware_id) if gpu else torch.device("cpu")
-    cases = args.cases or (["4x2048", "4x512", "64x4", "2000x0.015625"] if gpu else ["4x8", "200x0.015625"])
+    if args.sweep:
+        cases = SWEEP_GPU if gpu else SWEEP_CPU
+    else:
+        cases = args.cases or (["4x2048", "4x512", "64x4", "2000x0.015625"] if gpu else ["4x8", "200x0.015625"])
     repeats = args.repeats if args.repeats is not None else (20 if gpu else 3)
     rows = []
     for text in cases:
@@ -174,6 +204,8 @@ def main(argv=None) -> list[dict]:
     bulk = jax_amem.copy.BULK_BYTES / 2**20
     print_table(rows, f"{device.platform} ({device.device_kind}), torch {torch_device}, driver copies for rows "
                 f">= {bulk:g} MiB", judged=gpu)
+    if args.json:
+        write_json(args.json, rows, device, torch_device)
     return rows
 
 

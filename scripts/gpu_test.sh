@@ -16,7 +16,9 @@
 #   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set), benchmarks/nccl_agreement.py and
 #                  `python -m jax_amem bench`
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (issue 14's real-size switch; ~3-4 min;
-#                  not in the default list: name it)
+#                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
+#   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
+#                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays
@@ -108,9 +110,12 @@ for name in $STEPS; do
       step bench 300 $PY -P -m jax_amem bench ;;
     demo_real)
       # The whole summary (about 40 lines), not the last 12.
-      TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b ;;
+      TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b --json "$O/h200_qwen3_1.7b.json" ;;
+    swap_sweep)
+      TAIL=${TAIL:-20} step swap_cases 200 $PY -P benchmarks/swap.py --repeats 20
+      TAIL=${TAIL:-20} step swap_sweep 300 $PY -P benchmarks/swap.py --sweep --repeats 15 --json "$O/h200_swap_sweep.json" ;;
     *)
-      echo "unknown step '$name' (steps: $ALL demo_real)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL demo_real swap_sweep)"; exit 2 ;;
   esac
 done
 

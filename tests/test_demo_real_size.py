@@ -7,6 +7,7 @@ medium preset and checks what a CPU cannot show: device memory freed and the pea
 
 import argparse
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import jax  # noqa: E402
 
 from jax_amem.demo import cli  # noqa: E402
 from jax_amem.demo.config import PolicyConfig  # noqa: E402
-from jax_amem.demo.real_size import presets  # noqa: E402
+from jax_amem.demo.real_size import presets, record  # noqa: E402
 from jax_amem.demo.real_size.checks import LOGITS_TOLERANCE  # noqa: E402
 from jax_amem.demo.real_size.loop import run  # noqa: E402
 from jax_amem.demo.real_size.summary import parameters, summary_table  # noqa: E402
@@ -151,11 +152,30 @@ def test_a_non_qwen3_policy_is_refused():
         dataclasses.replace(TINY, policy=PolicyConfig())
 
 
-def test_the_command_runs_the_tiny_preset_with_the_state_dropped():
+def test_json_is_for_real_size_presets_and_a_folder_that_exists(tmp_path):
+    with pytest.raises(SystemExit, match="--json .*written by the real-size presets"):
+        cli.preset_name(_args("--preset", "small", "--json", str(tmp_path / "f.json")))
+    with pytest.raises(SystemExit, match="does not exist or is not writable"):
+        cli.preset_name(_args("--preset", "qwen3-tiny", "--json", str(tmp_path / "missing" / "f.json")))
+    assert cli.preset_name(_args("--preset", "qwen3-tiny", "--json", str(tmp_path / "f.json"))) == "qwen3-tiny"
+
+
+def test_the_figures_record_is_the_summary_as_data(tiny):
+    figures = json.loads(json.dumps(record.figures(tiny)))  # JSON-ready: survives a round trip
+    assert figures["preset"] == "qwen3-tiny" and figures["parameters"] == parameters(TINY.policy)
+    parts = {r["part"]: r for r in figures["switch"]}
+    assert parts["switch"]["seconds"] == pytest.approx(sum(parts[p]["seconds"] for p in ("pause", "swap", "resume")))
+    assert [i["pause"]["seconds"] for i in figures["iterations"]] == [i.pause.seconds for i in tiny.iterations]
+    assert figures["host_baseline"]["seconds"] == tiny.host_baseline.seconds
+    assert figures["checks"]["ok"] is tiny.checks_ok is True
+
+
+def test_the_command_runs_the_tiny_preset_with_the_state_dropped(tmp_path):
     env = dict(os.environ)
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     done = subprocess.run([sys.executable, "-P", "-m", "jax_amem", "demo", "--preset", "qwen3-tiny",
-                           "--drop-state", "--iterations", "2"], capture_output=True, text=True, timeout=300,
+                           "--drop-state", "--iterations", "2", "--json", str(tmp_path / "tiny.json")],
+                          capture_output=True, text=True, timeout=300,
                           env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -163,6 +183,9 @@ def test_the_command_runs_the_tiny_preset_with_the_state_dropped():
     assert "Adam state dropped at each pause" in out
     assert f"{params / 1e3:.2f} kB to host" in out      # only the parameters are copied out
     assert "iteration 2/2: pause" in out and "exact check (iteration 0): OK" in out and "logits check: OK" in out
+    figures = json.loads((tmp_path / "tiny.json").read_text())
+    assert figures["drop_state"] is True and len(figures["iterations"]) == 2
+    assert figures["iterations"][-1]["pause"]["bytes_offloaded"] == params
 
 
 @pytest.mark.gpu

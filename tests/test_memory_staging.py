@@ -65,6 +65,26 @@ def test_reserve_grows_ahead_so_that_the_same_placement_makes_nothing():
     pool.free()
 
 
+def test_reserve_then_place_makes_nothing_when_large_buffers_sit_between_small_ones():
+    # A trainer's leaves alternate (a 1.2 GB embedding, 0.5 GB projections, its Adam moments):
+    # the placement after reserve() walked past blocks reserve() had filled out of order and
+    # pinned again inside the first pause (0.3 s of the Qwen3-1.7B preset on the H200).
+    pool = core.memory.StagingPool(False)
+    sizes = [BLOCK // 4, 2 * BLOCK, BLOCK // 4, BLOCK + 5, CHUNK, BLOCK // 2, 7, BLOCK]
+    pool.reserve(sizes)
+    reserved = pool.stats()
+    addresses = pool.place(sizes)
+    after = pool.stats()
+    assert after["chunk_allocations"] == reserved["chunk_allocations"]
+    assert after["reserved_bytes"] == reserved["reserved_bytes"]
+    spans = sorted(zip(addresses, sizes))
+    assert all(a + n <= b for (a, n), (b, _) in zip(spans, spans[1:]))  # disjoint
+    pool.release_all()
+    assert pool.place(sizes) == addresses  # every later pause: the same places
+    pool.release_all()
+    pool.free()
+
+
 def test_an_unknown_pinned_method_is_refused_by_name_and_nothing_is_made():
     pool = core.memory.StagingPool(True, "bogus")
     with pytest.raises(RuntimeError, match="unknown pinned memory method 'bogus'.*'registered'"):

@@ -49,6 +49,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drop-state", action="store_true",
                         help="real-size presets: drop Adam's state at each pause (it comes back zeroed) "
                              "instead of keeping it in the pinned pool")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="real-size presets: also write the run's figures to PATH as JSON "
+                             "(what docs/figures/ keeps and the notebooks plot)")
 
 
 SMALL = "small"
@@ -115,6 +118,14 @@ def preset_name(args) -> str:
                    else f"add {presets}")
         raise SystemExit("--drop-state is for the real-size presets (qwen3-1.7b, qwen3-tiny): the small "
                          f"preset keeps its state; {instead}, or drop --drop-state")
+    if getattr(args, "json", None) and name == SMALL:
+        raise SystemExit(f"--json {args.json}: the figures file is written by the real-size presets "
+                         "(--preset qwen3-1.7b on a GPU, --preset qwen3-tiny on CPU); drop --json for the small preset")
+    folder = os.path.dirname(os.path.abspath(args.json)) if getattr(args, "json", None) else None
+    if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+        # Checked before the run: the figures are written after minutes of it.
+        raise SystemExit(f"--json {args.json}: the folder {folder} does not exist or is not writable; "
+                         "create it or give another path")
     return name
 
 
@@ -217,4 +228,9 @@ def main_real_size(args, name: str) -> int:
     result = run(preset, drop_state=getattr(args, "drop_state", False),
                  log=lambda line: print(line, flush=True))
     print(summary_table(result), flush=True)
+    if getattr(args, "json", None):
+        from .real_size import record
+
+        record.write(result, args.json)
+        print(f"figures written to {args.json}", flush=True)
     return 0 if result.checks_ok else 1

@@ -36,7 +36,12 @@ StagingPool::Layout StagingPool::Plan(const std::vector<size_t>& sizes) const {
   for (const Chunk& chunk : chunks_) cursors.push_back(chunk.used);
   size_t current = 0;
   // New blocks: one open block of up to kBlockBytes filled in order; a buffer
-  // larger than that gets a block of its own.
+  // larger than that gets a block of its own and closes the open one. Blocks
+  // are thus filled in the order of `sizes`, which is what lets a later Plan of
+  // the same sizes, walking the chunks forward only, find room for each in
+  // what this one made (a small buffer placed back into a block opened before
+  // a large one would not be found there, and Place after Reserve would pin
+  // again: 0.3 s of the first pause of the Qwen3-1.7B preset on the H200).
   size_t open = SIZE_MAX, open_used = 0;
   std::vector<size_t> new_used;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -48,6 +53,7 @@ StagingPool::Layout StagingPool::Plan(const std::vector<size_t>& sizes) const {
     } else if (need >= kBlockBytes) {
       layout.slots[i] = {chunks_.size() + new_used.size(), 0};
       new_used.push_back(need);
+      open = SIZE_MAX;
     } else {
       if (open == SIZE_MAX || open_used + need > kBlockBytes) {
         open = new_used.size();
