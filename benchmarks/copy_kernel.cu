@@ -85,7 +85,7 @@ int main() {
                                           static_cast<int64_t>(pieces.size()));
     }, stream);
     Check(cudaGetLastError(), "kernel");
-    char name[32];
+    char name[48];
     std::snprintf(name, sizeof(name), "%d x %lld KiB", c.count, c.bytes >> 10);
     std::printf("%-16s %10.1f %12.3f %12.3f %9.0f%%\n", name, c.count * c.bytes / 1048576.0, memcpy_ms,
                 kernel_ms, 100.0 * memcpy_ms / kernel_ms);
