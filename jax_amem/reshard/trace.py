@@ -60,6 +60,9 @@ ADVICE = {
                      "max", "min", "abs", "sign", "tanh", "logistic"), _ARITHMETIC),
     **dict.fromkeys(("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cumsum"),
                     "a reduction makes new values: slice the elements you want instead (x[i], x[a:b])"),
+    **dict.fromkeys(("gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not"),
+                    "a comparison reads the weights' values: pick elements with constant indices (numpy arrays, "
+                    "slices) and jnp.concatenate them"),
     "dot_general": "a matrix product makes new values: for a transpose write x.T or jnp.transpose(x, axes)",
     "gather": ("index one axis at a time with constant indices: x[np.array([...])], x[:, np.array([...])] or "
                "jnp.take(x, np.array([...]), axis=k), each in range (compute a permutation with numpy, "
@@ -462,7 +465,7 @@ class _Interpreter:
         fed = [n for n, v in zip(self.out_names, jaxpr.outvars) if id(v) in tainted]
         feeds = (f"it feeds output {fed[0]!r}" + (f" and {len(fed) - 1} more" if len(fed) > 1 else "")
                  if fed else "it feeds no output")
-        where = f" at {refused.line}" if refused.line else ""
+        where = f", at {refused.line}" if refused.line else ""
         advice = f". Instead: {ADVICE[refused.primitive]}" if refused.primitive in ADVICE else ""
         return (f"{refused.why}{where}; {feeds}{advice}. from_function accepts layout operations only: "
                 f"{', '.join(LAYOUT_PRIMITIVES)}")
