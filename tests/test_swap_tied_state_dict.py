@@ -158,6 +158,11 @@ def test_nested_output_names_get_a_flattening_hint():
     with pytest.raises(SwapError, match=r"missing 3 destination\(s\).*'embed/weight'.*The rules name 'embed/weight' "
                                         r"where the destination is 'embed.weight'.*nested tree.*tree_names\(out\)"):
         jax_amem.swap(p, state, rules=rules.from_function(nested, p))
+    layouts = {n: reshard.Layout.single((V, D) if n == "embed.weight" else (D,), np.float32, (0, 0))
+               for n in ("embed.weight", "norm.weight", "norm.bias")}
+    with pytest.raises(reshard.RuleError, match=r"writes destination 'embed/weight'.*The rules name 'embed/weight' "
+                                                r"where the destination is 'embed.weight'.*tree_names\(out\)"):
+        reshard.plan(reshard.layouts_of(p), layouts, rules.from_function(nested, p))  # the planner says it too
     flat = lambda q: {k.replace("/", "."): v for k, v in reshard.tree_names(nested(q)).items()}
     jax_amem.swap(p, state, rules=rules.from_function(flat, p))
     assert_holds(state, p)

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ..reshard import Layout, Owner
+from ..reshard.from_jax import nested_names_hint
 from ..reshard.plan import Plan
 from . import checks, torch_bridge
 from .errors import PartialSwapError, SwapError
@@ -138,19 +139,6 @@ def check_names(plan_names, given, what: str = "the plan writes", tied=()) -> No
             parts.append(f"{len(extra)} destination(s) that nothing writes (no rule, not in the plan): {_few(extra)}")
         raise SwapError("; ".join(parts) + ". Give exactly the tensors the rules name (nothing was written)."
                         + nested_names_hint(missing, given))
-
-
-def nested_names_hint(missing, given) -> str:
-    """A hint where the rules' names are a state dict's with '/' for '.': the conversion
-    function returned a nested tree (a dict of dicts), whose leaves are named by path."""
-    present = set(given)
-    slashed = [n for n in missing if "/" in n and n.replace("/", ".") in present]
-    if not slashed:
-        return ""
-    return (f" The rules name {slashed[0]!r} where the destination is {slashed[0].replace('/', '.')!r}: the "
-            "conversion function returned a nested tree (a dict of dicts), whose leaves are named by their path "
-            "with '/'. Return a flat dict of state-dict names instead, e.g. "
-            "{name.replace('/', '.'): x for name, x in jax_amem.reshard.tree_names(out).items()}")
 
 
 def tied_groups(tensors: Mapping) -> list[tuple[str, ...]]:
