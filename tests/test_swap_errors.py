@@ -95,9 +95,10 @@ def test_freed_non_contiguous_and_shared_torch_destinations():
     freed["b"].untyped_storage().resize_(0)  # what FSDP or an offload does to a parameter
     swap_fails(freed, r"destination 'b': its storage holds 0 bytes")
     swap_fails({"w": sentinel(6, 8).T, "b": sentinel(8)}, r"destination 'w' is not contiguous")
-    shared = sentinel(8)
-    swap_fails({"w": sentinel(8, 6), "b": shared, "c": shared}, r"destinations 'b' and 'c' share memory",
-               rules=[reshard.Rule.copy("w"), reshard.Rule.copy("b"), reshard.Rule.copy("c", "b")])
+    shared = sentinel(8)  # one tensor under two names, written with different values: refused
+    reversed_b = reshard.rules.from_function(lambda p: {"w": p["w"], "b": p["b"], "c": p["b"][::-1]}, sources())
+    swap_fails({"w": sentinel(8, 6), "b": shared, "c": shared}, r"destinations 'b' and 'c' share memory: they are "
+               r"one tensor \(tied weights.*write different values", rules=reversed_b)
 
 
 def test_a_destination_freed_after_its_program_was_cached():

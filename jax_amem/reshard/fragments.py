@@ -9,16 +9,20 @@ a list of fragments that tile it.
 Transpose, slice, squeeze, expand, reshape (row-major, any shapes of equal size)
 and concatenation map fragments to fragments, splitting them only where a box of
 the result is not one box of the source (a head merge `[H, hd, D] -> [H*hd, D]`
-becomes H fragments). `to_pieces` turns them into the planner's `Piece`s; the
+becomes H fragments). `pick` re-indexes one axis by constant rows (a strided or
+reversed slice, a constant-index take, a tile, a broadcast): a box keeps unit
+steps, so each run of consecutive rows is a fragment and any other step cuts one. `to_pieces` turns them into the planner's `Piece`s; the
 planner's own convention (trailing axes aligned, a permutation on the sender) is
 reached by permuting the source so its axes meet the destination's.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from .rule_types import Piece
@@ -74,6 +78,47 @@ def slice_box(frags, start, limit) -> list[Fragment]:
         out.append(_normal(Fragment(tuple(l - s for l, s in zip(lo, start)), tuple(h - l for l, h in zip(lo, hi)),
                                     f.src, _shift_source(f, [l - a for l, a in zip(lo, f.vstart)]), f.axis_of,
                                     f.dtype)))
+    return out
+
+
+def runs(rows) -> list[tuple[int, int, int]]:
+    """`rows` as (output start, input start, length) runs of consecutive increasing rows."""
+    out = []
+    for i, r in enumerate(rows):
+        if out and out[-1][1] + out[-1][2] == r:
+            o, a, n = out[-1]
+            out[-1] = (o, a, n + 1)
+        else:
+            out.append((i, int(r), 1))
+    return out
+
+
+def pick(frags, axis: int, rows) -> list[Fragment]:
+    """The value re-indexed along `axis`: output row i is input row `rows[i]` (rows in range;
+    repeats and any order allowed). A run of consecutive rows stays one fragment per input
+    fragment it crosses; a reversed or strided axis becomes one fragment per row, as no box
+    of a source has another step."""
+    by_extent = defaultdict(list)   # input fragments by their [start, end) along `axis`
+    for f in frags:
+        by_extent[(f.vstart[axis], f.vstart[axis] + f.vsize[axis])].append(f)
+    if not by_extent:
+        return []
+    extents = sorted(by_extent)
+    starts = [a for a, _ in extents]
+    longest = max(b - a for a, b in extents)
+    out = []
+    for o, r, n in runs(rows):
+        # the extents that can meet [r, r + n): those starting in (r - longest, r + n)
+        for a, b in extents[bisect.bisect_right(starts, r - longest):bisect.bisect_left(starts, r + n)]:
+            lo, hi = max(a, r), min(b, r + n)
+            if hi <= lo:
+                continue
+            for f in by_extent[(a, b)]:
+                deltas = [0] * len(f.vsize)
+                deltas[axis] = lo - a
+                out.append(_normal(Fragment(f.vstart[:axis] + (o + lo - r,) + f.vstart[axis + 1:],
+                                            f.vsize[:axis] + (hi - lo,) + f.vsize[axis + 1:], f.src,
+                                            _shift_source(f, deltas), f.axis_of, f.dtype)))
     return out
 
 

@@ -76,3 +76,16 @@ def layouts_of(tree) -> dict[str, Layout]:
                               "ShapeDtypeStructs with a sharding, or Layouts")
         out[name] = Layout.from_sharding(sharding, leaf.shape, leaf.dtype)
     return out
+
+
+def nested_names_hint(missing, given) -> str:
+    """A hint where the rules' names are a state dict's with '/' for '.': the conversion
+    function returned a nested tree (a dict of dicts), whose leaves `tree_names` names by path."""
+    present = set(given)
+    slashed = [n for n in missing if "/" in n and n.replace("/", ".") in present]
+    if not slashed:
+        return ""
+    return (f" The rules name {slashed[0]!r} where the destination is {slashed[0].replace('/', '.')!r}: the "
+            "conversion function returned a nested tree (a dict of dicts), whose leaves are named by their path "
+            "with '/'. Return a flat dict of state-dict names instead, e.g. "
+            "{name.replace('/', '.'): x for name, x in jax_amem.reshard.tree_names(out).items()}")

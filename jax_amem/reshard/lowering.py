@@ -12,6 +12,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from . import fragments as F
+from .from_jax import nested_names_hint
 from .layout import Layout, region_text
 from .rule_types import Part, Piece, Rule
 
@@ -227,7 +228,8 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
         if rule.dst not in destinations:
             raise RuleError(f"a rule{_by(rule.origin)} writes destination {rule.dst!r}, which is not among "
                             f"the {len(destinations)} destination tensors"
-                            f"{closest(rule.dst, destinations, 'destination')}")
+                            f"{closest(rule.dst, destinations, 'destination')}."
+                            f"{nested_names_hint([rule.dst], destinations)}")
         dst_layout = destinations[rule.dst]
         new = lower_rule(rule, sources, dst_layout) if isinstance(rule, Rule) else [rule]
         by_dst[rule.dst].extend(new)

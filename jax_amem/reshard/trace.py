@@ -2,11 +2,13 @@
 
 `convert(params) -> {destination name: array}` is the code users already have to
 export a checkpoint (reshape, transpose, concatenate, split, slice, index,
-squeeze, expand_dims, astype). It is traced with `jax.make_jaxpr` on abstract
-values (no bytes move, no device memory is used) and every layout primitive is
-replayed on fragments (fragments.py); the destination's fragments become the
-planner's `Piece`s. A primitive that computes values (arithmetic, a gather with
-data-dependent indices...) is refused, naming it and the outputs it feeds.
+squeeze, expand_dims, astype; strided and reversed slices, flip, constant-index
+takes, broadcast_to, tile, repeat, unstack). It is traced with `jax.make_jaxpr`
+on abstract values (no bytes move, no device memory is used) and every layout
+primitive is replayed on fragments (fragments.py); the destination's fragments
+become the planner's `Piece`s. A primitive that computes values (arithmetic, a
+gather with data-dependent indices...) is refused, naming it, the user's line
+that called it, the outputs it feeds, and what to write instead (`ADVICE`).
 
 Scalars computed from constants only (the index arithmetic `x[-1]` leaves in a
 jaxpr) are evaluated, so constant indices work whatever form they take.
@@ -29,6 +31,7 @@ objects; its passes cost a quarter of the time).
 from __future__ import annotations
 
 import gc
+import math
 import time
 from contextlib import contextmanager
 
@@ -41,9 +44,49 @@ from .lowering import RuleError
 from .rule_types import Piece
 
 # Primitives that only move elements; anything else touching a source is refused.
-LAYOUT_PRIMITIVES = ("reshape", "transpose", "concatenate", "split", "slice", "dynamic_slice", "squeeze",
-                     "expand_dims", "broadcast_in_dim (as expand_dims)", "convert_element_type", "copy",
-                     "stack", "pjit / jit / closed_call (inlined)")
+LAYOUT_PRIMITIVES = ("reshape", "transpose", "concatenate", "split", "slice (any strides)", "rev (flip)",
+                     "dynamic_slice", "gather (constant indices along one axis: x[idx], jnp.take)", "squeeze",
+                     "expand_dims", "broadcast_in_dim (broadcast_to, repeat)", "tile", "unstack",
+                     "convert_element_type", "copy", "stack", "stop_gradient", "optimization_barrier",
+                     "sharding_constraint", "device_put", "pjit / jit / closed_call (inlined)")
+
+# What to write instead of a refused primitive: the swap copies bytes, so anything that
+# computes new values belongs before the swap (in the trainer's tree) or after it.
+_ARITHMETIC = ("arithmetic makes new values, which a copy cannot: keep the weights as they are stored and "
+               "apply it in the trainer before the swap or in the rollout after (a norm's `1 + scale` belongs "
+               "in the model's forward)")
+ADVICE = {
+    **dict.fromkeys(("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "integer_pow",
+                     "max", "min", "abs", "sign", "tanh", "logistic"), _ARITHMETIC),
+    **dict.fromkeys(("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cumsum"),
+                    "a reduction makes new values: slice the elements you want instead (x[i], x[a:b])"),
+    **dict.fromkeys(("gt", "lt", "ge", "le", "eq", "ne", "and", "or", "not"),
+                    "a comparison reads the weights' values: pick elements with constant indices (numpy arrays, "
+                    "slices) and jnp.concatenate them"),
+    "dot_general": "a matrix product makes new values: for a transpose write x.T or jnp.transpose(x, axes)",
+    "gather": ("index one axis at a time with constant indices: x[np.array([...])], x[:, np.array([...])] or "
+               "jnp.take(x, np.array([...]), axis=k), each in range (compute a permutation with numpy, "
+               "not from the weights)"),
+    **dict.fromkeys(("scatter", "scatter-add", "scatter_add", "dynamic_update_slice"),
+                    "x.at[...].set(...) writes into an array: build the output from slices with "
+                    "jnp.concatenate / jnp.stack instead"),
+    "concatenate": ("a constant (zeros, padding) joined to a source is in no source: give the rollout a "
+                    "tensor of the sources' size, or put the constant in the trainer's tree as a source"),
+    "dynamic_slice": "index with Python ints or numpy constants, not values read from the weights",
+    "select_n": "jnp.where chooses per element: slice the parts you want and jnp.concatenate them",
+    "pad": ("padding writes values no source holds: give the rollout a tensor of the source's size, or "
+            "pad the trainer's tree before the swap"),
+    "iota": "jnp.arange makes values: index with constant numpy arrays instead",
+    **dict.fromkeys(("sort", "argsort"), "sorting depends on values: compute the order once with numpy on the "
+                                         "host and index with that constant"),
+    "bitcast_convert_type": ("a bitcast reinterprets bytes: the swap's casts convert values (astype); give "
+                             "the rollout tensor in the dtype you want, or bitcast it after the swap"),
+    **dict.fromkeys(("scan", "while", "cond"), "lax.scan / fori_loop / cond over layers: write a Python loop "
+                                               "(for i in range(n): w[i]) or use rules.from_layer_function"),
+    **dict.fromkeys(("random_bits", "random_wrap", "random_seed", "threefry2x32"),
+                    "random values come from no source tensor: initialise them in the rollout instead"),
+}
+GATHER_ELEMENTS = 1 << 24  # the largest operand of a gather traced element by element (64 MiB of int32)
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "remat2", "checkpoint")
 
 
@@ -385,6 +428,8 @@ class _Interpreter:
         self.reused = 0
 
     def run(self, jaxpr, consts, args, top=False):
+        """The values of `jaxpr`'s outputs; a refused equation raises `_Refused` (a `TraceError`
+        at the top, naming the outputs it feeds)."""
         env = {}
 
         def read(v):
@@ -401,15 +446,18 @@ class _Interpreter:
             try:
                 results = self.apply(eqn, values)
             except _Refused as refused:
+                if refused.line is None:  # the innermost equation's: jnp's own calls are skipped
+                    refused.line = _user_line(eqn)
                 if top:
-                    raise TraceError(self._refusal(refused.why, jaxpr, position)) from None
+                    raise TraceError(self._refusal(refused, jaxpr, position)) from None
                 raise
             for v, r in zip(eqn.outvars, results):
                 env[v] = r
         return [read(v) for v in jaxpr.outvars]
 
-    def _refusal(self, why, jaxpr, position) -> str:
-        """Names the outputs that depend on the refused equation."""
+    def _refusal(self, refused, jaxpr, position) -> str:
+        """Names the user's line, the outputs that depend on the refused equation, and what to
+        write instead."""
         tainted = set(map(id, jaxpr.eqns[position].outvars))
         for eqn in jaxpr.eqns[position + 1:]:
             if any(id(v) in tainted for v in eqn.invars):
@@ -417,7 +465,9 @@ class _Interpreter:
         fed = [n for n, v in zip(self.out_names, jaxpr.outvars) if id(v) in tainted]
         feeds = (f"it feeds output {fed[0]!r}" + (f" and {len(fed) - 1} more" if len(fed) > 1 else "")
                  if fed else "it feeds no output")
-        return (f"{why}; {feeds}. from_function accepts layout operations only: "
+        where = f", at {refused.line}" if refused.line else ""
+        advice = f". Instead: {ADVICE[refused.primitive]}" if refused.primitive in ADVICE else ""
+        return (f"{refused.why}{where}; {feeds}{advice}. from_function accepts layout operations only: "
                 f"{', '.join(LAYOUT_PRIMITIVES)}")
 
     def apply(self, eqn, values):
@@ -431,7 +481,7 @@ class _Interpreter:
             handler = self._call
         if handler is None:
             raise _Refused(f"primitive {name!r} computes values from a source tensor "
-                           f"({self._source_of(values)}), which a weight swap cannot do")
+                           f"({self._source_of(values)}), which a weight swap cannot do", name)
         return handler(eqn, values, **eqn.params)
 
     @staticmethod
@@ -506,28 +556,104 @@ class _Interpreter:
         return [_Sym(F.expand(x.frags, rank, kept), tuple(shape), x.dtype)]
 
     def _broadcast_in_dim(self, eqn, values, shape, broadcast_dimensions, **_):
+        """New axes and unit axes stretched to n: each output row along them is row 0
+        (broadcast_to, and jnp.repeat's broadcast before its reshape)."""
         x = values[0]
         shape = tuple(int(n) for n in shape)
         kept = list(broadcast_dimensions)
-        expands = (all(shape[j] == n for j, n in zip(kept, x.shape))
-                   and all(shape[j] == 1 for j in range(len(shape)) if j not in kept))
-        if not expands:
-            raise _Refused(f"primitive 'broadcast_in_dim' repeats source elements ({x.shape} -> {shape}, "
-                           f"{self._source_of(values)}): only adding unit axes (expand_dims) is a layout change")
-        return [_Sym(F.expand(x.frags, len(shape), kept), shape, x.dtype)]
+        frags = F.expand(x.frags, len(shape), kept)
+        grown = [1] * len(shape)
+        for j, n in zip(kept, x.shape):
+            grown[j] = n
+        for j, (have, want) in enumerate(zip(grown, shape)):
+            if have != want:
+                frags = F.pick(frags, j, [0] * want)
+        return [_Sym(frags, shape, x.dtype)]
+
+    def _tile(self, eqn, values, reps, **_):
+        (x,) = values
+        frags, shape = x.frags, list(x.shape)
+        for axis, r in enumerate(reps):
+            if r != 1:
+                frags = F.pick(frags, axis, list(range(shape[axis])) * int(r))
+                shape[axis] *= int(r)
+        return [_Sym(frags, tuple(shape), x.dtype)]
+
+    def _rev(self, eqn, values, dimensions, **_):
+        (x,) = values
+        frags = x.frags
+        for axis in dimensions:
+            frags = F.pick(frags, axis, range(x.shape[axis] - 1, -1, -1))
+        return [_Sym(frags, x.shape, x.dtype)]
+
+    def _gather(self, eqn, values, dimension_numbers, slice_sizes, mode, **_):
+        """A gather with constant indices that vary along one axis (x[idx], x[:, idx, 1:],
+        jnp.take) is a slice of the other axes and a pick of rows; other gathers are refused
+        with `ADVICE['gather']`."""
+        x, indices = values
+        if isinstance(indices, _Sym):
+            raise _Refused(f"primitive 'gather' with indices computed from a source tensor "
+                           f"({self._source_of([indices])})", "gather")
+        taken = _rows_gather(dimension_numbers, tuple(slice_sizes), x.shape, np.asarray(indices),
+                             "FILL" in str(mode).upper())
+        if isinstance(taken, str):
+            return self._gather_elements(eqn, x, indices, taken)
+        axis, rows, start, limit, batch, collapsed, out_axes = taken
+        frags = F.pick(F.slice_box(x.frags, start, limit), axis, rows.tolist())
+        # the picked rows first, split into the index's shape; the operand's other kept axes after
+        others = [j for j in range(len(x.shape)) if j != axis]
+        frags = F.transpose(frags, [axis] + others)
+        kept = [j for j in range(len(x.shape)) if j not in collapsed]
+        shape = tuple(batch) + tuple(limit[j] - start[j] for j in kept)
+        frags = F.reshape(frags, (len(rows),) + tuple(limit[j] - start[j] for j in others), shape)
+        perm = sorted(range(len(out_axes)), key=out_axes.__getitem__)
+        return [_Sym(F.transpose(frags, perm), tuple(shape[a] for a in perm), x.dtype)]
+
+    def _gather_elements(self, eqn, x, indices, why):
+        """Any other gather with constant indices (x[i, :, ::2] with i an array, pairs of
+        indices): the gather run on the value's element numbers says which element each
+        output element is; runs of consecutive numbers become fragments. Costs an int32 per
+        element of the operand, so only up to `GATHER_ELEMENTS`."""
+        size = math.prod(x.shape)
+        if size > GATHER_ELEMENTS:
+            raise _Refused(f"primitive 'gather' ({why}; operand of {size} elements, more than the "
+                           f"{GATHER_ELEMENTS} an element-wise gather is traced for; {self._source_of([x])})", "gather")
+        params = dict(eqn.params, fill_value=-1)
+        numbers = np.arange(size, dtype=np.int32).reshape(x.shape)
+        taken = np.asarray(eqn.primitive.bind(numbers, np.asarray(indices), **params))
+        if (taken < 0).any():
+            raise _Refused(f"primitive 'gather': an index is out of range ({why}), which reads a fill value, "
+                           f"not a source ({self._source_of([x])})", "gather")
+        flat = F.pick(F.reshape(x.frags, x.shape, (size,)), 0, taken.reshape(-1).tolist())
+        return [_Sym(F.reshape(flat, (taken.size,), taken.shape), tuple(taken.shape), x.dtype)]
+
+    def _unstack(self, eqn, values, axis, **_):
+        (x,) = values
+        axis %= len(x.shape)
+        out = []
+        for i in range(x.shape[axis]):
+            start = [0] * len(x.shape)
+            limit = list(x.shape)
+            start[axis], limit[axis] = i, i + 1
+            out.append(_Sym(F.squeeze(F.slice_box(x.frags, start, limit), [axis]),
+                            x.shape[:axis] + x.shape[axis + 1:], x.dtype))
+        return out
 
     def _slice(self, eqn, values, start_indices, limit_indices, strides=None, **_):
         (x,) = values
-        if strides is not None and any(s != 1 for s in strides):
-            raise _Refused(f"primitive 'slice' with strides {tuple(strides)} ({self._source_of(values)}): "
-                           "only unit strides are boxes")
         start, limit = tuple(start_indices), tuple(limit_indices)
-        return [_Sym(F.slice_box(x.frags, start, limit), tuple(b - a for a, b in zip(start, limit)), x.dtype)]
+        frags = F.slice_box(x.frags, start, limit)
+        shape = [b - a for a, b in zip(start, limit)]
+        for axis, step in enumerate(strides or ()):
+            if step != 1:  # x[::2]: every step-th row of the box, one fragment per row
+                rows = range(0, shape[axis], step)
+                frags, shape[axis] = F.pick(frags, axis, rows), len(rows)
+        return [_Sym(frags, tuple(shape), x.dtype)]
 
     def _dynamic_slice(self, eqn, values, slice_sizes, **_):
         x, *indices = values
         if any(isinstance(i, _Sym) for i in indices):
-            raise _Refused("primitive 'dynamic_slice' with an index computed from a source tensor")
+            raise _Refused("primitive 'dynamic_slice' with an index computed from a source tensor", "dynamic_slice")
         # JAX clamps starts so the slice fits
         start = tuple(int(min(max(int(i), 0), n - s)) for i, n, s in zip(indices, x.shape, slice_sizes))
         limit = tuple(a + s for a, s in zip(start, slice_sizes))
@@ -537,7 +663,7 @@ class _Interpreter:
         frags, offset = [], 0
         for v in values:
             if not isinstance(v, _Sym):
-                raise _Refused("primitive 'concatenate' joins a constant to a source tensor")
+                raise _Refused("primitive 'concatenate' joins a constant to a source tensor", "concatenate")
             frags += F.shift(v.frags, dimension, offset)
             offset += v.shape[dimension]
         shape = list(values[0].shape)
@@ -551,7 +677,7 @@ class _Interpreter:
         frags = []
         for i, v in enumerate(values):
             if not isinstance(v, _Sym):
-                raise _Refused("primitive 'stack' joins a constant to a source tensor")
+                raise _Refused("primitive 'stack' joins a constant to a source tensor", "concatenate")
             frags += F.shift(F.expand(v.frags, rank, kept), axis, i)
         shape = list(values[0].shape)
         shape.insert(axis, len(values))
@@ -580,9 +706,11 @@ class _Interpreter:
         return [_Sym(frags, x.shape, dtype)]
 
     def _copy(self, eqn, values, **_):
+        """Primitives that return their inputs as they are (a copy, a gradient or scheduling
+        marker, a sharding placement: where the bytes live is the plan's business)."""
         return list(values)
 
-    _copy_p = _copy
+    _copy_p = _stop_gradient = _optimization_barrier = _sharding_constraint = _device_put = _copy
 
 
 def _placeholder(call, k: int) -> str:
@@ -598,7 +726,62 @@ def _common_dtype(values, what):
     return dtypes.pop()
 
 
+def _rows_gather(numbers, slice_sizes, shape, indices, fills):
+    """A gather whose indices vary along one operand axis only, each a whole row there, and
+    are constant window starts on the others: (that axis, its rows (flat), the window's start
+    and limit on every axis (the row axis whole), the index's batch shape, the collapsed axes,
+    each value axis's output position: batch axes first, then the operand's kept axes); or
+    why it is not one (a str). `fills`: an index out of range reads a fill value (refused);
+    otherwise it is clamped, as XLA does."""
+    if getattr(numbers, "operand_batching_dims", ()) or getattr(numbers, "start_indices_batching_dims", ()):
+        return "batched indices"
+    mapped = list(numbers.start_index_map)
+    if indices.ndim == 0 or indices.shape[-1] != len(mapped):
+        return f"indices of shape {indices.shape} for {len(mapped)} axes"
+    starts = indices.reshape(-1, len(mapped)).astype(np.int64)
+    varying = [k for k in range(len(mapped)) if (starts[:, k] != starts[0, k]).any()]
+    single = [k for k in range(len(mapped)) if slice_sizes[mapped[k]] == 1]
+    if len(varying) > 1 or not single or (varying and varying[0] not in single):
+        return f"indices that vary along {len(varying)} axes (axes {[mapped[k] for k in varying]}), windows {slice_sizes}"
+    row = varying[0] if varying else single[0]
+    axis = mapped[row]
+    start, limit = [0] * len(shape), list(shape)
+    for k, j in enumerate(mapped):
+        if k == row:
+            continue
+        first, last = int(starts[0, k]), int(starts[0, k]) + slice_sizes[j]
+        if fills and (first < 0 or last > shape[j]):
+            return f"window [{first}, {last}) outside axis {j} of size {shape[j]}, which reads a fill value"
+        first = min(max(first, 0), shape[j] - slice_sizes[j])
+        start[j], limit[j] = first, first + slice_sizes[j]
+    for j, size in enumerate(slice_sizes):
+        if j not in mapped and size != shape[j]:
+            start[j], limit[j] = 0, size
+    rows = starts[:, row]
+    outside = (rows < 0) | (rows >= shape[axis])
+    if outside.any():
+        if fills:  # jnp.take's default: an index out of range reads the fill value, no source
+            return f"index {int(rows[outside][0])} outside axis {axis} of size {shape[axis]}, which reads a fill value"
+        rows = np.clip(rows, 0, shape[axis] - 1)
+    collapsed = set(numbers.collapsed_slice_dims)
+    batch = indices.shape[:-1]
+    offsets = list(numbers.offset_dims)
+    rank = len(batch) + len(offsets)
+    batch_axes = [j for j in range(rank) if j not in set(offsets)]
+    return axis, rows, start, limit, batch, collapsed, batch_axes + offsets
+
+
+def _user_line(eqn) -> str | None:
+    """'file:line (function)' of the user's code that made `eqn` (JAX's own frames skipped)."""
+    try:
+        from jax._src import source_info_util
+        frame = source_info_util.user_frame(eqn.source_info.traceback)
+    except Exception:  # noqa: BLE001 - a private API: the message only loses its line
+        return None
+    return f"{frame.file_name}:{frame.start_line} ({frame.function_name})" if frame else None
+
+
 class _Refused(Exception):
-    def __init__(self, why):
+    def __init__(self, why, primitive=None):
         super().__init__(why)
-        self.why = why
+        self.why, self.primitive, self.line = why, primitive, None

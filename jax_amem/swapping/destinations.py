@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ..reshard import Layout, Owner
+from ..reshard.from_jax import nested_names_hint
 from ..reshard.plan import Plan
 from . import checks, torch_bridge
 from .errors import PartialSwapError, SwapError
@@ -61,6 +62,8 @@ class InProcessDestination(Protocol):
     repeats_by_fingerprint: bool
 
     def check_written_names(self, wanted, what: str) -> None: ...
+    def tied(self) -> list[tuple[str, ...]]: ...  # names that are one buffer (tied weights)
+    def planned(self, rules, src_layouts) -> tuple: ...  # (rules, layouts) to plan: each buffer once
     def validate(self) -> None: ...
     def layouts(self) -> dict[str, Layout]: ...
     def buffers(self, plan: Plan, process: int) -> dict[Buffer, object]: ...
@@ -91,7 +94,16 @@ class WrittenHere:
 
     def check_written_names(self, wanted, what: str) -> None:
         """Missing or extra names against the names a swap writes (`wanted`), in one message."""
-        check_names(wanted, self.signature_names(), what)
+        check_names(wanted, self.signature_names(), what, tied=self.tied())
+
+    def tied(self) -> list[tuple[str, ...]]:
+        """Groups of names that are one buffer (tied weights), written once: none here."""
+        return []
+
+    def planned(self, rules, src_layouts) -> tuple:
+        """(rules, destination layouts) the plan is made of: the swap's own, where no
+        destination is given twice (TorchDestination folds tied weights)."""
+        return rules, self.layouts()
 
 
 def describe(dst) -> Destination:
@@ -110,18 +122,61 @@ def describe(dst) -> Destination:
     return JaxDestination(dst)
 
 
-def check_names(plan_names, given, what: str = "the plan writes") -> None:
-    """Missing or extra destination names, all of them in one message."""
+def check_names(plan_names, given, what: str = "the plan writes", tied=()) -> None:
+    """Missing or extra destination names, all of them in one message. `tied`: groups of given
+    names that are one buffer (a state dict's tied weights): one of a group written is all of
+    it written, so its twins are not extra."""
     plan_names, given = list(plan_names), list(given)
-    missing = [n for n in plan_names if n not in set(given)]
-    extra = [n for n in given if n not in set(plan_names)]
+    planned, present = set(plan_names), set(given)
+    covered = {n for group in tied if planned.intersection(group) for n in group}
+    missing = [n for n in plan_names if n not in present]
+    extra = [n for n in given if n not in planned and n not in covered]
     if missing or extra:
         parts = []
         if missing:
             parts.append(f"missing {len(missing)} destination(s) that {what}: {_few(missing)}")
         if extra:
             parts.append(f"{len(extra)} destination(s) that nothing writes (no rule, not in the plan): {_few(extra)}")
-        raise SwapError("; ".join(parts) + ". Give exactly the tensors the rules name (nothing was written).")
+        raise SwapError("; ".join(parts) + ". Give exactly the tensors the rules name (nothing was written)."
+                        + nested_names_hint(missing, given))
+
+
+def tied_groups(tensors: Mapping) -> list[tuple[str, ...]]:
+    """Names of PyTorch tensors that are one tensor twice: a state dict's tied weights
+    (`lm_head.weight` and the embedding hold one storage). Twins share device, address, shape,
+    dtype and strides, so writing one writes both; a view that overlaps another any other way
+    is left to `check_disjoint` to refuse."""
+    groups: dict = {}
+    for name, t in tensors.items():
+        if t.numel():
+            groups.setdefault((str(t.device), t.data_ptr(), tuple(t.shape), t.dtype, t.stride()), []).append(name)
+    return [tuple(names) for names in groups.values() if len(names) > 1]
+
+
+def fold_tied(rules, groups, src_layouts, dst_layouts) -> list:
+    """`rules` writing each tied group once: where the rules write two names of a group, they
+    must write the same values (the same pieces) and the later name's rules are dropped;
+    different values for one buffer are refused."""
+    from ..reshard.lowering import lower
+
+    by_dst: dict = {}
+    for rule in rules:
+        by_dst.setdefault(rule.dst, []).append(rule)
+
+    def pieces(name):
+        return sorted((p.dst_start, p.size, p.src, p.src_start, p.perm or (), p.dtype or "")
+                      for p in lower(by_dst[name], src_layouts, {name: dst_layouts[name]}))
+    dropped = set()
+    for group in groups:
+        written = [n for n in group if n in by_dst]
+        for other in written[1:]:
+            if pieces(other) != pieces(written[0]):
+                raise SwapError(f"destinations {written[0]!r} and {other!r} share memory: they are one tensor (tied "
+                                "weights: the same storage), but the rules write different values into them. Write "
+                                "one of them (drop the other's rule), or untie the model's weights (nothing was "
+                                "written)")
+            dropped.add(other)
+    return [r for r in rules if r.dst not in dropped]
 
 
 def check_disjoint(ranges) -> None:
@@ -170,6 +225,7 @@ class TorchDestination(WrittenHere):
         self.tensors = dict(tensors)
         checks.torch_tensor_kinds(self.tensors)  # per swap, repeats too: a lazy conj/neg view has the same key
         self._owners = None
+        self._tied = None
 
     @functools.cached_property
     def signature(self) -> tuple:
@@ -180,7 +236,27 @@ class TorchDestination(WrittenHere):
 
         values = self.tensors.values()
         return ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
-                tuple(map(torch.Tensor.stride, values)))
+                tuple(map(torch.Tensor.stride, values)), tuple(self.tied()))
+
+    def tied(self) -> list[tuple[str, ...]]:
+        """The twin groups (tied weights) among the tensors: each is written once."""
+        if self._tied is None:
+            self._tied = tied_groups(self.tensors)
+        return self._tied
+
+    def planned(self, rules, src_layouts) -> tuple:
+        """Tied twins folded: one name per group in the plan, the one the rules write (both
+        written alike: the first), so no byte has two writers."""
+        layouts = self.layouts()
+        groups = self.tied()
+        if not groups:
+            return rules, layouts
+        from ..reshard.lowering import identity_rules
+        if rules is None:  # same names: the twins a source names
+            rules = identity_rules([n for n in layouts if n in src_layouts])
+        rules = fold_tied(rules, groups, src_layouts, layouts)
+        written = {r.dst for r in rules}
+        return rules, {n: layout for n, layout in layouts.items() if n in written}
 
     def signature_names(self):
         return list(self.tensors)
@@ -194,10 +270,10 @@ class TorchDestination(WrittenHere):
     def validate(self) -> None:
         for name, tensor in self.tensors.items():
             torch_bridge.check_writable(name, tensor)
-        check_disjoint((str(t.device), t.data_ptr(), t.numel() * t.element_size(), name)
-                       for name, t in self.tensors.items())
-        checks.torch_not_jax_memory((name, t.data_ptr(), t.numel() * t.element_size())
-                                    for name, t in self.tensors.items())
+        twins = {n for group in self.tied() for n in group[1:]}  # one buffer, checked once
+        once = [(name, t) for name, t in self.tensors.items() if name not in twins]
+        check_disjoint((str(t.device), t.data_ptr(), t.numel() * t.element_size(), name) for name, t in once)
+        checks.torch_not_jax_memory((name, t.data_ptr(), t.numel() * t.element_size()) for name, t in once)
 
     def layouts(self) -> dict[str, Layout]:
         return {name: Layout.single(tuple(t.shape), torch_bridge.numpy_dtype(t), self.owners[name])
@@ -205,9 +281,16 @@ class TorchDestination(WrittenHere):
 
     def buffers(self, plan: Plan, process: int) -> dict[Buffer, object]:
         """{(name, owner): JAX device} for every buffer this process writes; SwapError first."""
-        check_names(plan.dst_layouts, self.tensors)
+        check_names(plan.dst_layouts, self.tensors, tied=self.tied())
+        for group in self.tied():
+            both = [n for n in group if n in plan.dst_layouts]
+            if len(both) > 1:
+                raise SwapError(f"the plan writes {both[0]!r} and {both[1]!r}, which are one tensor (tied weights): "
+                                "make the plan for one of them (nothing was written)")
         out = {}
         for name, tensor in self.tensors.items():
+            if name not in plan.dst_layouts:
+                continue  # a tied twin of a name the plan writes (check_names)
             layout, owner = plan.dst_layouts[name], self.owners[name]
             _check_shard(name, layout, owner, tensor.shape, torch_bridge.numpy_dtype(tensor), str(tensor.device))
             local = [o for o in layout.owners if o.process == process and o != owner]

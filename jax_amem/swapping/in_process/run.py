@@ -87,7 +87,8 @@ def resolve_plan(sources: Sources, destination, rules, plan):
     _check_rule_names(sources, destination, rules)
     destination.validate()
     try:
-        made = reshard.plan(sources.layouts(), destination.layouts(), rules)
+        rules, layouts = destination.planned(rules, sources.layouts())
+        made = reshard.plan(sources.layouts(), layouts, rules)
     except (reshard.RuleError, reshard.LayoutError, reshard.PlanError) as error:
         raise SwapError(f"the swap cannot be planned (nothing was written): {error}") from error
     return _plans.put(key, made)
