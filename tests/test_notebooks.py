@@ -32,6 +32,8 @@ def kernel_manager(folder: Path):
     spec.mkdir(parents=True)
     env = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "--xla_force_host_platform_device_count=8"),
            "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    if os.environ.get("PYTHONPATH"):  # a jax_amem overlaid on the installed one (a worktree's files)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": f"jax-amem tests ({sys.executable})", "language": "python", "env": env}))
@@ -101,12 +103,18 @@ def test_weight_swap_notebook():
     notebook = execute("weight_swap")
     assert not errors_in(notebook)
     text = text_of(notebook)
-    assert "machine:" in text and images_in(notebook) == 1
-    table = [line for line in text.splitlines() if line.strip().split(" ")[0].isdigit()]
+    assert "machine:" in text and images_in(notebook) == 1  # the sweep: saved H200 beside the live one
+    table = [line for line in text.splitlines() if line.split()[:2] and all(w.isdigit() for w in line.split()[:2])]
     layouts = 3 if "cpu" in text.split("machine:")[1].splitlines()[0] else 1
     sizes = 2 if layouts == 3 else 3
     assert len(table) == sizes * layouts  # every size and layout, three methods each
     assert "x per-tensor" in text and "x device_put" in text
+    saved, live = text.split("saved sweep, ")[1].split("live sweep, this machine")
+    assert saved.startswith("NVIDIA H200")
+    assert sum(" x " in line for line in saved.splitlines()) == 11       # 2000 x 16 KiB .. 4 x 2 GiB
+    assert "4 x 2 GiB" in saved and "97%" in saved.split("4 x 2 GiB")[1].splitlines()[0]
+    rows = int(text.split("live sweep: ")[1].split(" rows")[0])
+    assert rows >= 5 and sum(" x " in line for line in live.splitlines()) == rows   # every live row shown
 
 
 def test_rl_loop_notebook():
@@ -114,11 +122,16 @@ def test_rl_loop_notebook():
     notebook = execute("rl_loop")
     assert not errors_in(notebook)
     text = text_of(notebook)
-    assert "machine:" in text and images_in(notebook) == 1
+    assert "machine:" in text and images_in(notebook) == 2  # the loop's; the saved H200 run's
     line = [x for x in text.splitlines() if x.startswith("reward: first")][0]
     first, last = float(line.split()[2]), float(line.split()[-1])
     assert last > first + 0.12
     assert "logits check: OK" in text and "swap (jax_amem.swap)" in text
+    # At real size, on an H200: the saved run read back.
+    assert "saved run: preset qwen3-1.7b on 1 x NVIDIA H200" in text and "checks OK" in text
+    switch = [x for x in text.splitlines() if x.startswith("switch ")][0].split()
+    assert switch[1:] == ["0.8080", "0.7488", "1.08x"]
+    assert "4.58 GB with the pause, 25.29 GB without it" in text and "13.49 s" in text
 
 
 def _save(names) -> None:
