@@ -49,7 +49,7 @@ def _numpy_state(family, tree):
     return out
 
 
-def _oracle(family, tree, dtype):
+def _oracle(family, tree, dtype, device="cpu"):
     model = hf_model(family).to(dtype)
     state = _numpy_state(family, tree)
     given = model.state_dict()
@@ -58,7 +58,7 @@ def _oracle(family, tree, dtype):
             twin = next(n for n, t in given.items() if n in state and t.data_ptr() == tensor.data_ptr())
             state[name] = state[twin]
     model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
-    return model
+    return model.to(device)
 
 
 def _bits(tensor):
@@ -67,17 +67,21 @@ def _bits(tensor):
 
 
 def _logits(model):
+    device = next(model.parameters()).device
     with torch.no_grad():
-        return model(torch.as_tensor(TOKENS)).logits.float().numpy()
+        return model(torch.as_tensor(TOKENS, device=device)).logits.float().cpu().numpy()
 
 
-def _swap_and_compare(family, dtype=torch.float32, cast=None, seeds=(0,)):
-    model = hf_model(family, nan=True).to(dtype)
+def _swap_and_compare(family, dtype=torch.float32, cast=None, seeds=(0,), device="cpu"):
+    """`device` "cpu": sources sharded over the 8 CPU devices; "cuda": the model on the GPU and
+    the sources on JAX's first GPU (the swap writes the CUDA tensors by address)."""
+    model = hf_model(family, nan=True).to(dtype).to(device)
     dst = model.state_dict()
+    place = shard_tree if device == "cpu" else (lambda tree: jax.device_put(tree, jax.devices("gpu")[0]))
     for seed in seeds:  # a second seed: the next version through the cached plan and program
         tree = source_tree(family, seed)
-        oracle = _oracle(family, tree, dtype)
-        report = jax_amem.swap(shard_tree(tree), dst, rules=_rules_for(family, tree, cast), verify=True)
+        oracle = _oracle(family, tree, dtype, device)
+        report = jax_amem.swap(place(tree), dst, rules=_rules_for(family, tree, cast), verify=True)
         assert report.verified
         want = oracle.state_dict()
         assert sorted(want) == sorted(dst)
@@ -95,3 +99,12 @@ def test_traced_rules_swap_a_family_bit_identical_to_load_state_dict(name):
 
 def test_a_family_in_bfloat16_with_the_cast_on_the_sender_and_a_second_version():
     _swap_and_compare(_family("Qwen2"), dtype=torch.bfloat16, cast="bfloat16", seeds=(0, 1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["OPT", "Bloom", "Gemma3", "Qwen2Moe"])
+def test_a_family_into_cuda_tensors_tied_head_included(name):
+    # Tied twins on CUDA: one buffer written once by address, its twin name covered.
+    if not torch.cuda.is_available():
+        pytest.skip("needs PyTorch with CUDA")
+    _swap_and_compare(_family(name), dtype=torch.bfloat16, cast="bfloat16", seeds=(0, 1), device="cuda")
