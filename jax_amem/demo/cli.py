@@ -118,14 +118,17 @@ def preset_name(args) -> str:
                    else f"add {presets}")
         raise SystemExit("--drop-state is for the real-size presets (qwen3-1.7b, qwen3-tiny): the small "
                          f"preset keeps its state; {instead}, or drop --drop-state")
-    if getattr(args, "json", None) and name == SMALL:
-        raise SystemExit(f"--json {args.json}: the figures file is written by the real-size presets "
-                         "(--preset qwen3-1.7b on a GPU, --preset qwen3-tiny on CPU); drop --json for the small preset")
-    folder = os.path.dirname(os.path.abspath(args.json)) if getattr(args, "json", None) else None
-    if folder is not None and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-        # Checked before the run: the figures are written after minutes of it.
-        raise SystemExit(f"--json {args.json}: the folder {folder} does not exist or is not writable; "
-                         "create it or give another path")
+    json_path = getattr(args, "json", None)
+    if json_path:
+        if name == SMALL:
+            raise SystemExit(f"--json {json_path}: the figures file is written by the real-size presets "
+                             "(--preset qwen3-1.7b on a GPU, --preset qwen3-tiny on CPU); drop --json for the "
+                             "small preset")
+        folder = os.path.dirname(os.path.abspath(json_path))
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            # Checked before the run: the figures are written after minutes of it.
+            raise SystemExit(f"--json {json_path}: the folder {folder} does not exist or is not writable; "
+                             "create it or give another path")
     return name
 
 

@@ -14,7 +14,6 @@ caller's Axes only). docs/figures/ holds the files and the logs of the runs that
 from __future__ import annotations
 
 import json
-import statistics
 
 SWITCH_PARTS = ("pause", "swap", "resume")
 SWEEP_KEYS = ("case", "tensors", "bytes", "swap_s", "copy_s", "loop_s")  # what the sweep plot reads
@@ -39,14 +38,10 @@ def switch_rows(run: dict) -> list[dict]:
     return [dict(row, x_bound=row["seconds"] / row["bound_seconds"]) for row in run["switch"]]
 
 
-def switch_medians(run: dict) -> dict:
-    """pause, swap, resume: the median seconds over the saved iterations, and their sum."""
-    its = run["iterations"]
-    parts = {"pause": [i["pause"]["seconds"] for i in its], "swap": [i["swap_seconds"] for i in its],
-             "resume": [i["resume_seconds"] for i in its]}
-    out = {part: statistics.median(values) for part, values in parts.items()}
-    out["switch"] = sum(out.values())
-    return out
+def switch_seconds(run: dict) -> dict:
+    """pause, swap, resume and switch: the saved seconds (medians over the iterations, as the
+    run's summary printed them)."""
+    return {row["part"]: row["seconds"] for row in run["switch"]}
 
 
 def switch_table(run: dict) -> str:
@@ -79,7 +74,7 @@ def memory_lines(run: dict) -> str:
 
 
 def baseline_lines(run: dict) -> str:
-    host, medians = run["host_baseline"], switch_medians(run)
+    host, medians = run["host_baseline"], switch_seconds(run)
     return "\n".join([
         f"what users do today (jax.device_get + numpy + load_state_dict): {host['seconds']:.2f} s "
         f"= {host['get_seconds']:.2f} + {host['convert_seconds']:.2f} + {host['load_seconds']:.2f} s",
@@ -117,7 +112,7 @@ def plot_memory(ax, run: dict) -> None:
 def plot_baseline(ax, run: dict) -> None:
     """Bars, seconds: the usual weight copy (device_get + numpy + load_state_dict) against the
     whole switch (pause + swap + resume) and the swap alone."""
-    host, medians = run["host_baseline"], switch_medians(run)
+    host, medians = run["host_baseline"], switch_seconds(run)
     bars = {"device_get +\nnumpy +\nload_state_dict": host["seconds"], "pause + swap\n+ resume": medians["switch"],
             "swap": medians["swap"]}
     ax.bar(list(bars), list(bars.values()), color=["tab:gray", "tab:blue", "tab:orange"])

@@ -87,8 +87,9 @@ def resolve_plan(sources: Sources, destination, rules, plan):
     _check_rule_names(sources, destination, rules)
     destination.validate()
     try:
-        rules, layouts = destination.planned(rules, sources.layouts())
-        made = reshard.plan(sources.layouts(), layouts, rules)
+        src_layouts = sources.layouts()
+        rules, dst_layouts = destination.planned(rules, src_layouts)
+        made = reshard.plan(src_layouts, dst_layouts, rules)
     except (reshard.RuleError, reshard.LayoutError, reshard.PlanError) as error:
         raise SwapError(f"the swap cannot be planned (nothing was written): {error}") from error
     return _plans.put(key, made)
