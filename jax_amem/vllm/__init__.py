@@ -1,0 +1,15 @@
+"""A vLLM engine as a destination of the swap: the trainer's half of the `jax_amem` backend of
+vLLM's weight-transfer API (the worker's half is the `jax_amem_vllm` package, which vLLM loads).
+
+    llm = vllm.LLM(model=..., weight_transfer_config={"backend": "jax_amem"})
+    engine = jax_amem.vllm.connect(llm, params, family="qwen3")   # plans once, per layer group
+    report = engine.update(params)                                # every training step
+    print(report)
+
+See docs/vllm.md.
+"""
+
+from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
+from .trainer import VllmEngine, VllmUpdateReport, connect
+
+__all__ = ["VllmBackendError", "VllmEngine", "VllmPlanError", "VllmUpdateError", "VllmUpdateReport", "connect"]

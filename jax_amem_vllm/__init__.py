@@ -1,0 +1,25 @@
+"""jax-amem's backend for vLLM's weight-transfer API: the half that runs inside vLLM.
+
+vLLM loads this package in every one of its processes (the `vllm.general_plugins` entry point
+calls `register()`), so an engine started with
+
+    vllm.LLM(model=..., weight_transfer_config={"backend": "jax_amem"})
+
+builds `JaxAmemWeightTransferEngine` in each worker. The trainer's half is `jax_amem.vllm`
+(JAX, the planner and the swap). This package imports neither JAX nor jax_amem: a worker that
+imported JAX could start a JAX backend inside vLLM's process (on a GPU, JAX's default
+preallocation takes 75% of the device). tests/test_vllm_backend.py checks that it holds.
+
+See docs/vllm.md.
+"""
+
+BACKEND = "jax_amem"
+
+
+def register() -> None:
+    """Registers the backend with vLLM's factory (idempotent: vLLM may load plugins twice)."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    if BACKEND not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(
+            BACKEND, "jax_amem_vllm.engine", "JaxAmemWeightTransferEngine")

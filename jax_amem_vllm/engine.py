@@ -1,0 +1,178 @@
+"""`JaxAmemWeightTransferEngine`: the worker side of the `jax_amem` backend (vLLM builds one per
+worker when the engine is started with weight_transfer_config={"backend": "jax_amem"}).
+
+The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
+`finish_weight_update`); what travels in it:
+
+* init  {"session": name}: the worker describes its model (layout.describe: every parameter in
+  its loaded form, per layer group, TP rank and size), allocates one staging buffer the size of
+  the largest group, and publishes itself under `session` for the trainer of this process.
+* update {"group": g}: the trainer has written group g's new values into the staging buffer
+  (jax_amem.swap, by address); the worker commits them: plain parameters copied in, processed
+  modules written through vLLM's processing (reprocess.py).
+
+Versions. Until the first commit of an update nothing served has changed: an update that stops
+there (refused, failed, never finished) leaves the old version serving. From the first commit
+to the last, the model holds two versions, so the model refuses to run (a forward pre-hook that
+raises) until an update commits every group; `finish_weight_update` then lifts it. An update
+that finishes with groups missing keeps refusing: the next complete update recovers it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from vllm.distributed.weight_transfer.base import (
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+
+from .layout import describe
+from .registry import publish
+from .reprocess import reprocess
+
+TRANSPORTS = ("in_process",)
+
+
+@dataclass
+class JaxAmemInitInfo(WeightTransferInitInfo):
+    session: str
+    transport: str = "in_process"
+
+
+@dataclass
+class JaxAmemUpdateInfo(WeightTransferUpdateInfo):
+    group: int
+
+
+class MixedVersionsError(RuntimeError):
+    """Raised by the model's forward while it holds parts of two weight versions."""
+
+
+class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemUpdateInfo]):
+    init_info_cls = JaxAmemInitInfo
+    update_info_cls = JaxAmemUpdateInfo
+    supports_draft_weight_update = False
+
+    def __init__(self, config, vllm_config, device, model) -> None:
+        super().__init__(config, vllm_config, device, model)
+        self.layout = None
+        self.staging: torch.Tensor | None = None
+        self.committed: set[int] | None = None   # None: no update in flight
+        self.refusal = None                      # the forward pre-hook while versions are mixed
+        self.refusal_reason = ""
+        self.updates = 0                         # complete updates so far
+
+    # --- what the trainer reads (same process) ---------------------------------------------
+    def description(self) -> dict[str, Any]:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return {"tp_size": self.parallel_config.tensor_parallel_size,
+                "tp_rank": get_tensor_model_parallel_rank(),
+                "device": str(self.device), "groups": self.layout.wire(),
+                "staging_bytes": self.layout.staging_bytes}
+
+    def staged(self, group: int) -> dict[str, torch.Tensor]:
+        """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
+        every update, so the trainer's swap program is built once per group)."""
+        out = {}
+        for t in self.layout.groups[group]:
+            dtype = getattr(torch, t.dtype)
+            count = torch.Size(t.shape).numel()
+            nbytes = count * torch.empty((), dtype=dtype).element_size()
+            out[t.name] = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+        return out
+
+    def serving_state(self) -> str:
+        return "refusing" if self.refusal is not None else ("updating" if self.committed is not None else "serving")
+
+    # --- vLLM's protocol ----------------------------------------------------------------------
+    def init_transfer_engine(self, init_info: JaxAmemInitInfo) -> None:
+        if init_info.transport not in TRANSPORTS:
+            raise ValueError(f"jax_amem: transport {init_info.transport!r} is not built; "
+                             f"this worker supports {TRANSPORTS}")
+        self.layout = describe(self.model, self.device)
+        self.staging = torch.empty(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
+        publish(init_info.session, self)
+
+    def start_weight_update(self) -> None:
+        if self.layout is None:
+            raise RuntimeError("jax_amem: init_weight_transfer_engine must come before an update")
+        if self.committed is not None:
+            raise RuntimeError("jax_amem: an update is already in flight on this worker "
+                               f"({len(self.committed)} of {len(self.layout.groups)} groups committed)")
+        self.committed = set()
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self.receive_weights(self.parse_update_info(update_info))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def receive_weights(self, update_info: JaxAmemUpdateInfo) -> None:
+        if self.committed is None:
+            raise RuntimeError("jax_amem: update_weights outside an update (start_weight_update first)")
+        group = update_info.group
+        if not 0 <= group < len(self.layout.groups) or group in self.committed:
+            raise ValueError(f"jax_amem: group {group} is not a group left to commit "
+                             f"(0..{len(self.layout.groups) - 1}, committed {sorted(self.committed)})")
+        self._refuse(f"an update is writing it ({len(self.committed)} of {len(self.layout.groups)} "
+                     "groups committed)")
+        self.committed.add(group)   # counted before the write: a failure inside leaves a mix
+        self._commit(group)
+
+    def finish_weight_update(self) -> None:
+        if self.committed is None:
+            raise RuntimeError("jax_amem: finish_weight_update without an update in flight")
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Ends the update in flight, if any: served again if every group was committed, else
+        the old version if none was, else refusing (also where vLLM dropped the update after an
+        error, which never reaches finish_weight_update)."""
+        if self.committed is None:
+            return
+        done, total = len(self.committed), len(self.layout.groups)
+        self.committed = None
+        if done == total:
+            self._serve()
+            self.updates += 1
+        elif done:
+            # vLLM's worker keeps its own update flag set if this raised: stay refusing instead,
+            # so the next complete update recovers the engine.
+            self._refuse(f"an update stopped after committing {done} of {total} groups")
+
+    def shutdown(self) -> None:
+        self.staging = None
+
+    # --- inside -------------------------------------------------------------------------------
+    def _commit(self, group: int) -> None:
+        staged = self.staged(group)
+        layout = self.layout
+        with torch.no_grad():
+            for t in layout.groups[group]:
+                if not t.processed:
+                    module, attr = layout.owners[t.name]
+                    getattr(module, attr).data.copy_(staged[t.name])
+            for module in layout.group_modules[group]:
+                reprocess(module, {attr: staged[name] for name, (m, attr) in layout.owners.items()
+                                   if m is module and name in staged})
+            for module, names in layout.followers.get(group, []):
+                reprocess(module, {attr: staged[name] for attr, name in names.items()})
+
+    def _refuse(self, why: str) -> None:
+        self.refusal_reason = why
+        if self.refusal is None:
+            def refuse(module, args):
+                raise MixedVersionsError(
+                    f"jax_amem: this engine's weights are a mix of two versions ({self.refusal_reason}); "
+                    "it refuses to serve until an update commits every group")
+            self.refusal = self.model.register_forward_pre_hook(refuse)
+
+    def _serve(self) -> None:
+        if self.refusal is not None:
+            self.refusal.remove()
+            self.refusal = None
+            self.refusal_reason = ""

@@ -1,0 +1,97 @@
+"""The worker's model as the trainer must see it: every parameter in the form vLLM loads it
+(before any processing), grouped per decoder layer, with a place in one staging buffer.
+
+vLLM may transform a weight after loading (vLLM-CPU repacks every linear layer and leaves the
+parameter empty, shape (0,)); the form the trainer writes is the one vLLM recorded before that
+(`record_metadata_for_reloading`, kept in the reload machinery's per-layer info). Groups are
+vLLM's own `layerwise_groups` (the embeddings, one per decoder layer, the head and final norm),
+so staging holds one group at a time: the added memory is the largest group, not the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+ALIGN = 64  # bytes: each staged tensor starts on a cache line
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str              # vLLM's parameter name (model.named_parameters())
+    shape: tuple[int, ...]  # as loaded, before processing
+    dtype: str             # torch dtype name without "torch.", e.g. "float32"
+    offset: int            # bytes into the staging buffer
+    processed: bool        # written through vLLM's processing (module has a quant_method)
+
+
+@dataclass
+class Describe:
+    """What `describe(model)` found: the wire description and the live objects behind it."""
+    groups: list[list[Tensor]]
+    staging_bytes: int
+    # name -> (module, attribute) owning the parameter; processed modules by group
+    owners: dict[str, tuple[torch.nn.Module, str]] = field(default_factory=dict)
+    group_modules: list[list[torch.nn.Module]] = field(default_factory=list)
+    # processed modules that hold a parameter of the group under another module (a tied head:
+    # lm_head shares embed_tokens' weight): reprocessed with the group, {attribute: name}
+    followers: dict[int, list[tuple[torch.nn.Module, dict[str, str]]]] = field(default_factory=dict)
+
+    def wire(self) -> list[list[dict]]:
+        return [[{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "offset": t.offset,
+                  "processed": t.processed} for t in group] for group in self.groups]
+
+
+def recorded(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's parameters as vLLM recorded them at load, before processing (meta tensors)."""
+    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
+
+    return get_layerwise_info(module).restore_metadata[0]
+
+
+def loaded_form(module: torch.nn.Module, attr: str, param: torch.Tensor) -> tuple[tuple[int, ...], torch.dtype]:
+    """Shape and dtype of `module.attr` as vLLM loads it (its recorded metadata), else as it is."""
+    meta = recorded(module).get(attr)
+    if meta is not None:
+        return tuple(meta.shape), meta.dtype
+    return tuple(param.shape), param.dtype
+
+
+def processed_module(module: torch.nn.Module) -> bool:
+    """vLLM runs `quant_method.process_weights_after_loading` on it: its served form may not be
+    its parameters (CPU repacking, quantized kernels), so it is written through that processing."""
+    return getattr(module, "quant_method", None) is not None
+
+
+def describe(model: torch.nn.Module, device: torch.device) -> Describe:
+    from vllm.distributed.weight_transfer.base import layerwise_groups
+
+    params = dict(model.named_parameters())           # tied parameters appear once
+    owner_of: dict[int, list[tuple[str, torch.nn.Module, str]]] = {}
+    for module_name, module in model.named_modules():
+        for attr, param in module.named_parameters(recurse=False):
+            owner_of.setdefault(id(param), []).append((module_name, module, attr))
+
+    groups, owners, group_modules, followers = [], {}, [], {}
+    largest = 0
+    for index, names in enumerate(layerwise_groups(list(params))):
+        offset, group, modules = 0, [], []
+        for name in names:
+            module_name, module, attr = next(o for o in owner_of[id(params[name])]
+                                             if f"{o[0]}.{o[2]}".lstrip(".") == name)
+            shape, dtype = loaded_form(module, attr, params[name])
+            processed = processed_module(module) and attr in recorded(module)
+            group.append(Tensor(name, shape, str(dtype).removeprefix("torch."), offset, processed))
+            owners[name] = (module, attr)
+            if processed and module not in modules:
+                modules.append(module)
+            for _, other, other_attr in owner_of[id(params[name])]:
+                if other is not module and processed_module(other) and other_attr in recorded(other):
+                    followers.setdefault(index, []).append((other, {other_attr: name}))
+            nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+            offset += -(-nbytes // ALIGN) * ALIGN
+        groups.append(group)
+        group_modules.append(modules)
+        largest = max(largest, offset)
+    return Describe(groups, largest, owners, group_modules, followers)

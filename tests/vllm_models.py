@@ -1,0 +1,134 @@
+"""Tiny models for the vLLM tests: a trainer tree (Flax or MaxText naming) and the same weights
+as a transformers model, each written out by hand here (not through jax_amem's presets), so
+transformers and vLLM's own loader are the oracles.
+
+Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
+E, I = 4, 64  # MoE: experts, expert width
+
+
+def flax_tree(family: str, seed: int) -> dict:
+    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked)."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, scale=None):
+        return (rng.standard_normal(shape) * (scale or shape[-2] ** -0.5 if len(shape) > 1 else 1)).astype(np.float32)
+
+    def norm(*shape):
+        return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+
+    attn = {"q": {"kernel": w(L, D, H * HD)}, "k": {"kernel": w(L, D, KV * HD)},
+            "v": {"kernel": w(L, D, KV * HD)}, "o": {"kernel": w(L, H * HD, D)}}
+    if family in ("qwen3", "qwen3_moe"):
+        attn["q_norm"] = {"scale": norm(L, HD)}
+        attn["k_norm"] = {"scale": norm(L, HD)}
+    layers = {"attn": attn, "input_norm": {"scale": norm(L, D)}, "post_attn_norm": {"scale": norm(L, D)}}
+    if family == "qwen3_moe":
+        layers["moe"] = {"router": {"kernel": w(L, D, E)},
+                         "experts": {"gate": {"kernel": w(L, E, D, I)}, "up": {"kernel": w(L, E, D, I)},
+                                     "down": {"kernel": w(L, E, I, D)}}}
+    else:
+        layers["mlp"] = {"gate": {"kernel": w(L, D, F)}, "up": {"kernel": w(L, D, F)},
+                         "down": {"kernel": w(L, F, D)}}
+    tree = {"embed": {"embedding": w(V, D, scale=1.0)}, "layers": layers, "final_norm": {"scale": norm(D)}}
+    if not tied(family):
+        tree["lm_head"] = {"kernel": w(D, V)}
+    return tree
+
+
+def maxtext_tree(flax: dict) -> dict:
+    """The same weights in MaxText's naming (heads split, experts under MoeBlock_0)."""
+    lay = flax["layers"]
+    a = lay["attn"]
+    attn = {"query": {"kernel": a["q"]["kernel"].reshape(L, D, H, HD)},
+            "key": {"kernel": a["k"]["kernel"].reshape(L, D, KV, HD)},
+            "value": {"kernel": a["v"]["kernel"].reshape(L, D, KV, HD)},
+            "out": {"kernel": a["o"]["kernel"].reshape(L, H, HD, D)}}
+    if "q_norm" in a:
+        attn["query_norm"] = {"scale": a["q_norm"]["scale"]}
+        attn["key_norm"] = {"scale": a["k_norm"]["scale"]}
+    layers = {"self_attention": attn, "pre_self_attention_layer_norm": {"scale": lay["input_norm"]["scale"]},
+              "post_self_attention_layer_norm": {"scale": lay["post_attn_norm"]["scale"]}}
+    if "moe" in lay:
+        m = lay["moe"]
+        layers["MoeBlock_0"] = {"gate": {"kernel": m["router"]["kernel"]}, "wi_0": m["experts"]["gate"]["kernel"],
+                                "wi_1": m["experts"]["up"]["kernel"], "wo": m["experts"]["down"]["kernel"]}
+    else:
+        layers["mlp"] = {"wi_0": {"kernel": lay["mlp"]["gate"]["kernel"]}, "wi_1": {"kernel": lay["mlp"]["up"]["kernel"]},
+                         "wo": {"kernel": lay["mlp"]["down"]["kernel"]}}
+    decoder = {"layers": layers, "decoder_norm": {"scale": flax["final_norm"]["scale"]}}
+    if "lm_head" in flax:
+        decoder["logits_dense"] = {"kernel": flax["lm_head"]["kernel"]}
+    return {"token_embedder": {"embedding": flax["embed"]["embedding"]}, "decoder": decoder}
+
+
+def tied(family: str) -> bool:
+    return family == "qwen3"   # one tied family, two untied
+
+
+def hf_config(family: str):
+    import transformers as T
+    base = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=H,
+                num_key_value_heads=KV, head_dim=HD, max_position_embeddings=256, tie_word_embeddings=tied(family))
+    if family == "llama":
+        return T.LlamaConfig(**base), T.LlamaForCausalLM
+    if family == "qwen3":
+        return T.Qwen3Config(**base), T.Qwen3ForCausalLM
+    return (T.Qwen3MoeConfig(**base, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=2,
+                             decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True),
+            T.Qwen3MoeForCausalLM)
+
+
+def hf_model(family: str, tree: dict):
+    """A transformers model holding `tree`'s weights (float32, eval)."""
+    import torch
+    config, cls = hf_config(family)
+    model = cls(config).eval()
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    lay = tree["layers"]
+    state = {"model.embed_tokens.weight": t(tree["embed"]["embedding"]), "model.norm.weight": t(tree["final_norm"]["scale"])}
+    state["lm_head.weight"] = t(tree["lm_head"]["kernel"].T if "lm_head" in tree else tree["embed"]["embedding"])
+    for i in range(L):
+        p = f"model.layers.{i}."
+        for x in "qkvo":
+            state[p + f"self_attn.{x}_proj.weight"] = t(lay["attn"][x]["kernel"][i].T)
+        if "q_norm" in lay["attn"]:
+            state[p + "self_attn.q_norm.weight"] = t(lay["attn"]["q_norm"]["scale"][i])
+            state[p + "self_attn.k_norm.weight"] = t(lay["attn"]["k_norm"]["scale"][i])
+        state[p + "input_layernorm.weight"] = t(lay["input_norm"]["scale"][i])
+        state[p + "post_attention_layernorm.weight"] = t(lay["post_attn_norm"]["scale"][i])
+        if "moe" in lay:
+            m = lay["moe"]
+            state[p + "mlp.gate.weight"] = t(m["router"]["kernel"][i].T)
+            gate, up, down = (m["experts"][k]["kernel"][i] for k in ("gate", "up", "down"))
+            state[p + "mlp.experts.gate_up_proj"] = t(np.concatenate([gate, up], axis=2).transpose(0, 2, 1))
+            state[p + "mlp.experts.down_proj"] = t(down.transpose(0, 2, 1))
+        else:
+            for x in ("gate", "up", "down"):
+                state[p + f"mlp.{x}_proj.weight"] = t(lay["mlp"][x]["kernel"][i].T)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    return model
+
+
+def checkpoint(model, directory) -> dict:
+    """`model` saved with save_pretrained into `directory`; returns the checkpoint's tensors
+    (the names and form vLLM's loader reads)."""
+    import safetensors.torch
+    model.save_pretrained(directory)
+    return safetensors.torch.load_file(f"{directory}/model.safetensors")
+
+
+def hf_greedy(model, prompt: list[int], new_tokens: int) -> list[int]:
+    import torch
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
