@@ -60,6 +60,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def __init__(self, config, vllm_config, device, model) -> None:
         super().__init__(config, vllm_config, device, model)
         self.layout = None
+        self.tp_rank = 0
         self.staging: torch.Tensor | None = None
         self.committed: set[int] | None = None   # None: no update in flight
         self.refusal = None                      # the forward pre-hook while versions are mixed
@@ -68,10 +69,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
 
     # --- what the trainer reads (same process) ---------------------------------------------
     def description(self) -> dict[str, Any]:
-        from vllm.distributed import get_tensor_model_parallel_rank
-
-        return {"tp_size": self.parallel_config.tensor_parallel_size,
-                "tp_rank": get_tensor_model_parallel_rank(),
+        return {"tp_size": self.parallel_config.tensor_parallel_size, "tp_rank": self.tp_rank,
                 "device": str(self.device), "groups": self.layout.wire(),
                 "staging_bytes": self.layout.staging_bytes}
 
@@ -94,6 +92,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         if init_info.transport not in TRANSPORTS:
             raise ValueError(f"jax_amem: transport {init_info.transport!r} is not built; "
                              f"this worker supports {TRANSPORTS}")
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, model_parallel_is_initialized
+
+        # vLLM's parallel groups are per process, not per engine (another engine of this process
+        # shut down removes them); with one rank there is only rank 0.
+        if self.parallel_config.tensor_parallel_size > 1 or model_parallel_is_initialized():
+            self.tp_rank = get_tensor_model_parallel_rank()
         self.layout = describe(self.model, self.device)
         self.staging = torch.empty(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
         publish(init_info.session, self)

@@ -144,3 +144,142 @@ def test_three_versions_match_transformers_and_vllms_loader(tmp_path, family, so
         assert torch.equal(ours[name], theirs[name]), name
     for name in ours:  # the processed ones as vLLM holds them after its processing (packed: empty)
         assert ours[name].shape == theirs[name].shape and torch.equal(ours[name], theirs[name]), name
+
+
+def test_engine_without_the_backend_is_refused(tmp_path):
+    # (before the module's engine starts: vLLM's parallel groups are per process, and an engine
+    # shut down while another runs takes them from it)
+    tree = vm.flax_tree("llama", 20)
+    vm.checkpoint(vm.hf_model("llama", tree), tmp_path / "m")
+    other = start(tmp_path / "m", backend=False)
+    try:
+        before = params_of(other)
+        with pytest.raises(jv.VllmBackendError, match=r"no weight-transfer backend.*'backend': 'jax_amem'"):
+            jv.connect(other, as_jax(vm.flax_tree("llama", 21)), family="llama")
+        after = params_of(other)
+        assert all(torch.equal(before[n], after[n]) for n in before)
+    finally:
+        release(other)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """One engine for the refusal tests: serving version 1 through the backend."""
+    directory = tmp_path_factory.mktemp("llama")
+    trees = [vm.flax_tree("llama", seed) for seed in (10, 11)]
+    vm.checkpoint(vm.hf_model("llama", trees[0]), directory / "v0")
+    llm = start(directory / "v0")
+    engine = jv.connect(llm, as_jax(trees[1]), family="llama")
+    engine.update(as_jax(trees[1]))
+    expected = [vm.hf_greedy(vm.hf_model("llama", trees[1]), p, NEW_TOKENS) for p in PROMPTS]
+    assert greedy(llm) == expected
+    yield {"llm": llm, "engine": engine, "trees": trees, "tokens": expected, "directory": directory}
+    release(engine, llm)
+
+
+def unchanged(state, before):
+    """The engine serves what it served, every parameter as it was."""
+    after = params_of(state["llm"])
+    assert all(torch.equal(before[n], after[n]) for n in before)
+    assert greedy(state["llm"]) == state["tokens"]
+
+
+def _tree_without_head(tree):
+    return {k: v for k, v in tree.items() if k != "lm_head"}
+
+
+def _tree_resized(tree):
+    return {**tree, "final_norm": {"scale": np.ones(vm.D // 2, np.float32)}}
+
+
+def _tree_bf16(tree):
+    return jax.tree.map(lambda a: jnp.asarray(a, jnp.bfloat16), tree)
+
+
+@pytest.mark.parametrize("case, connect, match", [
+    ("names", lambda t: dict(params=as_jax(_tree_without_head(t)), family="llama"), r"lm_head/kernel"),
+    ("names", lambda t: dict(params=as_jax(t), family="qwen3"), r"q_norm"),
+    ("shapes", lambda t: dict(params=as_jax(_tree_resized(t)), family="llama"), r"group 3"),
+    ("dtype", lambda t: dict(params=_tree_bf16(t), family="llama"), r"dtype|bfloat16"),
+    ("tp", lambda t: dict(params=as_jax(t), rules=jax_amem.rules.preset("llama", t, layout="vllm", tp=2)),
+     r"tensor-parallel size \[2\].*tensor_parallel_size=1"),
+])
+def test_plan_not_matching_the_engine_is_refused(llama, case, connect, match):
+    before = params_of(llama["llm"])
+    options = connect(llama["trees"][1])
+    params = options.pop("params")
+    with pytest.raises(jv.VllmPlanError, match=match):
+        jv.connect(llama["llm"], params, **options)
+    unchanged(llama, before)
+
+
+def test_update_with_another_tree_than_planned_is_refused(llama):
+    before = params_of(llama["llm"])
+    with pytest.raises(jv.VllmPlanError, match="not the one planned"):
+        llama["engine"].update(as_jax(_tree_resized(llama["trees"][0])))
+    unchanged(llama, before)
+
+
+def test_update_while_another_is_in_flight_is_refused(llama):
+    before = params_of(llama["llm"])
+    llama["llm"].collective_rpc("start_weight_update")   # another trainer's update, in flight
+    try:
+        with pytest.raises(jv.VllmUpdateError, match="already in flight") as caught:
+            llama["engine"].update(as_jax(llama["trees"][0]))
+        assert caught.value.served == "updating"
+    finally:
+        llama["llm"].collective_rpc("finish_weight_update")
+    unchanged(llama, before)
+
+
+def _with_deleted(tree, path):
+    params = as_jax(tree)
+    node = params
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]].delete()
+    return params
+
+
+def test_failure_before_any_commit_keeps_the_old_version(llama):
+    before = params_of(llama["llm"])
+    params = _with_deleted(llama["trees"][0], ("embed", "embedding"))   # the first group's source
+    with pytest.raises(jv.VllmUpdateError, match="committing 0 of 4") as caught:
+        llama["engine"].update(params)
+    assert caught.value.served == "old"
+    unchanged(llama, before)
+
+
+def _update_stopping_before_the_last_group(llama, monkeypatch, tree):
+    """The trainer stops before the last group (interrupted, out of memory...): injected into the
+    trainer's own loop; the engine and its commits are real."""
+    import jax_amem.vllm.trainer as trainer
+    calls, real_swap = [], trainer.swap
+
+    def swap_then_stop(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt("the trainer stopped")
+        return real_swap(*args, **kwargs)
+    monkeypatch.setattr(trainer, "swap", swap_then_stop)
+    try:
+        with pytest.raises(jv.VllmUpdateError, match="committing 3 of 4.*refuses to serve") as caught:
+            llama["engine"].update(as_jax(tree))
+    finally:
+        monkeypatch.undo()
+    assert caught.value.served == "refusing"
+    assert llama["engine"].worker.serving_state() == "refusing"
+
+
+def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(llama, monkeypatch):
+    _update_stopping_before_the_last_group(llama, monkeypatch, llama["trees"][0])
+    llama["engine"].update(as_jax(llama["trees"][1]))
+    assert llama["engine"].worker.serving_state() == "serving"
+    assert greedy(llama["llm"]) == llama["tokens"]
+
+
+def test_failure_after_a_commit_refuses_to_serve(llama, monkeypatch):
+    # Last in the module: vLLM keeps the refused requests, so this engine serves nothing after.
+    _update_stopping_before_the_last_group(llama, monkeypatch, llama["trees"][0])
+    with pytest.raises(Exception, match="mix of two versions.*refuses to serve"):
+        greedy(llama["llm"])

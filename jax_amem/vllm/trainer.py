@@ -90,11 +90,18 @@ class VllmEngine:
         self.description = worker.description()
         groups = self.description["groups"]
         names = [t["name"] for group in groups for t in group]
+        tp = self.description["tp_size"]
         if family is not None:
-            tp = self.description["tp_size"]
-            rules = reshard.rules.preset(family, params, source=source, layout="vllm", tp=tp, cast=cast,
-                                         tie_embeddings="lm_head.weight" not in names)
+            try:
+                rules = reshard.rules.preset(family, params, source=source, layout="vllm", tp=tp, cast=cast,
+                                             tie_embeddings="lm_head.weight" not in names)
+            except (reshard.RuleError, reshard.LayoutError) as error:
+                raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
+        fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
+        if fused_for:
+            raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
+                                f"runs tensor_parallel_size={tp}: make them with tp={tp}")
         self._source_layouts = reshard.layouts_of(params)
         self.plans, self.bytes = [], 0
         for index, group in enumerate(groups):
@@ -155,9 +162,8 @@ class VllmEngine:
         finally:
             self._in_flight = False
         if not self.llm.reset_prefix_cache():
-            raise VllmUpdateError("the weights were updated but vLLM did not reset its prefix cache "
-                                  "(requests still running?): call llm.reset_prefix_cache() before serving",
-                                  served="new")
+            raise VllmUpdateError("the weights were updated but vLLM did not reset its prefix cache: "
+                                  "call llm.reset_prefix_cache() before serving", served="new")
         self.version = version if version is not None else self.version + 1
         return VllmUpdateReport(self.version, self.bytes, len(self.plans), time.perf_counter() - start,
                                 swap_s, commit_s)
