@@ -73,15 +73,17 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                 "device": str(self.device), "groups": self.layout.wire(),
                 "staging_bytes": self.layout.staging_bytes}
 
-    def staged(self, group: int) -> dict[str, torch.Tensor]:
+    def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
-        every update, so the trainer's swap program is built once per group)."""
+        every update, so the trainer's swap program is built once per group). The trainer's view
+        leaves out a vocabulary's padding rows (zero, as vLLM loads them); `whole` includes them."""
         out = {}
         for t in self.layout.groups[group]:
             dtype = getattr(torch, t.dtype)
             count = torch.Size(t.shape).numel()
             nbytes = count * torch.empty((), dtype=dtype).element_size()
-            out[t.name] = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+            tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+            out[t.name] = tensor if whole or t.rows is None else tensor[:t.rows]
         return out
 
     def serving_state(self) -> str:
@@ -98,8 +100,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         # shut down removes them); with one rank there is only rank 0.
         if self.parallel_config.tensor_parallel_size > 1 or model_parallel_is_initialized():
             self.tp_rank = get_tensor_model_parallel_rank()
-        self.layout = describe(self.model, self.device)
-        self.staging = torch.empty(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
+        self.layout = describe(self.model, self.device, self.parallel_config.tensor_parallel_size)
+        self.staging = torch.zeros(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
         publish(init_info.session, self)
 
     def start_weight_update(self) -> None:
@@ -153,7 +155,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
 
     # --- inside -------------------------------------------------------------------------------
     def _commit(self, group: int) -> None:
-        staged = self.staged(group)
+        staged = self.staged(group, whole=True)
         layout = self.layout
         with torch.no_grad():
             for t in layout.groups[group]:

@@ -24,6 +24,7 @@ class Tensor:
     dtype: str             # torch dtype name without "torch.", e.g. "float32"
     offset: int            # bytes into the staging buffer
     processed: bool        # written through vLLM's processing (module has a quant_method)
+    rows: int | None = None  # the leading rows the trainer writes (a padded vocabulary), else all
 
 
 @dataclass
@@ -39,8 +40,25 @@ class Describe:
     followers: dict[int, list[tuple[torch.nn.Module, dict[str, str]]]] = field(default_factory=dict)
 
     def wire(self) -> list[list[dict]]:
-        return [[{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "offset": t.offset,
+        return [[{"name": t.name, "shape": list(visible_shape(t)), "dtype": t.dtype, "offset": t.offset,
                   "processed": t.processed} for t in group] for group in self.groups]
+
+
+def visible_shape(t: Tensor) -> tuple[int, ...]:
+    """What the trainer writes: vLLM pads a vocabulary to a multiple of 64 rows and loads zeros
+    into the padding; the staging buffer starts zeroed and the trainer writes only the real rows."""
+    return t.shape if t.rows is None else (t.rows, *t.shape[1:])
+
+
+def vocabulary_rows(module: torch.nn.Module, shape: tuple[int, ...], tp_size: int) -> int | None:
+    """The real rows of a vocabulary-parallel embedding or head with padding, else None."""
+    rows = getattr(module, "org_vocab_size", None)
+    if rows is None or not shape or rows == shape[0]:
+        return None
+    if tp_size != 1:
+        raise NotImplementedError(f"jax_amem: a padded vocabulary ({rows} rows in {shape[0]}) split over "
+                                  f"{tp_size} ranks is not supported yet")
+    return rows
 
 
 def recorded(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -64,7 +82,7 @@ def processed_module(module: torch.nn.Module) -> bool:
     return getattr(module, "quant_method", None) is not None
 
 
-def describe(model: torch.nn.Module, device: torch.device) -> Describe:
+def describe(model: torch.nn.Module, device: torch.device, tp_size: int = 1) -> Describe:
     from vllm.distributed.weight_transfer.base import layerwise_groups
 
     params = dict(model.named_parameters())           # tied parameters appear once
@@ -82,7 +100,8 @@ def describe(model: torch.nn.Module, device: torch.device) -> Describe:
                                              if f"{o[0]}.{o[2]}".lstrip(".") == name)
             shape, dtype = loaded_form(module, attr, params[name])
             processed = processed_module(module) and attr in recorded(module)
-            group.append(Tensor(name, shape, str(dtype).removeprefix("torch."), offset, processed))
+            group.append(Tensor(name, shape, str(dtype).removeprefix("torch."), offset, processed,
+                                vocabulary_rows(module, shape, tp_size)))
             owners[name] = (module, attr)
             if processed and module not in modules:
                 modules.append(module)
