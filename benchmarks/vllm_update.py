@@ -112,7 +112,8 @@ def main():
     import jax_amem.vllm as jv
 
     directory = tempfile.mkdtemp(prefix="qwen3-0.6b-shaped-")
-    transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype="float32").save_pretrained(directory)
+    transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype="float32",
+                             architectures=["Qwen3ForCausalLM"]).save_pretrained(directory)
     llm = vllm.LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype="float32",
                    max_model_len=256, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
                    weight_transfer_config={"backend": "jax_amem"})
