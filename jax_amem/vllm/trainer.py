@@ -41,6 +41,39 @@ class VllmUpdateReport:
                 f"commit {self.commit_seconds * 1e3:.1f} ms)")
 
 
+def _one_layer(rules):
+    """A group's rules reading stacked layers (`Part.index`) rewritten to read the one layer,
+    and the jitted function that picks those layers (and the unstacked sources) from the tree.
+
+    The swap prepares a transposed or cast source view whole: a group read from the whole
+    stack would transpose every layer for each group. Picked first, it transposes its own."""
+    import dataclasses
+
+    import jax
+
+    picks: dict[str, tuple[str, tuple[int, ...]]] = {}
+    out = []
+    for rule in rules:
+        parts = []
+        for part in rule.parts:
+            name = f"{part.src}@{','.join(map(str, part.index))}" if part.index else part.src
+            picks[name] = (part.src, tuple(part.index))
+            parts.append(dataclasses.replace(part, src=name, index=()))
+        out.append(dataclasses.replace(rule, parts=tuple(parts)))
+
+    stacked = {name: pick for name, pick in picks.items() if pick[1]}
+
+    @jax.jit
+    def layer(flat):   # one copy of the group's layer; the whole sources are passed as they are
+        return {name: flat[src][index] for name, (src, index) in stacked.items()}
+
+    def pick(params):
+        flat = reshard.tree_names(params)
+        whole = {name: flat[src] for name, (src, index) in picks.items() if not index}
+        return {**whole, **layer({src: flat[src] for src, _ in stacked.values()})} if stacked else whole
+    return out, pick
+
+
 def _backend_of(llm) -> str | None:
     config = getattr(llm.llm_engine.vllm_config, "weight_transfer_config", None)
     return None if config is None else config.backend
@@ -98,19 +131,22 @@ class VllmEngine:
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
+        if any(not isinstance(r, reshard.Rule) for r in rules):
+            raise VllmPlanError("connect takes Rules (reshard.rules presets, from_function), not Pieces")
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
                                 f"runs tensor_parallel_size={tp}: make them with tp={tp}")
         self._source_layouts = reshard.layouts_of(params)
-        self.plans, self.bytes = [], 0
+        self.plans, self.picks, self.bytes = [], [], 0
         for index, group in enumerate(groups):
             staged = worker.staged(index)
             owner = owner_of(next(iter(staged.values())))
             layouts = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in group}
-            mine = [r for r in rules if r.dst in layouts]
+            mine, pick = _one_layer(r for r in rules if r.dst in layouts)
+            self.picks.append(pick)
             try:
-                plan = reshard.plan(params, layouts, mine)
+                plan = reshard.plan(pick(params), layouts, mine)
             except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
                                     f"({', '.join(layouts)[:200]}): {error}") from error
@@ -145,7 +181,7 @@ class VllmEngine:
             try:
                 for index, plan in enumerate(self.plans):
                     t0 = time.perf_counter()
-                    swap(params, self.worker.staged(index), plan=plan, progress=False)
+                    swap(self.picks[index](params), self.worker.staged(index), plan=plan, progress=False)
                     t1 = time.perf_counter()
                     self.llm.collective_rpc("update_weights", kwargs={"update_info": {"group": index}})
                     swap_s, commit_s = swap_s + t1 - t0, commit_s + time.perf_counter() - t1
