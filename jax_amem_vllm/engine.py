@@ -100,7 +100,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         # shut down removes them); with one rank there is only rank 0.
         if self.parallel_config.tensor_parallel_size > 1 or model_parallel_is_initialized():
             self.tp_rank = get_tensor_model_parallel_rank()
-        self.layout = describe(self.model, self.device, self.parallel_config.tensor_parallel_size)
+        self.layout = describe(self.model, self.parallel_config.tensor_parallel_size)
         self.staging = torch.zeros(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
         publish(init_info.session, self)
 

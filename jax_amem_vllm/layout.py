@@ -82,7 +82,7 @@ def processed_module(module: torch.nn.Module) -> bool:
     return getattr(module, "quant_method", None) is not None
 
 
-def describe(model: torch.nn.Module, device: torch.device, tp_size: int = 1) -> Describe:
+def describe(model: torch.nn.Module, tp_size: int = 1) -> Describe:
     from vllm.distributed.weight_transfer.base import layerwise_groups
 
     params = dict(model.named_parameters())           # tied parameters appear once
