@@ -55,6 +55,7 @@ class LoopResult:
     platform: str                    # "gpu" / "cpu" and the device kind
     devices: int
     rollout_device: str              # where PyTorch holds the rollout model ("cuda:0", "cpu")
+    rollout_engine: str = "transformers LlamaForCausalLM"   # what samples (vllm_rollout.py: vLLM)
     rewards: list = dataclasses.field(default_factory=list)        # mean reward per iteration
     losses: list = dataclasses.field(default_factory=list)
     phase_seconds: dict = dataclasses.field(default_factory=lambda: {p: [] for p in PHASES})
@@ -176,6 +177,7 @@ def run(config: PolicyConfig, loop: LoopConfig, task: SortTask | None = None, *,
     result = LoopResult(config, loop, task, _platform(), len(jax.devices()),
                         str(next(roll.model.parameters()).device),
                         param_bytes=_nbytes(trainer.params), opt_state_bytes=_nbytes(trainer.opt_state))
+    result.rollout_engine = getattr(roll, "engine_name", result.rollout_engine)
     result.initial_swap = roll.load(trainer.params)
     rng = np.random.default_rng(loop.seed)
     check_prompts = task.prompts(np.random.default_rng(loop.seed + 1), 8)

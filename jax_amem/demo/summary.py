@@ -41,7 +41,7 @@ def summary_table(result: LoopResult) -> str:
     n = len(result.rewards)
     lines = [
         f"jax-amem demo: GRPO on 'sort {task.digits} digits'; trainer JAX on {result.platform}, "
-        f"{result.devices} device(s), FSDP; rollout transformers LlamaForCausalLM on {result.rollout_device}",
+        f"{result.devices} device(s), FSDP; rollout {result.rollout_engine} on {result.rollout_device}",
         f"policy: Llama-style, {p.num_layers} layers, d={p.hidden_size}, {p.num_heads} heads "
         f"({p.num_kv_heads} kv), {mib(result.param_bytes)} float32 (+{mib(result.opt_state_bytes)} Adam); "
         f"{n} iterations x {lp.batch_size} samples; setup {result.setup_seconds:.1f} s",

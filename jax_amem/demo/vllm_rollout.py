@@ -30,6 +30,8 @@ class VllmRollout:
     `sample` is vLLM's generate. `model` is a transformers twin for the loop's logits check,
     written by the plain swap from the same arrays."""
 
+    engine_name = "vLLM (in process; weights by jax_amem.vllm)"
+
     def __init__(self, config: PolicyConfig, params):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
