@@ -612,7 +612,7 @@ def test_jax_receive_hands_the_written_shards_back_when_the_end_fails(any_device
                for k, s in enumerate(dests.shards)]
     for shard in dests.shards:
         shard.delete()
-    failure = dests.writer.recover(dests, outputs, TimeoutError("the trainer never read `done`"))
+    failure = dests.recover(outputs, TimeoutError("the trainer never read `done`"))
     assert isinstance(failure, PartialSwapError) and "TimeoutError: the trainer never read" in str(failure)
     assert f"after {len(outputs)} of {len(outputs)} buffers were donated" in str(failure)
     assert failure.written == ["scale"]  # the only array (1, 0) holds whole

@@ -25,6 +25,8 @@ def swap_arguments(rules, plan, verify, progress):
     Returns the rules as a list (a generator is read once, here)."""
     from ..reshard import Piece, Plan, Rule
 
+    if plan is not None and rules is not None:
+        raise SwapError("give rules or plan, not both: a plan already holds its rules (nothing was written)")
     if plan is not None and not isinstance(plan, Plan):
         raise SwapError(f"plan= must be a jax_amem.reshard.Plan (from jax_amem.reshard.plan(...)), got "
                         f"{_kind(plan)}: nothing was written")

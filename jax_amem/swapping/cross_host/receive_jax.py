@@ -29,7 +29,8 @@ import numpy as np
 from ... import _ffi
 from ...reshard import Layout, Owner
 from .. import cache
-from ..destinations import JaxDestination, check_names
+from .. import names as destination_names
+from ..by_donation import JaxDestination
 from ..errors import SwapError
 from ..report import NcclSwapReport
 from ..sources import check_live_arrays, flat_named, layout_of, shard_data, shard_positions
@@ -56,7 +57,7 @@ def receive(tree, plan, link, version: int, start: float) -> NcclSwapReport:
         handshake.finish(link, packings, version)
         dst = destinations.assemble(written)
     except Exception as error:
-        raise destinations.writer.recover(destinations, list(written), error) from error
+        raise destinations.recover(written, error) from error
     return report("rollout", version, packings, link, start, dst=dst)
 
 
@@ -103,23 +104,18 @@ class Destinations:
 
     @property
     def order(self) -> list:
-        """(name, owner) per donated shard, as JaxDestination.assemble reads a program."""
+        """(name, owner) per donated shard."""
         return [(name, self.owner) for name in self.names]
-
-    @property
-    def dst_indices(self) -> list:
-        return list(self.indices)
-
-    @property
-    def buffers(self) -> int:
-        """How many shards the program donates (JaxDestination.recover reports it)."""
-        return len(self.shards)
 
     def assemble(self, outputs) -> object:
         """The new pytree: the written shards (the donated buffers' successors) in place of
         the old, the other shards as they were. The writer was made before the donation: made
         now it would find the donated single-device arrays deleted and refuse the tree."""
-        return self.writer.assemble(self, list(outputs))
+        return self.writer.assemble(self.order, self.indices, list(outputs))
+
+    def recover(self, outputs, error: BaseException):
+        """The PartialSwapError of a receive that failed after its shards were donated."""
+        return self.writer.recover(self.order, self.indices, list(outputs), len(self.shards), error)
 
 
 def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destinations:
@@ -128,7 +124,7 @@ def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destina
     given twice, two arrays sharing a buffer, or a shard off the link's GPU. Nothing is donated or sent before this passes."""
     writer = JaxDestination(tree)  # refuses a leaf that is no live jax.Array
     arrays = writer.arrays
-    check_names(plan.dst_layouts, arrays)
+    destination_names.check(plan.dst_layouts, arrays)
     owner = Owner(*owner)
     offset = process_offset(owner.process)
     for name, array in arrays.items():

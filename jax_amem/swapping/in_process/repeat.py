@@ -65,7 +65,7 @@ class Repeat:
         self.read_sharding = _stored_sharding if stored else _sharding
         self.shardings = tuple(map(self.read_sharding, leaves))
         self.how = how
-        values = tuple(destination.tensors.values())
+        values = tuple(destination.torch_tensors.values())
         self.ids = tuple(map(id, values))
         self.alive = [True]
         flag = self.alive
@@ -110,31 +110,38 @@ def key_of(treedef, names, how) -> tuple:
     return (treedef, names, how)
 
 
-def remember(program, src_params, destination, how) -> None:
+def _repeats(destination) -> bool:
+    """Whether the destination is this process's PyTorch tensors, whose repeats are known by
+    identity and fingerprint (by_address.ByAddress.torch_tensors)."""
+    return destination.writes_by_address and destination.torch_tensors is not None
+
+
+def remember(program, sources, destination, how) -> None:
     """Keeps `program` for repeats when every group reads whole single-device sources already
-    on its device (no shard selection, no staging); else nothing is kept."""
+    on its device (no shard selection, no staging); else nothing is kept. `sources`: the
+    swap's Sources (the tree as it flattened it)."""
     global _ARRAY
-    if not destination.repeats_by_fingerprint or program.route != "addresses":
+    if not _repeats(destination) or program.route != "addresses":
         return
     for group in program.groups:
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return
-    from ..sources import flat_named
-
-    names, leaves, treedef = flat_named(src_params)
+    leaves = sources.leaves
     if _ARRAY is None:
         _ARRAY = _array_type()
     if any(type(leaf) is not _ARRAY for leaf in leaves):
         return
-    _entries.put(key_of(treedef, tuple(destination.tensors), how), Repeat(program, leaves, names, destination, how))
+    _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how),
+                 Repeat(program, leaves, sources.names, destination, how))
 
 
-def find(src_params, destination, how):
-    """(entry, leaves) when this swap repeats a remembered one exactly, else None."""
-    if not destination.repeats_by_fingerprint or _ARRAY is None:
+def find(leaves, treedef, destination, how):
+    """The remembered Repeat when this swap (its tree flattened: `leaves`, `treedef`) repeats
+    one exactly, else None."""
+    if _ARRAY is None or not _repeats(destination):
         return None
-    leaves, treedef = jax.tree_util.tree_flatten(src_params)
-    entry = _entries.get(key_of(treedef, tuple(destination.tensors), how))
+    tensors = destination.torch_tensors
+    entry = _entries.get(key_of(treedef, tuple(tensors), how))
     if entry is None or not entry.alive[0]:
         return None
     try:  # a leaf that is no ArrayImpl (a tracer, a numpy array) lacks one of these
@@ -144,9 +151,9 @@ def find(src_params, destination, how):
         return None
     if any(map(_is_deleted, leaves)):
         return None  # the full path names what is wrong
-    if tuple(map(id, destination.tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
+    if tuple(map(id, tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
         return None
-    return entry, leaves
+    return entry
 
 
 def run(entry: Repeat, leaves, destination) -> None:
@@ -175,7 +182,7 @@ def run(entry: Repeat, leaves, destination) -> None:
             elif fn is not None:
                 outputs.extend(fn(shards))
             if group.torch_copies:
-                torch_copies.run(group, shards, destination.tensors)
+                torch_copies.run(group, shards, destination.torch_tensors)
     except BaseException:
         _wait_quietly(outputs)  # the calls already dispatched write until they are done
         raise
