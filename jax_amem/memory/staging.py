@@ -9,7 +9,7 @@ by `release_pinned_pool()`.
 The pool is pinned only when JAX may use a GPU. On a GPU host where JAX runs on
 its CPU platform (JAX_PLATFORMS=cpu) nothing retains a CUDA context, and pinned
 memory made there died with the context the driver call had retained: the next
-pause wrote into unmapped memory (SIGSEGV, issue 12). Plain memory serves CPU
+pause wrote into unmapped memory (SIGSEGV). Plain memory serves CPU
 arrays as well, and the C++ pool also keeps the context retained while it holds
 pinned blocks.
 """

@@ -37,8 +37,8 @@ struct HostBlock {
 
 // Makes and frees blocks of one kind, and holds device 0's primary context
 // while any pinned block exists: freeing memory the driver pinned after its
-// context died faults the process (issue 12: a GPU host with JAX on its CPU
-// platform, where nothing else retains the context).
+// context died faults the process (seen as SIGSEGV on a GPU host with JAX on
+// its CPU platform, where nothing else retains the context).
 class HostBlocks {
  public:
   explicit HostBlocks(HostBlockKind kind) : kind_(kind) {}
