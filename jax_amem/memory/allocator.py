@@ -1,6 +1,6 @@
 """XLA's GPU allocator, chosen so that a pause can give its pool back to the driver.
 
-Measured on an H200 (docs/pause.md, FACTS.md): XLA's default allocator (BFC)
+Measured on an H200 (docs/pause.md, "The allocator's pool"): XLA's default allocator (BFC)
 keeps its preallocation (75% of the GPU) until the process ends, whatever is
 deleted. With ``XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async`` XLA allocates from the
 device's CUDA memory pool, and ``cuMemPoolTrimTo(pool, 0)`` returns every unused
