@@ -52,9 +52,9 @@ _too_late = False
 
 def backends_started() -> bool:
     """True once JAX has created any backend (after which XLA ignores the variable)."""
-    from jax._src import xla_bridge
+    from .. import _jax_compat
 
-    return bool(xla_bridge._backends)
+    return bool(_jax_compat.started_backends())
 
 
 def configure_allocator() -> AllocatorStatus:

@@ -61,13 +61,15 @@ GPU_PLATFORMS = ("cuda", "gpu")
 def jax_may_use_gpu() -> bool:
     """False when JAX is limited to other platforms (JAX_PLATFORMS=cpu) or started without a GPU."""
     import jax
-    from jax._src import xla_bridge
+
+    from .. import _jax_compat
 
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
     if platforms:
         return any(p.strip() in GPU_PLATFORMS for p in platforms.split(","))
-    if xla_bridge._backends:
-        return any(name in GPU_PLATFORMS for name in xla_bridge._backends)
+    started = _jax_compat.started_backends()
+    if started:
+        return any(name in GPU_PLATFORMS for name in started)
     return True  # not started yet: JAX will use the GPU the driver shows
 
 

@@ -773,12 +773,9 @@ def _rows_gather(numbers, slice_sizes, shape, indices, fills):
 
 def _user_line(eqn) -> str | None:
     """'file:line (function)' of the user's code that made `eqn` (JAX's own frames skipped)."""
-    try:
-        from jax._src import source_info_util
-        frame = source_info_util.user_frame(eqn.source_info.traceback)
-    except Exception:  # noqa: BLE001 - a private API: the message only loses its line
-        return None
-    return f"{frame.file_name}:{frame.start_line} ({frame.function_name})" if frame else None
+    from .. import _jax_compat
+
+    return _jax_compat.user_line(eqn)
 
 
 class _Refused(Exception):
