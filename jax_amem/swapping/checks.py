@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from .. import _jax_compat
 from .errors import SwapError
 
 # ----------------------------------------------------------------------------- swap(...) arguments
@@ -67,7 +68,7 @@ def not_a_sequence_of_tensors(dst) -> None:
 
 def shards_of(array) -> list:
     """Every single-device array of `array`, in the order of `addressable_shards`."""
-    arrays = getattr(array, "_arrays", None)  # fast; the public fallback below
+    arrays = _jax_compat.shard_arrays(array)  # fast; the public fallback below
     return list(arrays) if arrays is not None else [s.data for s in array.addressable_shards]
 
 

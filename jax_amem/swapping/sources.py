@@ -7,6 +7,7 @@ import operator
 import jax
 import jax.numpy as jnp
 
+from .. import _jax_compat
 from ..reshard import Layout, LayoutError, Owner, tree_names
 from .cache import Table, memoized
 from .errors import SwapError
@@ -39,7 +40,7 @@ def shard_positions(array) -> dict[Owner, tuple[int, object]]:
 def shard_data(array, i: int):
     """The single-device array of shard i (the order of `addressable_shards`). Not
     `addressable_data(i)`: for a replicated array that returns the first replica whatever i."""
-    arrays = getattr(array, "_arrays", None)  # fast (no Shard objects); public fallback below
+    arrays = _jax_compat.shard_arrays(array)  # fast (no Shard objects); public fallback below
     return arrays[i] if arrays is not None else array.addressable_shards[i].data
 
 

@@ -1,7 +1,7 @@
 """The rollout's receiver into JAX: the destinations are a pytree of
 jax.Arrays (any sharding over this process's devices). The link's owner's shard of every
 array it receives is donated to one jitted program that runs, per peer and bucket, the
-`jax_amem_nccl_recv_bucket` custom call on XLA's stream (src/ffi/nccl_recv_bucket_cuda.cc):
+`jax_amem_nccl_recv_bucket` custom call on XLA's stream (src/ffi/nccl_recv_bucket.cc):
 ncclRecv into a staging slot on the pipe's stream, then one LaunchBufferSegmentCopy that
 unpacks the bucket into the destination shards, each aliased to a result, so in place.
 

@@ -34,16 +34,13 @@ import weakref
 
 import jax
 
+from ... import _jax_compat
 from ..cache import Lru
 from . import torch_copies
 
 _entries = Lru("repeat swaps (in process)")
 
 _aval = operator.attrgetter("aval")
-_sharding = operator.attrgetter("sharding")
-# The attribute behind ArrayImpl's `sharding` property: read in C, no Python frame per leaf
-# (a third of the check for thousands of leaves); the property where it is missing.
-_stored_sharding = operator.attrgetter("_sharding")
 _is_deleted = operator.methodcaller("is_deleted")
 
 
@@ -61,8 +58,7 @@ class Repeat:
     def __init__(self, program, leaves, names, destination, how):
         self.program = program
         self.avals = tuple(map(_aval, leaves))
-        stored = all(getattr(leaf, "_sharding", None) is leaf.sharding for leaf in leaves)
-        self.read_sharding = _stored_sharding if stored else _sharding
+        self.read_sharding = _jax_compat.sharding_reader(leaves)  # fast where JAX allows
         self.shardings = tuple(map(self.read_sharding, leaves))
         self.how = how
         values = tuple(destination.torch_tensors.values())
@@ -95,15 +91,7 @@ class Repeat:
 def direct_call(fn, shards):
     """The loaded executable's `execute_sharded` behind the jitted `fn` for these operands, or
     None where calling it plainly would skip something jit does (module docstring)."""
-    try:
-        executable = fn.lower(shards).compile()._executable
-        call = executable.unsafe_call
-        plain = (len(executable.in_avals) == len(shards) and len(call.kept_var_idx) == len(shards)
-                 and not call.ordered_effects and not call.has_unordered_effects
-                 and not call.has_host_callbacks and call.mut is None)
-        return executable.xla_executable.execute_sharded if plain else None
-    except Exception:  # noqa: BLE001 - another JAX's internals: keep the jitted call
-        return None
+    return _jax_compat.direct_call(fn, shards)
 
 
 def key_of(treedef, names, how) -> tuple:
@@ -177,7 +165,7 @@ def run(entry: Repeat, leaves, destination) -> None:
             if single:
                 shards = (shards,)
             if direct is not None:  # one token per chunk, each a list of one per-device array
-                for per_device in direct(list(shards)).disassemble_into_single_device_arrays():
+                for per_device in direct(list(shards)):
                     outputs.extend(per_device)
             elif fn is not None:
                 outputs.extend(fn(shards))
