@@ -23,10 +23,9 @@ import functools
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ... import _ffi
+from ... import transport
 from ...reshard import Layout, Owner
 from .. import cache
 from .. import names as destination_names
@@ -203,28 +202,16 @@ def bucket_calls(plan, owner, packings: dict[int, PairPacking], pipe_of, ids) ->
     return calls
 
 
-def aliases(count: int) -> dict[int, int]:
-    """input_output_aliases of a call with `count` destinations: operands (token, table,
-    destinations...) -> results (token, destinations...)."""
-    return {2 + i: 1 + i for i in range(count)}
-
-
 def jitted(calls: list[RecvCall], comm: int):
     """fn(shards) -> the written shards, in place: `shards` (Destinations.shards) donated."""
-    token_type = jax.ShapeDtypeStruct((), np.uint8)
 
     def run(shards):
         buffers = list(shards)
-        token = jnp.zeros((), jnp.uint8)
+        token = transport.first_token()
         for call in calls:
-            operands = [buffers[b] for b in call.buffers]
-            receive = jax.ffi.ffi_call(
-                _ffi.NCCL_RECV_BUCKET, [token_type, *(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in operands)],
-                input_output_aliases=aliases(len(operands)), has_side_effect=True)
-            token, *written = receive(token, jnp.asarray(call.table.view(np.uint32)), *operands,
-                                      pipe=np.int64(call.pipe), comm=np.int64(comm), peer=np.int64(call.peer),
-                                      slot=np.int64(call.slot), bytes=np.int64(call.nbytes),
-                                      drain=np.int64(call.drain))
+            token, written = transport.recv_bucket(token, call.table, [buffers[b] for b in call.buffers],
+                                                   pipe=call.pipe, comm=comm, peer=call.peer, slot=call.slot,
+                                                   nbytes=call.nbytes, drain=call.drain)
             for b, new in zip(call.buffers, written):
                 buffers[b] = new
         return tuple(buffers)
