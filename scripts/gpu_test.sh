@@ -17,6 +17,8 @@
 #                  `python -m jax_amem bench`
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
+#   numa           benchmarks/staging_numa.py: the pinned copy through a pool on the GPU's own NUMA node
+#                  against each other node (one line where the host has one node); not in the default list
 #   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
 #                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list
 #
@@ -111,11 +113,13 @@ for name in $STEPS; do
     demo_real)
       # The whole summary (about 40 lines), not the last 12.
       TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b --json "$O/h200_qwen3_1.7b.json" ;;
+    numa)
+      step numa 120 $PY -P benchmarks/staging_numa.py --gib 2 ;;
     swap_sweep)
       TAIL=${TAIL:-20} step swap_cases 200 $PY -P benchmarks/swap.py --repeats 20
       TAIL=${TAIL:-20} step swap_sweep 300 $PY -P benchmarks/swap.py --sweep --repeats 15 --json "$O/h200_swap_sweep.json" ;;
     *)
-      echo "unknown step '$name' (steps: $ALL demo_real swap_sweep)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL demo_real swap_sweep numa)"; exit 2 ;;
   esac
 done
 
