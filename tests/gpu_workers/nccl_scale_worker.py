@@ -60,6 +60,7 @@ class Job:
                                       ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
         self.lib, self.generation = lib, 0
         self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream.use()  # cupy's own work (fill, copies back) on NCCL's stream: ordered with it
         self.send = cupy.arange(ELEMENTS, dtype=cupy.float32) * (rank + 1) / 7.0
         self.recv = cupy.empty_like(self.send)
 
