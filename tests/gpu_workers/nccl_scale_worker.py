@@ -10,9 +10,15 @@ rebuild (destroy each communicator in turn, initialise each in turn with a fresh
 the key-value store) with the same readings. Prints RESULT lines (JSON).
 
 usage: python -P nccl_scale_worker.py RANK PORT COUNT METHOD:CYCLES[,METHOD:CYCLES...] [--naive]
-       [--probe]
+       [--probe] [--use K]
+  COUNT     communicators, or a size (e.g. 10.5G): communicators are made 8 at a time until
+            NCCL's device memory in this process (NVML) reaches it
+  METHOD    a pause strategy (auto, suspend, recreate); METHOD@MODE runs it with
+            JAX_AMEM_NCCL_OVERLAP=MODE (threads, group, serial)
   --naive   the naive rebuild after the methods
   --probe   on two fresh communicators: the first all-reduce (NCCL connects) and destroys, timed
+  --use K   only the first K communicators run the all-reduce (each connection pins NCCL_BUFFSIZE
+            of host memory per channel and direction on the socket transport)
 """
 
 import ctypes
@@ -121,13 +127,16 @@ class Job:
         self.store.wait_at_barrier(f"scale/{name}", 300_000)
 
 
-def cycles(job: Job, comms, reference, method: str, count: int) -> dict:
+def cycles(job: Job, comms, used, reference, spec: str, count: int) -> dict:
+    method, _, mode = spec.partition("@")
+    if mode:
+        os.environ["JAX_AMEM_NCCL_OVERLAP"] = mode  # read by the interposer at each call
     pauses, resumes, firsts, agree, nccl_part = [], [], [], [], []
     samples, identical, report_rows = [], True, None
     nccl_freed = driver_freed = 0
     every = max(1, count // 10)
     for cycle in range(count):
-        job.barrier(f"{method}/{cycle}")
+        job.barrier(f"{spec}/{cycle}")
         used_before = job.used()
         t0 = time.perf_counter()
         report = jax_amem.nccl.pause(method)
@@ -136,7 +145,7 @@ def cycles(job: Job, comms, reference, method: str, count: int) -> dict:
         t2 = time.perf_counter()
         restored = jax_amem.nccl.resume()
         t3 = time.perf_counter()
-        results = job.all_reduce(comms)  # the first collective after resume: a recreated
+        results = job.all_reduce(used)  # the first collective after resume: a recreated
         t4 = time.perf_counter()         # communicator connects again here
         pauses.append(t1 - t0)
         resumes.append(t3 - t2)
@@ -152,17 +161,19 @@ def cycles(job: Job, comms, reference, method: str, count: int) -> dict:
             break
         if cycle % every == 0 or cycle == count - 1:
             samples.append({"cycle": cycle, "used": job.used(), "rss": rss()})
+    os.environ.pop("JAX_AMEM_NCCL_OVERLAP", None)
     totals = [p + r for p, r in zip(pauses, resumes)]
-    return {"method": method, "cycles": len(pauses), "identical": identical,
+    return {"method": spec, "cycles": len(pauses), "identical": identical,
             "pause_p50": percentile(pauses, 50), "resume_p50": percentile(resumes, 50),
             "total_p50": percentile(totals, 50), "total_p99": percentile(totals, 99),
             "pause_first": pauses[0], "resume_first": resumes[0],
             "first_collective_p50": percentile(firsts, 50), "agree_p50": percentile(agree, 50),
             "nccl_p50": percentile(nccl_part, 50), "nccl_freed": nccl_freed,
-            "driver_freed": driver_freed, "samples": samples, "rows": report_rows}
+            "driver_freed": driver_freed, "samples": samples, "rows": report_rows[:2],
+            "teardown_max": max((r["teardown_seconds"] for r in report_rows), default=0.0)}
 
 
-def naive(job: Job, comms, reference) -> tuple[list, dict]:
+def naive(job: Job, comms, use: int, reference) -> tuple[list, dict]:
     job.barrier("naive")
     used_before = job.used()
     t0 = time.perf_counter()
@@ -174,7 +185,7 @@ def naive(job: Job, comms, reference) -> tuple[list, dict]:
     t2 = time.perf_counter()
     comms = job.init(len(comms))
     t3 = time.perf_counter()
-    identical = job.all_reduce(comms) == reference
+    identical = job.all_reduce(comms[:use]) == reference
     t4 = time.perf_counter()
     return comms, {"method": "naive", "pause_p50": t1 - t0, "resume_p50": t3 - t2,
                    "total_p50": (t1 - t0) + (t3 - t2), "first_collective_p50": t4 - t3,
@@ -210,10 +221,32 @@ def probe(job: Job) -> dict:
     return out
 
 
+def flag_value(argv, name, default):
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def make(job: Job, count: str) -> list:
+    """COUNT communicators, or (a size such as 10.5G) 8 at a time until this process's device
+    memory has grown by that much; rank 0 decides when, so both make the same number."""
+    if count[-1].upper() not in "KMG":
+        return job.init(int(count))
+    target = float(count[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[count[-1].upper()]
+    start, comms = job.used(), []
+    while len(comms) < 256:
+        comms += job.init(8)
+        key = f"scale/more/{len(comms)}"
+        if job.rank == 0:
+            job.store.key_value_set(key, "1" if job.used() - start < target else "0")
+        if job.store.blocking_key_value_get(key, 120_000) == "0":
+            break
+    return comms
+
+
 def main():
-    rank, port, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    rank, port = int(sys.argv[1]), sys.argv[2]
     methods = [(m.split(":")[0], int(m.split(":")[1])) for m in sys.argv[4].split(",") if m]
     flags = set(sys.argv[5:])
+    flags.discard(flag_value(sys.argv, "--use", None))
     local = int(os.environ.get("WORKER_LOCAL_DEVICE", "0"))
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                                process_id=rank, local_device_ids=[local])
@@ -228,28 +261,29 @@ def main():
         emit(phase="probe", rank=rank, **probe(job))
     used0, rss0 = job.used(), rss()
     t0 = time.perf_counter()
-    comms = job.init(count)
+    comms = make(job, sys.argv[3])
     init_s = time.perf_counter() - t0
     used1, rss1 = job.used(), rss()
+    use = int(flag_value(sys.argv, "--use", len(comms)))
     t0 = time.perf_counter()
-    reference = job.all_reduce(comms)
+    reference = job.all_reduce(comms[:use])
     connect_s = time.perf_counter() - t0
     used2, rss2 = job.used(), rss()
     stats = job.memstats(comms)
-    emit(phase="setup", rank=rank, count=count, init_s=init_s, connect_s=connect_s,
-         init_device=used1 - used0, connect_device=used2 - used1, init_rss=rss1 - rss0,
-         connect_rss=rss2 - rss1, device_used=used2, memstats=stats)
+    emit(phase="setup", rank=rank, count=len(comms), used_for_collectives=use, init_s=init_s,
+         connect_s=connect_s, init_device=used1 - used0, connect_device=used2 - used1,
+         init_rss=rss1 - rss0, connect_rss=rss2 - rss1, device_used=used2, memstats=stats)
     rows = []
     for method, n in methods:
         try:
-            rows.append(cycles(job, comms, reference, method, n))
+            rows.append(cycles(job, comms, comms[:use], reference, method, n))
         except Exception as error:  # reported, then the process ends (run_pair stops its peer)
             emit(phase="method", rank=rank, method=method,
                  error=f"{type(error).__name__}: {str(error)[:2000]}")
             raise
         emit(phase="method", rank=rank, **rows[-1])
     if "--naive" in flags:
-        comms, row = naive(job, comms, reference)
+        comms, row = naive(job, comms, use, reference)
         emit(phase="method", rank=rank, **row)
     job.barrier("end")
     emit(phase="done", rank=rank)
