@@ -131,8 +131,14 @@ def scale(args) -> list:
         env.update(NCCL_MIN_NCHANNELS=str(args.channels), NCCL_MAX_NCHANNELS=str(args.channels))
     flags = (["--naive"] if args.naive else []) + (["--probe"] if args.probe else [])
     flags += ["--use", str(args.use)] if args.use else []
-    results, logs = run_pair("nccl_scale_worker.py", [args.scale, args.methods, *flags],
-                             timeout=args.timeout, extra_env=env)
+    for attempt in range(2):
+        results, logs = run_pair("nccl_scale_worker.py", [args.scale, args.methods, *flags],
+                                 timeout=args.timeout, extra_env=env)
+        # The coordinator's port, free when chosen, can be taken before it binds (seen on the
+        # H200 right after another run): nothing started, so try once more on another port.
+        if results or not any("Address already in use" in log for log in logs):
+            break
+        print("nccl_pause --scale: the coordinator's port was taken; once more on another one")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     start = of(results, "start")
