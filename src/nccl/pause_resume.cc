@@ -1,6 +1,8 @@
 #include "nccl/pause_resume.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -384,6 +386,59 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
   return first_error;
 }
 
+// JAX_AMEM_NCCL_SUSPEND_LIMIT (opt-in; bytes, or with K, M, G): the most `auto` suspends in
+// one pause of this process before it recreates instead. -1: no limit (unset or unreadable).
+int64_t SuspendLimit() {
+  const char* value = std::getenv("JAX_AMEM_NCCL_SUSPEND_LIMIT");
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const double number = std::strtod(value, &end);
+  double unit = 1;
+  if (*end == 'K' || *end == 'k') unit = 1024.0, ++end;
+  else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, ++end;
+  else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, ++end;
+  if (*end != '\0' || !(number >= 0)) return -1;
+  return static_cast<int64_t>(number * unit);
+}
+
+std::string Size(int64_t bytes) {
+  char text[32];
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(text, sizeof(text), "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
+  }
+  return text;
+}
+
+// NCCL 2.30.7's suspend offloads every 2 MiB granule through a pinned host buffer it
+// allocates then: about 1 s per GiB for suspend plus resume on the H200, whatever the
+// overlap, where a recreate's teardown runs on every communicator at once (12 GiB: 12.1 s
+// against 2.1 s, docs/nccl.md). Above the limit, `auto` recreates what it can; the
+// communicators it recreates connect again at their next collective.
+void RecreateAboveLimit(std::vector<PlanEntry>* plan) {
+  const int64_t limit = SuspendLimit();
+  if (limit < 0) return;
+  int64_t total = 0;
+  for (const PlanEntry& entry : *plan) {
+    if (entry.strategy == Strategy::kSuspend) total += std::max<int64_t>(MemStat(entry.comm->real, kNcclStatGpuMemSuspend), 0);
+  }
+  if (total <= limit) return;
+  for (PlanEntry& entry : *plan) {
+    const ProxyComm& comm = *entry.comm;
+    if (entry.strategy != Strategy::kSuspend || entry.refused || comm.real == nullptr ||
+        comm.registrations + comm.windows + comm.device_comms > 0) {
+      continue;
+    }
+    entry.strategy = Strategy::kRecreate;
+    entry.why = "this process would suspend " + Size(total) + ", above JAX_AMEM_NCCL_SUSPEND_LIMIT (" +
+                Size(limit) + "): NCCL's suspend moves about 1 GiB/s, a recreate ends every "
+                "communicator at once";
+  }
+}
+
 Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
   if (comms.empty()) return Status::Ok();
   const auto start = Clock::now();
@@ -457,6 +512,7 @@ Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vect
     }
     plan->push_back(entry);
   }
+  if (requested == Strategy::kAuto) RecreateAboveLimit(plan);
   bool refused = false;
   for (const PlanEntry& entry : *plan) refused |= entry.refused;
   for (PlanEntry& entry : *plan) {
