@@ -50,7 +50,10 @@ def clean():
     forget()
 
 
-def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call():
+@pytest.mark.parametrize("launched_directly", [True, False])
+def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call(monkeypatch, launched_directly):
+    from jax_amem.swapping.in_process import direct
+    monkeypatch.setattr(direct, "ENABLED", launched_directly)  # else the loaded executables' calls
     src = sources()
     dst = {name: torch.full((8, 4), float("nan")) for name in src}
     jax_amem.swap(src, dst, progress=False)
@@ -62,7 +65,11 @@ def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call():
         assert [t._version for t in dst.values()] == [k + 2] * 6  # bumped once per swap, as copy_ would
         assert report.route == "addresses" and report.bytes == 6 * 8 * 4 * 4
     entry = repeat._entries.get(repeat.key_of(jax.tree_util.tree_structure(src), tuple(dst), run._how(None, None)))
-    assert entry is not None and len(entry.calls) == len(entry.program.groups)
+    assert entry is not None
+    if launched_directly:  # no XLA call at all (in_process/direct.py)
+        assert entry.calls is None and entry.program.direct
+    else:
+        assert len(entry.calls) == len(entry.program.groups)
 
 
 def test_a_new_dict_of_the_same_tensors_repeats_and_new_tensors_do_not():

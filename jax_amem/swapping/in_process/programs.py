@@ -15,6 +15,7 @@ class Program:
     fns: list                          # per group: its jitted call (None: nothing left for XLA, torch_copies.py)
     last_seconds: float | None = None  # the last run's, for the automatic progress bar
     direct_calls: list | None = None   # per group: its loaded executable's call or None, made by repeat.py
+    direct: object = None              # direct.py's launch outside XLA (False: runs in XLA), made on its first run
 
     @classmethod
     def build(cls, schedule: Schedule) -> "Program":

@@ -49,14 +49,20 @@ def choose(destination) -> tuple:
 
 def batched_enabled() -> bool:
     """Whether programs built now use the batched route: the environment, else BATCHED_DEFAULT."""
-    value = os.environ.get(BATCHED_ENV, "").strip()
+    return switch(BATCHED_ENV, BATCHED_DEFAULT, "batched segment_copy_many calls", "one segment_copy per transfer",
+                  "jax_amem.swapping.in_process.routes.BATCHED_DEFAULT")
+
+
+def switch(env: str, default: bool, on: str, off: str, attribute: str) -> bool:
+    """An on/off switch: the variable `env` when set to 1 or 0, else `default` (the module
+    `attribute`); any other value is a SwapError saying what each value does."""
+    value = os.environ.get(env, "").strip()
     if value == "":
-        return bool(BATCHED_DEFAULT)
+        return bool(default)
     if value in ("0", "1"):
         return value == "1"
-    raise SwapError(f"{BATCHED_ENV}={value!r} is not understood: set it to 1 (batched segment_copy_many calls) or 0 "
-                    f"(one segment_copy per transfer), or unset it for "
-                    f"jax_amem.swapping.in_process.routes.BATCHED_DEFAULT ({bool(BATCHED_DEFAULT)}); nothing was written")
+    raise SwapError(f"{env}={value!r} is not understood: set it to 1 ({on}) or 0 ({off}), or unset it for "
+                    f"{attribute} ({bool(default)}); nothing was written")
 
 
 def jitted(group: Group, views, route: str):
