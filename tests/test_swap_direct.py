@@ -146,6 +146,26 @@ def test_a_training_loop_refreshes_the_source_addresses():
     assert [t._version for t in dst.values()] == [4] * 30  # bumped once per swap, as copy_ would
 
 
+def test_only_the_sources_with_new_buffers_are_awaited_and_read_again(monkeypatch):
+    """Frozen weights beside trained ones (LoRA): the same arrays keep their addresses."""
+    src = sources(30)
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    read = []
+    real = direct._pointers
+    monkeypatch.setattr(direct, "_pointers", lambda arrays: read.append(len(arrays)) or real(arrays))
+    jax_amem.swap(src, dst, progress=False)  # the same arrays: nothing read
+    trained = {k: v + 1 for k, v in list(src.items())[:3]}
+    src = {**src, **trained}
+    jax_amem.swap(src, dst, progress=False)
+    assert read == [0, 3]
+    assert_holds(dst, src)
+    src = step(src)  # every buffer new
+    jax_amem.swap(src, dst, progress=False)
+    assert read == [0, 3, 30]
+    assert_holds(dst, src)
+
+
 def python_work_per_repeat(count: int) -> dict:
     """Python function calls and C calls made from Python during one repeated swap of `count`
     tensors (sys.setprofile sees every Python frame, and every C call made from Python code;
@@ -264,11 +284,11 @@ def test_direct_copy_refuses_pointers_it_cannot_use():
     src, dst = _buffers()
     copy = core.copy.DirectCopy(-1, [64], [([0], [dst.ctypes.data], [64], _rows(), _rows((0, 0, 8, 16, 8, 0)))])
     with pytest.raises(RuntimeError, match="2 source addresses for 1 sources"):
-        copy.run([src.ctypes.data, src.ctypes.data])
+        copy.run(np.array([src.ctypes.data, src.ctypes.data]))
     with pytest.raises(RuntimeError, match="no memory of this process"):
-        copy.run([0])
+        copy.run(np.array([0]))
     assert not dst.any()
-    copy.run([src.ctypes.data])
+    copy.run(np.array([src.ctypes.data]))
     assert dst[16:24].tolist() == list(range(8, 16)) and not dst[:16].any() and not dst[24:].any()
 
 

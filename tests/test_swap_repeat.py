@@ -142,7 +142,10 @@ def test_verify_and_a_progress_bar_take_the_full_path():
 
 
 @pytest.mark.gpu
-def test_gpu_training_loop_of_many_small_tensors():
+@pytest.mark.parametrize("launched_directly", [True, False])
+def test_gpu_training_loop_of_many_small_tensors(monkeypatch, launched_directly):
+    from jax_amem.swapping.in_process import direct
+    monkeypatch.setattr(direct, "ENABLED", launched_directly)
     gpu = jax.devices("gpu")[0]
     src = {f"t{i}": jax.device_put(jnp.full((16, 16), float(i), jnp.float32), gpu) for i in range(1500)}
     dst = {name: torch.full((16, 16), float("nan"), device=f"cuda:{gpu.local_hardware_id}") for name in src}
@@ -152,12 +155,13 @@ def test_gpu_training_loop_of_many_small_tensors():
         assert_written(src, dst)
         src = step(src)
     entry = next(iter(repeat._entries.values()))
-    assert entry.calls is not None
-    print("direct calls:", [c is not None for c in entry.calls])
+    assert (entry.calls is None) == launched_directly and bool(entry.program.direct) == launched_directly
 
 
 def test_large_whole_copies_go_to_pytorch_beside_the_xla_call(monkeypatch):
-    from jax_amem.swapping.in_process import torch_copies
+    from jax_amem.swapping.in_process import direct, torch_copies
+
+    monkeypatch.setattr(direct, "ENABLED", False)  # launched directly, these are bulk rows (test_swap_direct.py)
 
     monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
     monkeypatch.setattr(torch_copies, "MIN_BYTES", 8 * 4 * 4)

@@ -23,6 +23,7 @@ namespace amem::bindings {
 namespace {
 
 using RowArray = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using PointerArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 struct DirectCopyHandle {
   std::unique_ptr<copy::DirectCopy> copy;
@@ -90,7 +91,7 @@ void BindDirectCopy(nb::module_& m) {
           },
           nb::arg("device"), nb::arg("source_bytes"), nb::arg("chunks"),
           "device: CUDA ordinal, or -1 for host memory. chunks: [(source slots, destination addresses, "
-          "destination bytes, bulk rows (n, 6) int64, kernel rows (m, 6) int64, split)]; rows validated by "
+          "destination bytes, bulk rows (n, 6) int64, kernel rows (m, 6) int64 split into pieces)]; rows validated by "
           "jax_amem.copy.address_rows. Raises ValueError naming the chunk and row out of bounds.")
       .def_prop_ro("device", [](const DirectCopyHandle& h) { return h.copy->device(); })
       .def_prop_ro("sources", [](const DirectCopyHandle& h) { return h.copy->sources(); })
@@ -98,21 +99,21 @@ void BindDirectCopy(nb::module_& m) {
       .def_prop_ro("bulk_rows", [](const DirectCopyHandle& h) { return h.copy->bulk_rows(); })
       .def(
           "run",
-          [](const DirectCopyHandle& h, std::vector<int64_t> pointers, uint64_t stream) {
+          [](const DirectCopyHandle& h, PointerArray pointers, uint64_t stream) {
             const copy::DirectCopy& copy = *h.copy;
+            const auto count = static_cast<int64_t>(pointers.shape(0));
             nb::gil_scoped_release release;
             if (copy.device() < 0) {
-              Raise(copy.Run(pointers.data(), static_cast<int64_t>(pointers.size()), nullptr));
+              Raise(copy.Run(pointers.data(), count, nullptr));
               return;
             }
             cuda::ScopedDeviceContext context(copy.device());
             Raise(context.status());
-            Raise(copy.Run(pointers.data(), static_cast<int64_t>(pointers.size()),
-                           reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream))));
+            Raise(copy.Run(pointers.data(), count, reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream))));
           },
           nb::arg("pointers"), nb::arg("stream") = 0,
           "Copies every row: on CUDA enqueued on `stream` (returns at once), on the host done on return. "
-          "pointers: one source address per slot (jax.Array.unsafe_buffer_pointer()).");
+          "pointers: an int64 array, one source address per slot (jax.Array.unsafe_buffer_pointer()).");
   m.def("direct_stream", &DirectStream, nb::arg("device"),
         "A non-blocking stream of this process on `device`, made once: where a direct copy runs when the "
         "destination's reader has no stream here (CUDA IPC).");
