@@ -125,7 +125,7 @@ def segment_copy_many(srcs, dsts, segments) -> list:
     return list(call(operand, *srcs, *dsts, sources=np.int64(len(srcs))))
 
 
-# Rows at least this long run as one device-to-device memcpy each on CUDA; shorter rows
+# Rows at least this long run as one driver copy each (cuMemcpyAsync) on CUDA; shorter rows
 # share one launch. Measured on the H200 (benchmarks/swap.py --bulk-mib): 64 rows of 4 MiB took
 # 0.45 ms as one launch against 0.64 ms as 64 driver copies; 4 rows of 512 MiB 1.41 ms as driver
 # copies against 1.61 ms as one launch. Rows in between are assumed to side with the launch.

@@ -120,16 +120,6 @@ Status LaunchSegmentCopy(CUstream stream, const char* src, int64_t src_bytes, ch
   return LaunchStatus("segment copy");
 }
 
-Status LaunchDeviceCopy(CUstream stream, char* dst, const char* src, int64_t bytes) {
-  if (bytes <= 0) return Status::Ok();
-  cudaError_t error = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                                      reinterpret_cast<cudaStream_t>(stream));
-  if (error != cudaSuccess) {
-    return Status::Error(std::string("device copy to a destination address failed: ") + cudaGetErrorString(error));
-  }
-  return Status::Ok();
-}
-
 Status LaunchBufferSegmentCopy(CUstream stream, const BufferPointers& pointers,
                                const BufferSegment* device_segments, int64_t count) {
   if (count == 0) return Status::Ok();

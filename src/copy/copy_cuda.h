@@ -24,11 +24,6 @@ struct BufferPointers {
   char* destinations[kMaxBuffersPerSide];
 };
 
-// One device-to-device copy of `bytes` on `stream` (cudaMemcpyAsync, kind DeviceToDevice: what
-// PyTorch's copy_ runs). The bulk rows of a copy by address: on the H200 the driver's untyped
-// cuMemcpyAsync of the same rows ran some 15% slower (docs/benchmarks.md).
-Status LaunchDeviceCopy(CUstream stream, char* dst, const char* src, int64_t bytes);
-
 // One launch for every row of a many-buffer table (validated on the host;
 // `device_segments` in device memory).
 Status LaunchBufferSegmentCopy(CUstream stream, const BufferPointers& pointers,

@@ -17,10 +17,6 @@ Status LaunchSegmentCopy(CUstream, const char*, int64_t, char*, int64_t, const S
   return NoKernels();
 }
 
-Status LaunchDeviceCopy(CUstream, char*, const char*, int64_t bytes) {
-  return bytes <= 0 ? Status::Ok() : NoKernels();
-}
-
 Status LaunchBufferSegmentCopy(CUstream, const BufferPointers&, const BufferSegment*,
                                int64_t count) {
   return count == 0 ? Status::Ok() : NoKernels();

@@ -53,11 +53,19 @@ Status CheckChunk(size_t index, const DirectChunk& chunk, const std::vector<int6
 
 Status LaunchAddressCopy(CUstream stream, const BufferPointers& pointers, const BufferSegment* bulk,
                          int64_t bulk_count, const BufferSegment* device_rows, int64_t count) {
-  for (int64_t i = 0; i < bulk_count; ++i) {
-    const BufferSegment& row = bulk[i];
-    Status copied = LaunchDeviceCopy(stream, pointers.destinations[row.dst_index] + row.dst_offset,
-                                     pointers.sources[row.src_index] + row.src_offset, row.bytes);
-    if (!copied.ok()) return copied;
+  if (bulk_count > 0) {
+    std::string why;
+    const cuda::DriverApi* api = cuda::Driver(&why);
+    if (api == nullptr) return Status::Error(why);
+    for (int64_t i = 0; i < bulk_count; ++i) {
+      const BufferSegment& row = bulk[i];
+      Status copied = cuda::Check(
+          api->cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(pointers.destinations[row.dst_index] + row.dst_offset),
+                             reinterpret_cast<CUdeviceptr>(pointers.sources[row.src_index] + row.src_offset),
+                             static_cast<size_t>(row.bytes), stream),
+          "bulk copy to a destination address");
+      if (!copied.ok()) return copied;
+    }
   }
   return LaunchBufferSegmentCopy(stream, pointers, device_rows, count);
 }

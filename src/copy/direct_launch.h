@@ -21,7 +21,7 @@
 namespace amem::copy {
 
 // What one launch into addressed destinations runs on `stream`: every bulk row (host memory)
-// as one device-to-device memcpy (LaunchDeviceCopy), then the split rows (`device_rows`, in
+// as one cuMemcpyAsync, the driver's own device copy, then the split rows (`device_rows`, in
 // device memory) as one kernel launch.
 Status LaunchAddressCopy(CUstream stream, const BufferPointers& pointers, const BufferSegment* bulk,
                          int64_t bulk_count, const BufferSegment* device_rows, int64_t count);

@@ -6,8 +6,8 @@
 // Operands: (segments: uint32[n, 12], sources...). Rows are copy::BufferSegment as uint32
 // pairs, already split into pieces; on CUDA they run as one kernel launch. Attributes:
 // `addresses` and `destination_bytes` (int64, one per destination), `bulk` (int64 rows of six,
-// like the table): long rows that each run as one device-to-device memcpy on CUDA
-// (copy::LaunchDeviceCopy). Caller: jax_amem.copy.segment_copy_to_addresses, which also bounds each
+// like the table): long rows that each run as one cuMemcpyAsync on CUDA, the driver's own
+// device copy. Caller: jax_amem.copy.segment_copy_to_addresses, which also bounds each
 // destination by its allocation on CUDA when the program is built.
 #include <string>
 #include <utility>
@@ -105,7 +105,7 @@ ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::Remain
   return ffi::Error::Success();
 }
 
-// Bulk rows: one device-to-device memcpy each (it runs at the copy ceiling); the
+// Bulk rows: one cuMemcpyAsync each (the driver's device copy runs at the copy ceiling); the
 // table's rows: one kernel launch with every pointer passed by value (copy::LaunchAddressCopy).
 // Both on XLA's stream, so the copy is ordered after whatever produced the sources.
 ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> segments,
