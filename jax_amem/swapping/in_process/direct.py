@@ -5,7 +5,8 @@ on a CUDA stream, outside XLA's dispatch.
 Why: one XLA call costs a fixed host time a copy of a few hundred microseconds cannot hide
 (on the H200 about 140 us to dispatch 64 operands and 100 us more to see it done than a device
 sync; 1.4 ms for 2000 operands: docs/benchmarks.md), while the copy kernel alone runs at the
-device copy's speed. Launched from here, a swap costs what reading its sources' addresses costs.
+device copy's speed. Launched from here, what a swap adds to its copy is its own host work: the
+checks before it (run.py, repeat.py), the wait for new sources and the reading of their addresses.
 
 What runs is what the custom call would run: the schedule's chunks (schedule.chunk_steps), their
 rows checked by the same function (jax_amem.copy.address_rows: bounds, overlaps, alignment,
