@@ -214,6 +214,34 @@ def _bounded_by_allocations(addresses, ends: np.ndarray) -> None:
                              "destination_bytes are larger than the tensor's memory")
 
 
+def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int | None = None,
+                 alignment: int | None = None, platform: str | None = None) -> tuple:
+    """What a copy into destinations given by address runs, every check of
+    segment_copy_to_addresses done (ValueError naming the input): (addresses, destination sizes
+    as lists of ints, bulk rows (n, 6) run as one driver copy each, the other rows (m, 6) split
+    into pieces for one kernel launch). `srcs`: anything with `.shape` and `.dtype` (arrays,
+    avals); `platform`: where the copy runs ("gpu": each destination is bounded by its device
+    allocation too). The custom call and the direct launch of an eager swap
+    (swapping/in_process/direct.py) both run these rows."""
+    if not srcs:
+        raise ValueError("segment_copy_to_addresses needs at least one source array")
+    address_list = _integers(addresses, "addresses")
+    size_list = _integers(destination_bytes, "destination_bytes")
+    if len(address_list) != len(size_list):
+        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
+    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
+        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
+                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
+    _checked_destinations(address_list, size_list)
+    rows = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], size_list, max_piece=_WHOLE)
+    _checked_alignment(srcs, address_list, rows, alignment)
+    if platform == "gpu":
+        _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
+    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
+    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
+    return address_list, size_list, bulk, table
+
+
 def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
                               bulk_bytes: int | None = None, alignment: int | None = None) -> jax.Array:
     """Copies rows (src_index, dst_index, src_offset, dst_offset, bytes) from the arrays `srcs`
@@ -241,23 +269,8 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     """
     _ffi.register_targets()
     srcs = list(srcs)
-    if not srcs:
-        raise ValueError("segment_copy_to_addresses needs at least one source array")
-    address_list = _integers(addresses, "addresses")
-    size_list = _integers(destination_bytes, "destination_bytes")
-    if len(address_list) != len(size_list):
-        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
-    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
-        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
-                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
-    _checked_destinations(address_list, size_list)
-    src_bytes = [_nbytes(s) for s in srcs]
-    rows = prepare_buffer_segments(segments, src_bytes, size_list, max_piece=_WHOLE)
-    _checked_alignment(srcs, address_list, rows, alignment)
-    if _platform(srcs) == "gpu":
-        _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
-    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
-    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
+    address_list, size_list, bulk, table = address_rows(srcs, addresses, destination_bytes, segments,
+                                                        bulk_bytes, alignment, _platform(srcs) if srcs else None)
     # Not has_side_effect: an effect would keep every call of the jitted function off JAX's C++
     # dispatch path (5x the dispatch time for a few thousand operands). The token is what keeps
     # the call alive: return it from the jitted function (or use it) and wait for it.

@@ -128,6 +128,13 @@ def test_user_line_names_the_users_line():
     assert compat.user_line(object()) is None
 
 
+def test_batched_wait_waits_for_a_list_of_arrays():
+    arrays = [jnp.arange(4.0) + i for i in range(3)]
+    wait = compat.batched_wait()
+    wait(arrays)
+    assert all(a.is_ready() for a in arrays)
+
+
 def test_every_use_has_its_test_here():
     """A function added to _jax_compat without a test above fails here."""
     uses = {name for name, value in vars(compat).items()

@@ -20,7 +20,7 @@ std::string ReadFirstLine(const std::string& path) {
   return line;
 }
 
-// Linux's mempolicy constants (linux/mempolicy.h), spelled out: no libnuma headers needed.
+// Linux's mempolicy constants (the kernel's uapi mempolicy header), spelled out: no libnuma needed.
 constexpr int kMpolPreferred = 1;
 constexpr unsigned long kMpolFNode = 1UL << 0;
 constexpr unsigned long kMpolFAddr = 1UL << 1;

@@ -20,7 +20,7 @@ import jax
 
 from .. import report as R
 from ..sources import shard_data
-from . import torch_copies
+from . import direct, torch_copies
 from .programs import Program
 
 
@@ -28,7 +28,12 @@ def run(program: Program, sources, destination, show_progress: bool):
     """Returns (the written JAX arrays in `program.order`, or [] for a destination written by
     address; extra transports) once all work is done."""
     if destination.writes_by_address:
+        launch = direct.plan_for(program)  # eager swaps of plain copies: launched outside XLA
         destination.before_writing({g.device for g in program.groups})
+        if launch is not None:
+            launch.run([[sources.arrays[name] for name, _, _ in g.source_refs] for g in program.groups],
+                       destination, show_progress)
+            return [], {}
         if not program.torch_copies:
             _dispatch(program, sources, lambda k, shards, start: program.fns[k](shards), show_progress)
             return [], {}

@@ -14,6 +14,7 @@ class Program:
         self.fns = fns                      # per group: its jitted call (None: nothing left for XLA, torch_copies.py)
         self.last_seconds = None            # the last run's, for the automatic progress bar
         self.direct_calls = None            # per group: its loaded executable's call or None, made by repeat.py
+        self.direct = None                  # direct.py's launch outside XLA (False: runs in XLA), made on its first run
         self.plan = schedule.plan
         self.groups = schedule.groups
         self.route = schedule.route

@@ -133,10 +133,14 @@ def find(leaves, treedef, destination, how):
     if entry is None or not entry.alive[0]:
         return None
     try:  # a leaf that is no ArrayImpl (a tracer, a numpy array) lacks one of these
-        if tuple(map(_aval, leaves)) != entry.avals or tuple(map(entry.read_sharding, leaves)) != entry.shardings:
+        avals, shardings = tuple(map(_aval, leaves)), tuple(map(entry.read_sharding, leaves))
+        if avals != entry.avals or shardings != entry.shardings:
             return None
     except AttributeError:
         return None
+    # Equal, but perhaps other objects (a jitted step's outputs after device_put's arrays): keep
+    # these, so that the next repeat compares identical objects (no Python __eq__ per leaf).
+    entry.avals, entry.shardings = avals, shardings
     if any(map(_is_deleted, leaves)):
         return None  # the full path names what is wrong
     if tuple(map(id, tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
@@ -150,13 +154,17 @@ def run(entry: Repeat, leaves, destination) -> None:
     `before_writing` first, as executor.run does)."""
     from .executor import _wait_quietly
 
-    if entry.calls is None:
+    program = entry.program
+    if entry.calls is None and not program.direct:
         entry.make_calls(leaves)
     destination.before_writing(entry.devices)
     # before_writing moved the tensors' version counters on (as copy_ does): the next repeat
     # compares against these (the addresses are as find() read them).
     entry.fingerprint = entry.fingerprint[0], destination.versions()
-    program = entry.program
+    if program.direct:  # launched outside XLA (direct.py): the groups' operands, one itemgetter each
+        program.direct.run([(get(leaves),) if single else get(leaves)
+                            for get, single in zip(entry.operands, entry.singles)], destination)
+        return
     outputs = []
     try:
         for group, fn, operands, single, direct in zip(program.groups, program.fns, entry.operands, entry.singles,

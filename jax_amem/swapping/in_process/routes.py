@@ -17,11 +17,15 @@ source views the group needs (transpose + cast, as the plan's `views` say) and c
 
 from __future__ import annotations
 
+import os
+
 import jax
 
 from ...copy import segment_copy_many, segment_copy_to_addresses
+from ..errors import SwapError
 from ..sources import prepare_view
 from .schedule import Group
+
 
 def choose(destination) -> tuple:
     """The route for `destination`, as part of every program's cache key: ("addresses",
@@ -30,6 +34,18 @@ def choose(destination) -> tuple:
     if destination.writes_by_address:
         return ("addresses", destination.addresses())
     return ("batched",)
+
+
+def switch(env: str, default: bool, on: str, off: str, attribute: str) -> bool:
+    """An on/off switch: the variable `env` when set to 1 or 0, else `default` (the module
+    `attribute`); any other value is a SwapError saying what each value does."""
+    value = os.environ.get(env, "").strip()
+    if value == "":
+        return bool(default)
+    if value in ("0", "1"):
+        return value == "1"
+    raise SwapError(f"{env}={value!r} is not understood: set it to 1 ({on}) or 0 ({off}), or unset it for "
+                    f"{attribute} ({bool(default)}); nothing was written")
 
 
 def jitted(group: Group, views, route: str):
