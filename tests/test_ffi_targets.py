@@ -12,6 +12,8 @@ EXPECTED = {
     "jax_amem_segment_copy": {"cpu", "CUDA"},
     "jax_amem_segment_copy_many": {"cpu", "CUDA"},
     "jax_amem_segment_copy_to_addresses": {"cpu", "CUDA"},
+    "jax_amem_affine_copy_many": {"cpu", "CUDA"},
+    "jax_amem_affine_copy_to_addresses": {"cpu", "CUDA"},
     "jax_amem_nccl_send_bucket": {"CUDA"},  # NCCL has no CPU path
     "jax_amem_nccl_recv_bucket": {"CUDA"},
 }

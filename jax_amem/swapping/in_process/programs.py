@@ -18,7 +18,8 @@ class Program:
 
     @classmethod
     def build(cls, schedule: Schedule) -> "Program":
-        return cls(schedule, [routes.jitted(g, schedule.plan.views, schedule.route) for g in schedule.groups])
+        return cls(schedule, [routes.jitted(g, schedule.plan.views, schedule.route, schedule.plan)
+                              for g in schedule.groups])
 
     # What the executor, verify and the report read, as the schedule says.
     plan = property(lambda self: self.schedule.plan)
