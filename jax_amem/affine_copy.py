@@ -64,6 +64,7 @@ def encode(programs) -> Table:
         box_size = [0] * len(program.perm)
         for j, a in enumerate(program.perm):
             box_size[a] = program.view_shape[j]
+        rounding = _roundings(affine, src, dst)
         for k, step in enumerate(affine.steps):
             values = step.table(program.box_start, box_size)
             if step.is_scalar:
@@ -71,13 +72,35 @@ def encode(programs) -> Table:
             else:
                 axis = list(program.perm).index(step.axis)
                 stride, extent = int(np.prod(program.view_shape[axis + 1:], dtype=np.int64)), len(values)
-            words[p, 4 + 6 * k:10 + 6 * k] = (OP_CODES[step.op], DTYPE_CODES[step.dtype], used, stride, extent, 0)
+            words[p, 4 + 6 * k:10 + 6 * k] = (OP_CODES[step.op], DTYPE_CODES[step.dtype], used, stride, extent,
+                                              rounding[k])
             constants.append(values)
             used += len(values)
     flat = np.concatenate(constants) if constants else np.zeros(0, np.float64)
     table = np.concatenate([words.reshape(-1).view(np.uint32), flat.astype(np.float64).view(np.uint32)])
     return Table(table, len(programs), tuple((np.dtype(p.src_dtype).name, np.dtype(p.dst_dtype).name)
                                              for p in programs))
+
+
+# Which dtypes hold every value of which (a rounding into the larger is a no-op).
+_HOLDS = {"float64": {"float64", "float32", "bfloat16", "float16"}, "float32": {"float32", "bfloat16", "float16"},
+          "bfloat16": {"bfloat16"}, "float16": {"float16"}}
+ROUND_INPUT, ROUND_RESULT = 1, 2   # copy::kRoundInput, kRoundResult
+
+
+def _roundings(affine: Affine, src: str, dst: str) -> list[int]:
+    """Per step, the roundings the kernel must run: its input's, unless the dtype before it is
+    held exactly by the step's; its result's, unless it is the last step and the destination
+    dtype is its own (the store rounds to it). Leaving out a no-op changes no bit."""
+    out, before = [], src
+    for k, step in enumerate(affine.steps):
+        flags = 0 if before in _HOLDS[step.dtype] else ROUND_INPUT
+        last = k == len(affine.steps) - 1
+        if not (last and dst == step.dtype):
+            flags |= ROUND_RESULT
+        out.append(flags)
+        before = step.dtype
+    return out
 
 
 def from_byte_rows(rows: np.ndarray, view_itemsize, program_of) -> np.ndarray:

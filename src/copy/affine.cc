@@ -50,6 +50,9 @@ Status CheckAffineTable(const AffineTable& table) {
         return Status::Error(where + ", step " + std::to_string(k) + ": unknown operation or dtype code");
       }
       const int64_t length = step.stride > 0 ? step.extent : 1;
+      if (step.rounding < 0 || step.rounding > (kRoundInput | kRoundResult)) {
+        return Status::Error(where + ", step " + std::to_string(k) + ": unknown rounding flags");
+      }
       if (step.stride < 0 || length < 1 || step.constant < 0 || step.constant > table.constant_count - length) {
         return Status::Error(where + ", step " + std::to_string(k) + ": its constants lie outside the " +
                              std::to_string(table.constant_count) + " the table holds");

@@ -25,8 +25,11 @@ struct AffineStep {
   int64_t constant;  // index of the step's first value in the constants
   int64_t stride;    // a vector: elements of the view between its coordinates; 0: a scalar
   int64_t extent;    // a vector: its length (coordinates of the view's axis); a scalar: 1
-  int64_t reserved;  // 0
+  int64_t rounding;  // kRoundInput | kRoundResult: the roundings that are not no-ops (the host
+                     // leaves out rounding a value its dtype already holds exactly)
 };
+constexpr int64_t kRoundInput = 1;
+constexpr int64_t kRoundResult = 2;
 
 struct AffineProgram {
   int64_t src_dtype;  // AffineDtype of the source elements

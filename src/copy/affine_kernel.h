@@ -1,7 +1,6 @@
 // The per-element work of affine rows (affine.h), shared by the CPU loop and the CUDA kernel:
-// a program's steps on a pack of up to kPack values of the compute type (compiled once per
-// compute type; on the GPU one call per pack, so its switches run once per eight elements),
-// and the dispatch on the (source, destination) element types around it.
+// a program's steps on a pack of up to kPack values of the compute type, and the dispatch on
+// the (source, destination) element types around it.
 #pragma once
 
 #include <cstdint>
@@ -28,22 +27,17 @@ AMEM_HD C RoundTo(C v, int64_t dtype) {
 
 // The program's steps on `n` (<= kPack) values of consecutive view elements from `first`.
 template <typename C>
-#if defined(__CUDACC__)
-__host__ __device__ __noinline__
-#else
-inline
-#endif
-void RunPack(C* v, int n, const AffineProgram& program, const double* constants, int64_t first) {
+AMEM_HD void RunPack(C* v, int n, const AffineProgram& program, const double* constants, int64_t first) {
   for (int64_t k = 0; k < program.steps; ++k) {
     const AffineStep step = program.step[k];
-    if (step.stride > 0) {
-      for (int u = 0; u < n; ++u) {
-        const C c = static_cast<C>(constants[step.constant + ((first + u) / step.stride) % step.extent]);
-        v[u] = RoundTo<C>(affine_math::Operate<C>(step.op, RoundTo<C>(v[u], step.dtype), c), step.dtype);
-      }
-    } else {
-      const C c = static_cast<C>(constants[step.constant]);
-      for (int u = 0; u < n; ++u) v[u] = RoundTo<C>(affine_math::Operate<C>(step.op, RoundTo<C>(v[u], step.dtype), c), step.dtype);
+    const bool in = (step.rounding & kRoundInput) != 0;
+    const bool out = (step.rounding & kRoundResult) != 0;
+    for (int u = 0; u < n; ++u) {
+      const int64_t at = step.stride > 0 ? ((first + u) / step.stride) % step.extent : 0;
+      const C c = static_cast<C>(constants[step.constant + at]);
+      C x = in ? RoundTo<C>(v[u], step.dtype) : v[u];
+      x = affine_math::Operate<C>(step.op, x, c);
+      v[u] = out ? RoundTo<C>(x, step.dtype) : x;
     }
   }
 }
