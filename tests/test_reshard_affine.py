@@ -260,3 +260,18 @@ def test_an_affine_holds_what_the_copy_kernel_can_run():
     step = Step("add", "float32", (1.0, 2.0, 3.0), axis=1, start=2)
     assert step.table((0, 3), (4, 3)).tolist() == [2.0, 3.0, 0.0]     # the shard's coordinates 3..5
     assert str(Affine((step,))) == "x + vector[3] along source axis 1 from 2 in float32"
+
+
+def test_a_changed_numpy_scale_in_a_closure_traces_again():
+    tree = {"w": weights((4, 6), np.float32, 12)}
+
+    def exporter(scale):
+        return lambda p: {"y": p["w"] * scale}
+
+    convert = exporter(np.float32(2.0))
+    first = rules.from_function(convert, tree)
+    convert.__closure__[0].cell_contents = np.float32(3.0)   # the same function, another constant
+    second = rules.from_function(convert, tree)
+    assert first[0].affine.steps[0].values == (2.0,) and second[0].affine.steps[0].values == (3.0,)
+    plan = reshard.plan(sharded(tree), {"y": Layout.replicated((4, 6), np.float32, OWNERS)}, second)
+    assert "views with constant steps" in str(plan)

@@ -87,7 +87,8 @@ class Plan:
         return (f"Plan {self.key[:12]} ({scope}, {self.planner}): {len(self.src_layouts)} -> "
                 f"{len(self.dst_layouts)} tensors, {len(self.owners)} owners, {self.nbytes / 2**20:.2f} MiB "
                 f"in {len(self.transfers)} transfers over {pairs} owner pairs, {len(self.blocks)} blocks "
-                f"({strided} strided)")
+                f"({strided} strided)" + (f", {sum(a is not None for a in self.affines)} views with constant steps"
+                                          if self.affines else ""))
 
     __repr__ = __str__
 

@@ -258,7 +258,9 @@ _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
 
 def _plain(value) -> bool:
-    return isinstance(value, _PLAIN) or (type(value) is tuple and all(isinstance(v, _PLAIN) for v in value))
+    """Numbers, strings, tuples of them, and NumPy scalars (a scale like np.float32(8 ** 0.5))."""
+    plain = _PLAIN + (np.generic,)
+    return isinstance(value, plain) or (type(value) is tuple and all(isinstance(v, plain) for v in value))
 
 
 def _plain_state(convert) -> tuple:

@@ -1,8 +1,7 @@
 // The CUDA kernel of affine rows (affine.h): one block per row piece (the host splits rows into
 // pieces of at most kMaxPieceElements), the row's program in shared memory, eight elements
 // per thread and load where both ends are aligned to eight elements (16-byte loads for the
-// 16-bit types), one element at a time elsewhere. The steps are one function per compute
-// type (affine_kernel.h: RunPack), called once per pack of eight. The steps use the _rn intrinsics
+// 16-bit types; two packs per thread in flight), one element at a time elsewhere. The steps use the _rn intrinsics
 // (affine_math.h): rounded once each, never contracted into a fused multiply-add.
 #include <cuda_runtime.h>
 
@@ -40,6 +39,19 @@ struct DeviceRow {
     for (int u = 0; u < n; ++u) out[i + u] = affine_math::Store<D, C>::Of(v[u]);
   }
 
+  // One pack: loaded values in, the program run, stored.
+  template <typename S, typename D, typename C>
+  __device__ __forceinline__ void Convert(const Pack<S>& a, Pack<D>& to, int64_t first) {
+    C v[kPack];
+#pragma unroll
+    for (int u = 0; u < kPack; ++u) v[u] = affine_math::Load<C>(a.v[u]);
+    affine_kernel::RunPack<C>(v, kPack, *program, constants, first);
+    Pack<D> b;
+#pragma unroll
+    for (int u = 0; u < kPack; ++u) b.v[u] = affine_math::Store<D, C>::Of(v[u]);
+    to = b;
+  }
+
   template <typename S, typename D>
   __device__ bool Go() {
     using C = typename affine_kernel::ComputeOf<S, D>::type;
@@ -56,23 +68,23 @@ struct DeviceRow {
     const int64_t packs = (count - head) / kPack;
     const Pack<S>* in_packs = reinterpret_cast<const Pack<S>*>(in + head);
     Pack<D>* out_packs = reinterpret_cast<Pack<D>*>(out + head);
-    for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
+    // Two packs per thread per turn, both loaded before either is computed: twice the bytes in flight.
+    const int64_t stride = blockDim.x;
+    for (int64_t k = threadIdx.x; k < packs; k += 2 * stride) {
+      const bool second = k + stride < packs;
       const Pack<S> a = in_packs[k];
-      C v[kPack];
-#pragma unroll
-      for (int u = 0; u < kPack; ++u) v[u] = affine_math::Load<C>(a.v[u]);
-      affine_kernel::RunPack<C>(v, kPack, *program, constants, src_element + head + k * kPack);
-      Pack<D> b;
-#pragma unroll
-      for (int u = 0; u < kPack; ++u) b.v[u] = affine_math::Store<D, C>::Of(v[u]);
-      out_packs[k] = b;
+      Pack<S> a2;
+      if (second) a2 = in_packs[k + stride];
+      Convert<S, D, C>(a, out_packs[k], src_element + head + k * kPack);
+      if (second) Convert<S, D, C>(a2, out_packs[k + stride], src_element + head + (k + stride) * kPack);
     }
     for (int64_t i = head + packs * kPack + threadIdx.x; i < count; i += blockDim.x) Loose<S, D, C>(in, out, i, 1);
     return true;
   }
 };
 
-__global__ void __launch_bounds__(kThreads)
+// At least four blocks per multiprocessor (registers capped to fit): the bytes in flight.
+__global__ void __launch_bounds__(kThreads, 4)
     AffineCopyKernel(const BufferPointers pointers, const AffineRow* __restrict__ rows, int64_t count,
                      const AffineProgram* __restrict__ programs, int64_t program_count,
                      const double* __restrict__ constants, int64_t constant_count) {

@@ -25,20 +25,44 @@ AMEM_HD C RoundTo(C v, int64_t dtype) {
   }
 }
 
+// Every value rounded to `dtype` (the switch once, outside the loop).
+template <typename C>
+AMEM_HD void RoundAll(C* v, int n, int64_t dtype) {
+  switch (dtype) {
+    case kAffineF32: for (int u = 0; u < n; ++u) v[u] = RoundTo<C>(v[u], kAffineF32); break;
+    case kAffineBf16: for (int u = 0; u < n; ++u) v[u] = RoundTo<C>(v[u], kAffineBf16); break;
+    case kAffineF16: for (int u = 0; u < n; ++u) v[u] = RoundTo<C>(v[u], kAffineF16); break;
+    default: break;  // float64: held exactly
+  }
+}
+
+// `v[u] op c[u]` (one constant `c[0]` when `scalar`), the operation chosen once.
+template <int64_t Op, typename C>
+AMEM_HD void OperateAll(C* v, int n, const C* c, bool scalar) {
+  for (int u = 0; u < n; ++u) v[u] = affine_math::Operate<C>(Op, v[u], c[scalar ? 0 : u]);
+}
+
 // The program's steps on `n` (<= kPack) values of consecutive view elements from `first`.
 template <typename C>
 AMEM_HD void RunPack(C* v, int n, const AffineProgram& program, const double* constants, int64_t first) {
   for (int64_t k = 0; k < program.steps; ++k) {
     const AffineStep step = program.step[k];
-    const bool in = (step.rounding & kRoundInput) != 0;
-    const bool out = (step.rounding & kRoundResult) != 0;
-    for (int u = 0; u < n; ++u) {
-      const int64_t at = step.stride > 0 ? ((first + u) / step.stride) % step.extent : 0;
-      const C c = static_cast<C>(constants[step.constant + at]);
-      C x = in ? RoundTo<C>(v[u], step.dtype) : v[u];
-      x = affine_math::Operate<C>(step.op, x, c);
-      v[u] = out ? RoundTo<C>(x, step.dtype) : x;
+    if (step.rounding & kRoundInput) RoundAll<C>(v, n, step.dtype);
+    C c[kPack];
+    const bool scalar = step.stride <= 0;
+    if (scalar) {
+      c[0] = static_cast<C>(constants[step.constant]);
+    } else {
+      for (int u = 0; u < n; ++u) c[u] = static_cast<C>(constants[step.constant + ((first + u) / step.stride) % step.extent]);
     }
+    switch (step.op) {
+      case kAffineMul: OperateAll<kAffineMul, C>(v, n, c, scalar); break;
+      case kAffineDiv: OperateAll<kAffineDiv, C>(v, n, c, scalar); break;
+      case kAffineAdd: OperateAll<kAffineAdd, C>(v, n, c, scalar); break;
+      case kAffineSub: OperateAll<kAffineSub, C>(v, n, c, scalar); break;
+      default: OperateAll<kAffineRsub, C>(v, n, c, scalar); break;
+    }
+    if (step.rounding & kRoundResult) RoundAll<C>(v, n, step.dtype);
   }
 }
 

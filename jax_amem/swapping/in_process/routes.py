@@ -82,8 +82,10 @@ def jitted(group: Group, views, route: str, plan=None):
             return _to_addresses_affine(group, views, plan)
         return _to_addresses(group.chunks, views, group.targets)
     if route == "batched":
-        return _batched(group.chunks, views, _chunk_splits(group, plan) if affine else None)
-    return _per_transfer(group.steps, views, _step_splits(group, plan) if affine else None)
+        return _batched(group.chunks, views, _chunk_splits(group, plan)) if affine else _batched(group.chunks, views)
+    if affine:
+        return _per_transfer(group.steps, views, _step_splits(group, plan))
+    return _per_transfer(group.steps, views)
 
 
 def _slots(group: Group, keys):
