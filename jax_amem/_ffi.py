@@ -1,7 +1,7 @@
 """The core's XLA FFI targets: named here, registered with JAX.
 
-Each target's name is written here once for Python (its callers: jax_amem/copy.py and
-jax_amem/transport.py) and once in the C++ table (src/ffi/targets.cc), which the module hands
+Each target's name is written here once for Python (its callers: jax_amem/copy.py,
+jax_amem/affine_copy.py and jax_amem/transport.py) and once in the C++ table (src/ffi/targets.cc), which the module hands
 over with each target's handlers (`_core.ffi.targets()`: {name: {platform: capsule}}).
 `register_targets` registers every handler with `jax.ffi` for its platforms ("cpu", "CUDA")
 after checking that the two lists agree, so a core built from other sources is named as such
@@ -20,7 +20,10 @@ SEGMENT_COPY_MANY = "jax_amem_segment_copy_many"
 SEGMENT_COPY_TO_ADDRESSES = "jax_amem_segment_copy_to_addresses"
 NCCL_SEND_BUCKET = "jax_amem_nccl_send_bucket"
 NCCL_RECV_BUCKET = "jax_amem_nccl_recv_bucket"
-NAMES = (SEGMENT_COPY, SEGMENT_COPY_MANY, SEGMENT_COPY_TO_ADDRESSES, NCCL_SEND_BUCKET, NCCL_RECV_BUCKET)
+AFFINE_COPY_MANY = "jax_amem_affine_copy_many"
+AFFINE_COPY_TO_ADDRESSES = "jax_amem_affine_copy_to_addresses"
+NAMES = (SEGMENT_COPY, SEGMENT_COPY_MANY, SEGMENT_COPY_TO_ADDRESSES, NCCL_SEND_BUCKET, NCCL_RECV_BUCKET,
+         AFFINE_COPY_MANY, AFFINE_COPY_TO_ADDRESSES)
 
 TARGETS: dict = core.ffi.targets()  # {name: {platform: handler capsule}}, the C++ table
 

@@ -27,14 +27,17 @@ def first_token():
     return jnp.zeros((), jnp.uint8)
 
 
-def send_bucket(token, table: np.ndarray, sources, *, pipe: int, comm: int, peer: int, slot: int, nbytes: int,
-                drain: bool):
+def send_bucket(token, table: np.ndarray, affine_rows: np.ndarray, affine_table: np.ndarray, sources, *, pipe: int,
+                comm: int, peer: int, slot: int, nbytes: int, drain: bool, programs: int):
     """One bucket sent: `table` the validated, split (n, 6) int64 rows gathering it from
-    `sources` (dst_index 0 = the bucket); returns the next token. `drain`: the peer's last
-    bucket (XLA's stream then waits until the pipe's sends are done)."""
+    `sources` (dst_index 0 = the bucket), `affine_rows` / `affine_table` / `programs` the rows
+    of views with constant steps and their step programs (jax_amem.affine_copy; empty where
+    none); returns the next token. `drain`: the peer's last bucket (XLA's stream then waits
+    until the pipe's sends are done)."""
     send = jax.ffi.ffi_call(_ffi.NCCL_SEND_BUCKET, TOKEN, has_side_effect=True)
-    return send(token, jnp.asarray(table.view(np.uint32)), *sources, **_attributes(pipe, comm, peer, slot, nbytes,
-                                                                                     drain))
+    return send(token, jnp.asarray(table.view(np.uint32)), jnp.asarray(affine_rows.view(np.uint32)),
+                jnp.asarray(affine_table), *sources, programs=np.int64(programs),
+                **_attributes(pipe, comm, peer, slot, nbytes, drain))
 
 
 def recv_bucket(token, table: np.ndarray, destinations, *, pipe: int, comm: int, peer: int, slot: int,

@@ -1,7 +1,7 @@
 """The FFI targets are one table in C++ (src/ffi/targets.cc) that reaches JAX through the list
 the module exports: every target with the platforms it has a handler for, named literally in
 jax_amem/_ffi.py, the two lists checked against each other; the only calls of
-jax.ffi.ffi_call are in the targets' Python twins (jax_amem/copy.py, jax_amem/transport.py)."""
+jax.ffi.ffi_call are in the targets' Python twins (jax_amem/copy.py, affine_copy.py, transport.py)."""
 
 import ast
 from pathlib import Path
@@ -18,6 +18,8 @@ EXPECTED = {
     "jax_amem_segment_copy": {"cpu", "CUDA"},
     "jax_amem_segment_copy_many": {"cpu", "CUDA"},
     "jax_amem_segment_copy_to_addresses": {"cpu", "CUDA"},
+    "jax_amem_affine_copy_many": {"cpu", "CUDA"},
+    "jax_amem_affine_copy_to_addresses": {"cpu", "CUDA"},
     "jax_amem_nccl_send_bucket": {"CUDA"},  # NCCL has no CPU path
     "jax_amem_nccl_recv_bucket": {"CUDA"},
 }
@@ -47,7 +49,7 @@ def test_only_the_python_twins_call_ffi_call():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == "ffi_call":
                 callers.add(path.relative_to(package).as_posix())
-    assert callers == {"copy.py", "transport.py"}
+    assert callers == {"copy.py", "affine_copy.py", "transport.py"}
 
 
 def test_registered_targets_run_on_the_cpu():

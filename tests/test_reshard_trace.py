@@ -240,12 +240,15 @@ def test_nested_jitted_calls_and_an_identity_call_are_reused_exactly():
 
 def test_a_jitted_call_refuses_and_casts_with_the_real_source_names():
     tree = {"x": jax.ShapeDtypeStruct((6, 4), np.float32)}
-    add_one = jax.jit(lambda x: (x + 1).T)
+    add_self = jax.jit(lambda x: (x + x[::-1]).T)
     with pytest.raises(rules.TraceError, match=r"primitive 'add'.*source 'x'.*feeds output 'y'"):
-        rules.from_function(lambda p: {"y": add_one(p["x"])}, tree)
+        rules.from_function(lambda p: {"y": add_self(p["x"])}, tree)
+    # A cast inside the call on a cast outside: the first becomes a rounding step, as JAX rounds.
     to_half = jax.jit(lambda x: x.T.astype(jnp.float16))
-    with pytest.raises(rules.TraceError, match=r"source 'x' is cast twice \(float32 -> bfloat16 -> float16\)"):
-        rules.from_function(lambda p: {"y": to_half(p["x"].astype(jnp.bfloat16))}, tree)
+    pieces = rules.from_function(lambda p: {"y": to_half(p["x"].astype(jnp.bfloat16))}, tree)
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    want = {"y": np.asarray(to_half(jnp.asarray(x).astype(jnp.bfloat16)))}
+    plan_and_run(shard_tree({"x": x}), want, pieces)
 
 
 def _random_shape(size, rng):

@@ -82,7 +82,8 @@ class Planner:
             src_layouts=dict(zip(pb.src_names, pb.src_layouts)),
             dst_layouts=dict(zip(pb.dst_names, pb.dst_layouts)),
             views=[(pb.src_names[s], perm, dtype) for s, perm, dtype in pb.view_keys],
-            transfers=transfers, blocks=blocks, owner=owner, planner=planner)
+            transfers=transfers, blocks=blocks, owner=owner, planner=planner,
+            affines=tuple(pb.view_affines) if any(a is not None for a in pb.view_affines) else ())
         if check:
             result.check()
         if cache:  # only complete, (optionally) checked plans enter the cache

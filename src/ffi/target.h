@@ -32,6 +32,8 @@ Handlers segment_copy_many_handlers();
 Handlers segment_copy_to_addresses_handlers();
 Handlers nccl_send_bucket_handlers();
 Handlers nccl_recv_bucket_handlers();
+Handlers affine_copy_many_handlers();
+Handlers affine_copy_to_addresses_handlers();
 
 }  // namespace amem::ffi_adapter
 

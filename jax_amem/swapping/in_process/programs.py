@@ -30,4 +30,5 @@ class Program:
 
     @classmethod
     def build(cls, schedule: Schedule) -> "Program":
-        return cls(schedule, [routes.jitted(g, schedule.plan.views, schedule.route) for g in schedule.groups])
+        return cls(schedule, [routes.jitted(g, schedule.plan.views, schedule.route, schedule.plan)
+                              for g in schedule.groups])

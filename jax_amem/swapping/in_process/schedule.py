@@ -228,9 +228,11 @@ def _first_view_made(plan: Plan, rows) -> str:
 
 
 def _transforms(plan: Plan, view: int) -> bool:
-    """Whether the view is a new array (transposed or cast), not the source shard itself."""
+    """Whether the view is a new array (transposed or cast), not the source shard itself. A view
+    with constant steps is cast by the copy kernel: a new array only when transposed."""
     name, perm, dtype = plan.views[view]
-    return tuple(perm) != tuple(range(len(perm))) or np.dtype(dtype) != plan.src_layouts[name].dtype
+    cast = np.dtype(dtype) != plan.src_layouts[name].dtype and plan.affine(view) is None
+    return tuple(perm) != tuple(range(len(perm))) or cast
 
 
 def _temporaries(plan: Plan, views) -> int:
