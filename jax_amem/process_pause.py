@@ -29,12 +29,9 @@ from typing import Any
 import jax
 
 from ._native import core
-from .errors import JaxAmemError
+from .errors import PauseError
 from .memory import allocator, arrays as array_io, release as releasing, staging
-
-
-class PauseError(JaxAmemError):
-    """A pause or resume was refused or failed; the message says what to do."""
+from .reshard.from_jax import unflattenable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +124,10 @@ def paused_bytes() -> dict:
 
 def _flatten(tree, name: str):
     """(treedef, [(path name, leaf)]) with leaves checked to be live, supported jax.Arrays."""
-    with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    try:
+        with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    except (TypeError, ValueError) as error:  # dict keys that do not sort: 0 and '0' side by side
+        raise PauseError(unflattenable(tree, f"{name}= tree", error) + "; nothing was paused") from None
     leaves = []
     for path, leaf in with_path:
         where = name + jax.tree_util.keystr(path)
@@ -507,3 +507,6 @@ class paused:  # noqa: N801  (used as a context manager, like contextlib's)
     @property
     def drop(self):
         return self._result("drop")
+
+
+__all__ = ["PauseInfo", "Reservation", "Restored", "is_paused", "pause", "paused", "reserve", "resume"]

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ..reshard import Layout, LayoutError, Owner, tree_names
+from ..reshard.from_jax import unflattenable
 from .errors import SwapError
 
 
@@ -43,10 +44,13 @@ def shard_data(array, i: int):
 _names_of_treedef: dict = {}
 
 
-def flat_named(tree) -> tuple[list, list, object]:
+def flat_named(tree, side: str = "tree") -> tuple[list, list, object]:
     """(names, leaves, treedef): `tree_names(tree)` split, the names cached per tree structure
     (a swap runs every step; the structure, and so the names, rarely change)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+    except (TypeError, ValueError) as error:  # dict keys that do not sort: 0 and '0' side by side
+        raise SwapError(unflattenable(tree, side, error)) from None
     names = _names_of_treedef.get(treedef)
     if names is None:
         if len(_names_of_treedef) > 256:
@@ -71,7 +75,7 @@ def check_live_arrays(names, leaves, side: str) -> None:
 
 def named_arrays(tree, side: str) -> dict[str, jax.Array]:
     """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
-    names, leaves, _ = flat_named(tree)
+    names, leaves, _ = flat_named(tree, f"{side} tree")
     check_live_arrays(names, leaves, side)
     return dict(zip(names, leaves))
 
@@ -84,7 +88,7 @@ class Sources:
     """The source arrays by name, their layouts, and single-device shards by owner."""
 
     def __init__(self, tree):
-        names, leaves, treedef = flat_named(tree)
+        names, leaves, treedef = flat_named(tree, "source tree")
         check_live_arrays(names, leaves, "source")
         self.arrays = dict(zip(names, leaves))
         # The tree structure fixes the names; the facts fix every layout.

@@ -133,7 +133,10 @@ def find(src_params, destination, how):
     """(entry, leaves) when this swap repeats a remembered one exactly, else None."""
     if not destination.repeats_by_fingerprint or _ARRAY is None:
         return None
-    leaves, treedef = jax.tree_util.tree_flatten(src_params)
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten(src_params)
+    except (TypeError, ValueError):  # keys that do not sort: the swap's own flattening names them
+        return None
     entry = _entries.get(key_of(treedef, tuple(destination.tensors), how))
     if entry is None or not entry.alive[0]:
         return None
