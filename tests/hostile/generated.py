@@ -15,7 +15,7 @@ import numpy as np
 GENERATED = {}
 # Small enough to take seconds each on a 2-core CPU machine, large enough to cross every branch
 # of the refusals below; derandomized, so a failure repeats.
-EXAMPLES = {"swap": 40, "plan": 60, "to_torch": 40, "pause": 30}
+EXAMPLES = {"swap": 40, "plan": 150, "to_torch": 40, "pause": 30}
 
 
 def _generated(function):
@@ -179,7 +179,9 @@ def generated_swap_into_torch():
 def generated_plan():
     """Layouts from every public constructor with hostile arguments (negative, zero and huge
     extents, splits that do not divide, owners repeated, unknown dtypes), names that differ,
-    rules that are not rules. Construction refuses with LayoutError; a plan that is made
+    rules that are not rules, and Rules, Parts and Pieces with hostile fields (indices out of
+    range, permutations of the wrong rank, unknown casts, reshapes that do not fit, axis and
+    groups of 0 or below). Construction refuses with LayoutError; a plan that is made
     passes its own check and moves exactly the source's elements (the numpy executor)."""
     import jax_amem
     from hypothesis import given
@@ -199,8 +201,17 @@ def generated_plan():
         st.tuples(st.just("from_boxes"), extents, layout_dtype,
                   st.dictionaries(owner, st.tuples(extents, extents), max_size=3)),
     )
+    small = st.integers(-2, 4)
+    axes = st.one_of(st.none(), st.lists(st.integers(-1, 3), max_size=3).map(tuple))
+    part = st.builds(reshard.Part, name, st.lists(small, max_size=2).map(tuple), axes,
+                     st.sampled_from([None, None, "float32", "bfloat16", "int8", "not-a-dtype"]), axes)
+    rule = st.builds(reshard.Rule, name, st.lists(part, min_size=0, max_size=3).map(tuple), small, small)
+    piece = st.builds(reshard.Piece, name, st.lists(small, max_size=2).map(tuple), st.lists(small, max_size=2).map(tuple),
+                      name, st.lists(small, max_size=2).map(tuple), axes,
+                      st.sampled_from([None, "float32", "not-a-dtype"]))
     rules = st.one_of(st.none(), st.none(), st.lists(st.sampled_from(["hello", 3, None]), max_size=2),
-                      st.builds(lambda d, s: [reshard.Rule.copy(d, s)], name, name))
+                      st.builds(lambda d, s: [reshard.Rule.copy(d, s)], name, name),
+                      st.lists(st.one_of(rule, piece), min_size=1, max_size=3))
 
     def make(args):
         kind, *rest = args
@@ -324,7 +335,7 @@ def generated_to_torch():
 @_generated
 def generated_pause_arguments():
     """keep= and drop= trees holding arrays, non-arrays, deleted arrays, one array in both or twice,
-    keys 0 and '0'; nccl= of any type. A refusal is a PauseError with nothing paused and no array
+    keys 0 and '0'; nccl= of any type; reserve() first with the same trees. A refusal is a PauseError with nothing paused and no array
     deleted; a pause resumes with `keep` bit-identical and `drop` zeroed, in the same structure."""
     import jax
     import jax_amem
@@ -348,14 +359,21 @@ def generated_pause_arguments():
 
     tally = _Tally('pause')
 
+    tree = st.one_of(_tree_of(st, key, slot), st.builds(lambda a, b: {0: a, "0": b}, slot, slot))
+
     @_settings(EXAMPLES["pause"])
-    @given(_tree_of(st, key, slot), _tree_of(st, key, slot),
-           st.sampled_from([True, False, "no", 0, 1, None]))
+    @given(tree, tree, st.sampled_from([True, False, "no", 0, 1, None]))
     def check(keep_spec, drop_spec, nccl):
         arrays = [_array(((i + 1, 2), "float32", i)) + 0 for i in range(4)]
         keep, drop = build(keep_spec, arrays), build(drop_spec, arrays)
         values = [np.asarray(a) for a in arrays]
         inputs = (keep_spec, drop_spec, nccl)
+        # reserve() takes the same trees: it refuses what pause refuses (nccl= aside), and reads only.
+        reservation, refused = _outcome(lambda: jax_amem.reserve(keep=keep, drop=drop, wait=True))
+        if refused is not None:
+            _in_family(refused, "reserve", inputs)
+            assert isinstance(refused, jax_amem.PauseError), f"reserve raised {type(refused).__name__}: {refused}"
+        assert not any(a.is_deleted() for a in arrays), f"reserve deleted an array: {inputs!r}"
         info, error = _outcome(lambda: jax_amem.pause(keep=keep, drop=drop, nccl=nccl))
         tally(error)
         if error is not None:
