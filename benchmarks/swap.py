@@ -1,5 +1,5 @@
 """Swap time (JAX arrays -> a rollout's PyTorch tensors, in place) against a device copy of the
-same bytes and two baselines, all measured in the same run, with the goals of issue 14.
+same bytes and two baselines, all measured in the same run, with the swap's goals.
 
     python -P benchmarks/swap.py [--cases 4x2048 4x512 64x4 2000x0.015625] [--repeats 20]
                                  [--sweep] [--json PATH]
@@ -17,7 +17,7 @@ when the device is idle.
 what the notebooks plot as GB/s against tensor size, beside the device copy and the loop.
 --json PATH writes the rows and the machine (docs/figures/ keeps the H200's).
 
-Goals (issue 14, H200): every swap of 256 MiB or more within 85% of the device copy (device
+Goals (H200): every swap of 256 MiB or more within 85% of the device copy (device
 copy time / swap time >= 0.85); 2000 x 16 KiB in 1 ms or less and >= 30x faster than the
 per-tensor copy_ loop. On a CPU the goals are not judged (the figures show the Python cost).
 """

@@ -11,7 +11,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from . import _ffi
+from . import _ffi, _jax_compat
 from ._native import core
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
@@ -81,7 +81,7 @@ def _table_beside(dst, table: np.ndarray):
     Inside `jit` it becomes a constant of the program; called eagerly on a
     committed array, it must live on the same device as that array.
     """
-    if isinstance(dst, jax.core.Tracer):
+    if _jax_compat.is_tracer(dst):
         return jnp.asarray(table)
     devices = dst.sharding.device_set
     if len(devices) != 1:
@@ -193,7 +193,7 @@ def _platform(srcs) -> str:
     """Where the call will run: the sources' platform; inside `jit` (tracers), JAX's default."""
     for source in srcs:
         sharding = getattr(source, "sharding", None)
-        if sharding is not None and not isinstance(source, jax.core.Tracer):
+        if sharding is not None and not _jax_compat.is_tracer(source):
             return next(iter(sharding.device_set)).platform
     return jax.default_backend()
 

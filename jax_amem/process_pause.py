@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 
+from . import _jax_compat
 from ._native import core
 from .errors import PauseError
 from .memory import allocator, arrays as array_io, release as releasing, staging
@@ -137,7 +138,7 @@ def _flatten(tree, name: str):
 
 
 def _check_leaf(where: str, leaf) -> None:
-    if isinstance(leaf, jax.core.Tracer):
+    if _jax_compat.is_tracer(leaf):
         raise PauseError(f"{where} is a tracer: pause() cannot run inside jax.jit or another "
                          "transformation; call it from plain Python between steps.")
     if not isinstance(leaf, jax.Array):

@@ -15,7 +15,7 @@
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
 #   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set), benchmarks/nccl_agreement.py and
 #                  `python -m jax_amem bench`
-#   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (issue 14's real-size switch; ~3-4 min;
+#   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
 #   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
 #                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list

@@ -1,5 +1,5 @@
 """Bad and hostile input to the swap, the three copy targets, plan, pause/resume, nccl and IPC
-descriptors (issue 12), each case in a child process (tests/hostile/cases.py), so that a crash
+descriptors, each case in a child process (tests/hostile/cases.py), so that a crash
 is a failing test, not a dead test run.
 
 Cases that cannot crash each other share a child (one JSON line per case); those that could

@@ -295,7 +295,7 @@ def test_random_layout_programs_equal_numpy(seed):
     plan_and_run(shard_tree(tree), want, rules.from_function(program, tree))
 
 
-# -- hostile converters and bad arguments (issue 12's standard: equal to running the function, or refused
+# -- hostile converters and bad arguments (the standard: equal to running the function, or refused
 #    naming the input)
 
 def test_hostile_jitted_converters_equal_running_them():

@@ -1,4 +1,4 @@
-"""Issue 12, the swap's part: bad and hostile destinations are refused before anything is
+"""Bad and hostile destinations are refused before anything is
 donated or written, and a swap into jax.Arrays that fails after it donated loses nothing.
 
 JAX destinations: an array named twice (a tied weight), an array that is a source or shares a

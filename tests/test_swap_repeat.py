@@ -27,7 +27,8 @@ def sources(count=6, device=None):
 
 
 def hits(src, dst) -> bool:
-    return repeat.find(src, describe(dst), run._how(None, None)) is not None
+    leaves, treedef = jax.tree_util.tree_flatten(src)
+    return repeat.find(leaves, treedef, describe(dst), run._how(None, None)) is not None
 
 
 def assert_written(src, dst):
@@ -188,7 +189,9 @@ def test_a_destination_that_does_not_copy_with_torch_keeps_every_copy_in_the_xla
     from jax_amem.swapping.in_process import torch_copies
 
     class XlaOnly(TorchDestination):  # as another process's tensors over IPC declare it
-        copies_with_torch = False
+        def __init__(self, tensors):
+            super().__init__(tensors)
+            self.torch_tensors = None
 
     monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
     monkeypatch.setattr(torch_copies, "MIN_BYTES", 1)
@@ -196,5 +199,5 @@ def test_a_destination_that_does_not_copy_with_torch_keeps_every_copy_in_the_xla
     dst = {name: torch.zeros(8, 4) for name in src}
     report = jax_amem.swap(src, XlaOnly(dst), progress=False)
     assert_written(src, dst)
-    program = next(iter(run._ready.values()))
+    program = next(iter(run._programs.values()))
     assert not program.torch_copies and all(fn is not None for fn in program.fns) and report.launches == 1

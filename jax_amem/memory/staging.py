@@ -9,7 +9,7 @@ by `release_pinned_pool()`.
 The pool is pinned only when JAX may use a GPU. On a GPU host where JAX runs on
 its CPU platform (JAX_PLATFORMS=cpu) nothing retains a CUDA context, and pinned
 memory made there died with the context the driver call had retained: the next
-pause wrote into unmapped memory (SIGSEGV, issue 12). Plain memory serves CPU
+pause wrote into unmapped memory (SIGSEGV). Plain memory serves CPU
 arrays as well, and the C++ pool also keeps the context retained while it holds
 pinned blocks.
 """
@@ -61,13 +61,15 @@ GPU_PLATFORMS = ("cuda", "gpu")
 def jax_may_use_gpu() -> bool:
     """False when JAX is limited to other platforms (JAX_PLATFORMS=cpu) or started without a GPU."""
     import jax
-    from jax._src import xla_bridge
+
+    from .. import _jax_compat
 
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
     if platforms:
         return any(p.strip() in GPU_PLATFORMS for p in platforms.split(","))
-    if xla_bridge._backends:
-        return any(name in GPU_PLATFORMS for name in xla_bridge._backends)
+    started = _jax_compat.started_backends()
+    if started:
+        return any(name in GPU_PLATFORMS for name in started)
     return True  # not started yet: JAX will use the GPU the driver shows
 
 

@@ -106,14 +106,13 @@ class Peers:
 
 def peers() -> Peers | None:
     """The job's processes when jax.distributed is initialised with more than one, else None."""
-    try:
-        from jax._src import distributed
-    except ImportError:
+    from .. import _jax_compat
+
+    client = _jax_compat.distributed_client()
+    process_id, num_processes = _jax_compat.distributed_processes()
+    if client is None or num_processes <= 1:
         return None
-    state = distributed.global_state
-    if state.client is None or (state.num_processes or 1) <= 1:
-        return None
-    return Peers(state.client, state.process_id, state.num_processes)
+    return Peers(client, process_id, num_processes)
 
 
 def merge_plans(local: list[dict], everyone: list[dict]) -> list[str]:

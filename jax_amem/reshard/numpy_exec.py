@@ -1,4 +1,4 @@
-"""Runs a plan with numpy copies: the reference executor (tests, and a model for issue 5's).
+"""Runs a plan with numpy copies: the reference executor (tests, and a model for the swap's).
 
 A sender prepares each view it sends once (`shard.transpose(perm).astype(dtype)`,
 row-major), then every transfer copies its segments byte for byte into the

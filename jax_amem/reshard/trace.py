@@ -17,7 +17,7 @@ Traced rules are cached per (function, the plain values it reads: `_plain_state`
 tree structure, shapes, dtypes, cast): a second swap of the same model does no
 tracing (`trace_count()` says how many traces ran).
 
-Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
+Speed (docs/benchmarks.md, "Rules from a traced conversion function"): JAX's own tracing of the user's Python costs
 45 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
 operations) costs several times the hand-written rules before any of this module runs.
 A function JAX traces once and calls many times (a layer converter under `jax.jit`)
@@ -769,12 +769,9 @@ def _rows_gather(numbers, slice_sizes, shape, indices, fills):
 
 def _user_line(eqn) -> str | None:
     """'file:line (function)' of the user's code that made `eqn` (JAX's own frames skipped)."""
-    try:
-        from jax._src import source_info_util
-        frame = source_info_util.user_frame(eqn.source_info.traceback)
-    except Exception:  # noqa: BLE001 - a private API: the message only loses its line
-        return None
-    return f"{frame.file_name}:{frame.start_line} ({frame.function_name})" if frame else None
+    from .. import _jax_compat
+
+    return _jax_compat.user_line(eqn)
 
 
 class _Refused(Exception):

@@ -92,6 +92,29 @@ def check_writable(name: str, tensor) -> None:
                         f"{jax.dtypes.canonicalize_dtype(dtype)} unless 64-bit types are on: enable jax_enable_x64")
 
 
+class TensorFacts(NamedTuple):
+    """What the swap needs of one destination tensor besides its bytes."""
+    owner: Owner
+    device: Any          # the JAX device holding it
+    dtype: np.dtype
+    address: int
+    nbytes: int
+
+
+def facts(tensors: Mapping, check: bool = True) -> dict[str, TensorFacts]:
+    """{name: TensorFacts} of every tensor, each checked writable (check_writable) first
+    when `check`: one pass for the whole model."""
+    out = {}
+    for name, tensor in tensors.items():
+        if check:
+            check_writable(name, tensor)
+        device = jax_device(tensor)
+        owner = None if device is None else Owner(device.process_index, device.id)
+        out[name] = TensorFacts(owner, device, numpy_dtype(tensor), tensor.data_ptr(),
+                                tensor.numel() * tensor.element_size())
+    return out
+
+
 def wait_for_torch(devices) -> None:
     """Host wait for PyTorch's current stream on each CUDA device: work queued there (a
     rollout still reading the old weights) finishes before the swap writes."""

@@ -61,6 +61,6 @@ XLA_FFI_DEFINE_HANDLER(kNcclSendBucketCuda, NcclSendBucketCuda,
 
 }  // namespace
 
-AMEM_FFI_TARGET(nccl_send_bucket, nullptr, kNcclSendBucketCuda);
+AMEM_FFI_HANDLERS(nccl_send_bucket, nullptr, kNcclSendBucketCuda)
 
 }  // namespace amem::ffi_adapter

@@ -155,6 +155,6 @@ XLA_FFI_DEFINE_HANDLER(kSegmentCopyToAddressesCuda, SegmentCopyToAddressesCuda,
 
 }  // namespace
 
-AMEM_FFI_TARGET(segment_copy_to_addresses, kSegmentCopyToAddressesCpu, kSegmentCopyToAddressesCuda);
+AMEM_FFI_HANDLERS(segment_copy_to_addresses, kSegmentCopyToAddressesCpu, kSegmentCopyToAddressesCuda)
 
 }  // namespace amem::ffi_adapter

@@ -1,7 +1,8 @@
 // A reusable host staging pool for offloaded device buffers.
 //
 // Why a pool: pinning host memory runs at ~2 GB/s while copies into memory that
-// is already pinned run at ~55 GB/s (FACTS.md), so pinned memory is allocated
+// is already pinned run at ~55 GB/s (both measured on an H200 host: 8 GiB
+// pinned in ~4.1 s; D2H 54.9, H2D 55.2 GB/s), so pinned memory is allocated
 // once, grown only when a pause needs more than it holds, and reused by every
 // later pause. It grows in blocks of up to 1 GiB made concurrently
 // (host_blocks.h), and Reserve() grows it ahead of a pause, off the critical

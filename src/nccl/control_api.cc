@@ -1,4 +1,4 @@
-// The interposer's own C API, called from Python (jax_amem/nccl/_interposer.py)
+// The interposer's own C API, called from Python (jax_amem/nccl/_control.py)
 // through ctypes: the interposer is a separate shared object (it must carry the
 // SONAME libnccl.so.2), so its control surface is a small C ABI. Reports
 // travel as JSON text.

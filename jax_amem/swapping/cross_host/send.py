@@ -14,10 +14,9 @@ import time
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ... import _ffi
+from ... import transport
 from ..._native import core
 from ...copy import prepare_buffer_segments
 from .. import cache
@@ -96,21 +95,19 @@ def _view_bytes(plan, view: int, owner) -> int:
 def jitted(plan, calls: list[BucketCall], comm: int, sources: list[str]):
     """fn(shards) -> tokens: `shards[i]` is this owner's shard of source `sources[i]`."""
     slot_of = {name: i for i, name in enumerate(sources)}
-    send = jax.ffi.ffi_call(_ffi.NCCL_SEND_BUCKET, jax.ShapeDtypeStruct((), np.uint8),
-                            has_side_effect=True)
 
     def run(shards):
         prepared = {}
-        token = jnp.zeros((), jnp.uint8)
+        token = transport.first_token()
         done = []
         for call in calls:
             for v in call.views:
                 if v not in prepared:
                     name, perm, dtype = plan.views[v]
                     prepared[v] = prepare_view(shards[slot_of[name]], perm, dtype)
-            token = send(token, jnp.asarray(call.table.view(np.uint32)), *[prepared[v] for v in call.views],
-                         pipe=np.int64(call.pipe), comm=np.int64(comm), peer=np.int64(call.peer),
-                         slot=np.int64(call.slot), bytes=np.int64(call.nbytes), drain=np.int64(call.drain))
+            token = transport.send_bucket(token, call.table, [prepared[v] for v in call.views], pipe=call.pipe,
+                                          comm=comm, peer=call.peer, slot=call.slot, nbytes=call.nbytes,
+                                          drain=call.drain)
             if call.drain:
                 done.append(token)
         return tuple(done)

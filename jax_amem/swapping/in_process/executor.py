@@ -36,7 +36,7 @@ def run(program: Program, sources, destination, show_progress: bool):
         def call(k, shards, start):  # the XLA call (if any is left), then PyTorch's copies beside it
             fn = program.fns[k]
             out = fn(shards) if fn is not None else ()
-            torch_copies.run(program.groups[k], shards, destination.tensors)
+            torch_copies.run(program.groups[k], shards, destination.torch_tensors)
             return out
 
         try:
@@ -58,7 +58,7 @@ def run(program: Program, sources, destination, show_progress: bool):
         if not outputs:
             raise  # nothing was donated: the arrays are as they were
         # Groups already ran: their donated buffers live on only in `outputs`; hand them back.
-        failure = destination.recover(program, outputs, error)
+        failure = destination.recover(program.order, program.dst_indices, outputs, program.buffers, error)
         if isinstance(error, Exception):
             raise failure from error
         error.partial_swap = failure  # KeyboardInterrupt and the like stay what they are

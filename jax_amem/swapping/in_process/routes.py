@@ -10,65 +10,36 @@ source views the group needs (transpose + cast, as the plan's `views` say) and c
   tensors that moved (a reloaded model) get a program of their own (the addresses are part of
   its cache key). The swap holds the tensors, checks every address against its tensor before
   the call, and blocks until the copy is done, so no address outlives its memory.
-- "per-transfer" (jax.Arrays, the default): one `segment_copy` per transfer into donated buffers.
-- "batched" (jax.Arrays, opt-in): one `segment_copy_many` per chunk into donated buffers
-  (one CUDA kernel launch each instead of one per transfer); the bytes written and the
-  in-place check are the per-transfer route's, only the number of launches changes.
-
-The batched route is chosen when a program is built (so the choice is part of the program
-cache key): JAX_AMEM_SWAP_BATCHED=1 turns it on, =0 off; unset, `BATCHED_DEFAULT` decides. It
-is off until the batched kernel is measured on a GPU:
-
-    from jax_amem.swapping.in_process import routes
-    routes.BATCHED_DEFAULT = True
+- "batched" (jax.Arrays): one `segment_copy_many` per chunk into donated buffers, one CUDA
+  kernel launch each, for up to 512 source views and 512 destination buffers (measured on the
+  H200: 2000 small arrays in 4 launches; docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import os
-
 import jax
 
-from ...copy import segment_copy, segment_copy_many, segment_copy_to_addresses
-from ..errors import SwapError
+from ...copy import segment_copy_many, segment_copy_to_addresses
 from ..sources import prepare_view
 from .schedule import Group
-
-BATCHED_ENV = "JAX_AMEM_SWAP_BATCHED"
-BATCHED_DEFAULT = False
-
 
 def choose(destination) -> tuple:
     """The route for `destination`, as part of every program's cache key: ("addresses",
     its addresses) for a destination written by address (moved tensors get a program of
-    their own); else ("batched",) or ("per-transfer",), by the switch (read on every swap)."""
+    their own); else ("batched",)."""
     if destination.writes_by_address:
         return ("addresses", destination.addresses())
-    return ("batched" if batched_enabled() else "per-transfer",)
-
-
-def batched_enabled() -> bool:
-    """Whether programs built now use the batched route: the environment, else BATCHED_DEFAULT."""
-    value = os.environ.get(BATCHED_ENV, "").strip()
-    if value == "":
-        return bool(BATCHED_DEFAULT)
-    if value in ("0", "1"):
-        return value == "1"
-    raise SwapError(f"{BATCHED_ENV}={value!r} is not understood: set it to 1 (batched segment_copy_many calls) or 0 "
-                    f"(one segment_copy per transfer), or unset it for "
-                    f"jax_amem.swapping.in_process.routes.BATCHED_DEFAULT ({bool(BATCHED_DEFAULT)}); nothing was written")
+    return ("batched",)
 
 
 def jitted(group: Group, views, route: str):
     """The jitted call of `group` on `route`: fn(source shards) -> tokens (addresses; None
     when PyTorch makes every copy of the group, torch_copies.py), or fn(source shards,
-    donated buffers) -> the written buffers (the donation routes). `views`: the plan's
-    (src name, perm, dtype) per view."""
+    donated buffers) -> the written buffers (batched). `views`: the plan's (src name, perm,
+    dtype) per view."""
     if route == "addresses":
         return _to_addresses(group.chunks, views, group.targets) if group.chunks else None
-    if route == "batched":
-        return _batched(group.chunks, views)
-    return _per_transfer(group.steps, views)
+    return _batched(group.chunks, views)
 
 
 class _Views:
@@ -110,21 +81,6 @@ def _batched(chunks, views):
                                         chunk.rows)
             for position, array in zip(chunk.buffers, written):
                 out[position] = array
-        return tuple(out)
-
-    return jax.jit(run, donate_argnums=1)
-
-
-def _per_transfer(steps_per_buffer, views):
-    """Sources in, destination buffers donated and returned written, one segment_copy per step."""
-
-    def run(sources, destinations):
-        prepared = _Views(sources, views)
-        out = []
-        for buffer, steps in zip(destinations, steps_per_buffer):
-            for step in steps:
-                buffer = segment_copy(prepared[(step.source, step.view)], buffer, step.segments)
-            out.append(buffer)
         return tuple(out)
 
     return jax.jit(run, donate_argnums=1)
