@@ -138,7 +138,8 @@ SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")]
 # destroys the communicators.
 NCCL_WITHOUT_SUSPEND = {"nccl_process_pause_whose_destroy_fails"}
 SOLO_GPU = ["copy_to_address_past_the_allocation_cuda", "gpu_pause_with_jax_on_cpu",
-            "gpu_demo_qwen3_tiny_with_jax_on_cpu"]
+            "gpu_demo_qwen3_tiny_with_jax_on_cpu", "gpu_to_torch_writes_are_refused_before_any_byte"]
+JAX_ON_GPU = {"copy_to_address_past_the_allocation_cuda", "to_torch_writes_are_refused_before_any_byte"}
 
 
 
@@ -181,7 +182,8 @@ _NO_TORCH = importlib.util.find_spec("torch") is None
 
 def _marks(name: str, *extra) -> list:
     marks = list(extra)
-    if name.startswith(("torch_", "to_torch_", "swap_", "demo_", "gpu_demo_", "generated_")) and _NO_TORCH:  # CI's Python 3.12 leg has no torch build
+    needs_torch = name.startswith(("torch_", "to_torch_", "swap_", "demo_", "gpu_demo_", "gpu_to_torch_", "generated_"))
+    if needs_torch and _NO_TORCH:  # CI's Python 3.12 leg has no torch build
         marks.append(pytest.mark.skip(reason="the case needs torch, which is not installed here"))
     return marks
 
@@ -236,9 +238,10 @@ def test_nccl_case(name, fake_nccls):
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n, pytest.mark.gpu), id=n) for n in SOLO_GPU])
 def test_gpu_case(name):
-    """On a GPU host: raw addresses bounded by their CUDA allocation (JAX on its GPU), and pause
-    with JAX on its CPU platform while a driver is present."""
+    """On a GPU host: raw addresses bounded by their CUDA allocation and writes into to_torch's
+    views of CUDA arrays refused (JAX on its GPU); pause and the qwen3-tiny demo with JAX on its
+    CPU platform while a driver is present."""
     case = name if name in EXPECTED else name.removeprefix("gpu_")
-    env = {"JAX_PLATFORMS": None if name.startswith("copy_") else "cpu", "XLA_FLAGS": None}
+    env = {"JAX_PLATFORMS": None if case in JAX_ON_GPU else "cpu", "XLA_FLAGS": None}
     lines, done = _run_child([case], env=env)
     _judge(case, case, lines, done)

@@ -684,11 +684,20 @@ def to_torch_writes_are_refused_before_any_byte():
         errors.append(error)
     x = jax.device_put(np.arange(6.0, dtype=np.float32))
     view = jax_amem.to_torch({"w": x})["w"][0].tensor
-    numpy_view = view.numpy()
-    assert not numpy_view.flags.writeable and attempt(lambda: numpy_view.__setitem__(0, 9)) is not None
-    mine = view.clone()
-    mine.add_(1)
-    assert type(mine) is torch.Tensor and torch.equal(mine, torch.arange(6.0) + 1)
+    if not view.is_cuda:
+        numpy_view = view.numpy()
+        assert not numpy_view.flags.writeable and attempt(lambda: numpy_view.__setitem__(0, 9)) is not None
+    import copy
+    import io
+    import pickle
+
+    saved = io.BytesIO()
+    torch.save(view, saved)
+    saved.seek(0)
+    # Copies are memory of their own: ordinary tensors a caller may write.
+    for mine in (view.clone(), copy.deepcopy(view), pickle.loads(pickle.dumps(view)), torch.load(saved)):
+        mine.add_(1)
+        assert type(mine) is torch.Tensor and torch.equal(mine.cpu(), torch.arange(6.0) + 1), mine
     assert type(view + 1) is torch.Tensor and float(view.sum()) == 15.0
     assert np.array_equal(np.asarray(x), np.arange(6.0))
     return errors[0]

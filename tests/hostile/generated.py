@@ -206,8 +206,8 @@ def generated_plan():
     part = st.builds(reshard.Part, name, st.lists(small, max_size=2).map(tuple), axes,
                      st.sampled_from([None, None, "float32", "bfloat16", "int8", "not-a-dtype"]), axes)
     rule = st.builds(reshard.Rule, name, st.lists(part, min_size=0, max_size=3).map(tuple), small, small)
-    piece = st.builds(reshard.Piece, name, st.lists(small, max_size=2).map(tuple), st.lists(small, max_size=2).map(tuple),
-                      name, st.lists(small, max_size=2).map(tuple), axes,
+    box = st.lists(small, max_size=2).map(tuple)
+    piece = st.builds(reshard.Piece, name, box, box, name, box, axes,
                       st.sampled_from([None, "float32", "not-a-dtype"]))
     rules = st.one_of(st.none(), st.none(), st.lists(st.sampled_from(["hello", 3, None]), max_size=2),
                       st.builds(lambda d, s: [reshard.Rule.copy(d, s)], name, name),
@@ -335,8 +335,9 @@ def generated_to_torch():
 @_generated
 def generated_pause_arguments():
     """keep= and drop= trees holding arrays, non-arrays, deleted arrays, one array in both or twice,
-    keys 0 and '0'; nccl= of any type; reserve() first with the same trees. A refusal is a PauseError with nothing paused and no array
-    deleted; a pause resumes with `keep` bit-identical and `drop` zeroed, in the same structure."""
+    keys 0 and '0'; nccl= of any type; reserve() first with the same trees. A refusal is a
+    PauseError with nothing paused and no array deleted; a pause resumes with `keep` bit-identical
+    and `drop` zeroed, in the same structure."""
     import jax
     import jax_amem
     from hypothesis import given
