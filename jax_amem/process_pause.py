@@ -250,7 +250,9 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
     Every array in keep and drop is deleted; no garbage collection runs unless a buffer is
     still referenced outside its array (PauseInfo.collections). Call reserve() ahead so the
     first pause pins nothing. Raises PauseError, with nothing changed, on a second pause, a
-    non-array or deleted leaf, or an array both kept and dropped.
+    non-array or deleted leaf, an array both kept and dropped, or a tree that cannot be flattened.
+    When the NCCL part fails, the error is a NcclPauseError (a PauseError) naming each
+    communicator's state (broken ones with jax_amem.nccl.recover()); no array was deleted.
     """
     global _state
     if not isinstance(nccl, bool):  # nccl="no" is a true string: it would pause NCCL, collectively
