@@ -15,6 +15,7 @@
 // 0's primary context retained while pinned blocks exist (HostBlocks does).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -48,6 +49,12 @@ class HostBlocks {
   HostBlocks& operator=(const HostBlocks&) = delete;
 
   HostBlockKind kind() const { return kind_; }
+  // The NUMA node new blocks are placed on (memory/numa.h), -1 for the kernel's default;
+  // a block made before keeps its pages where they are. Best effort: a refused placement
+  // leaves the block where the kernel puts it and is counted (placement_failures()).
+  void set_numa_node(int node) { numa_node_ = node; }
+  int numa_node() const { return numa_node_; }
+  size_t placement_failures() const { return placement_failures_; }
   bool pinned() const { return kind_ != HostBlockKind::kPlain; }
 
   // One block per size (each a multiple of 2 MiB), made concurrently on up to
@@ -62,6 +69,8 @@ class HostBlocks {
   void ReleaseContextIfUnused();
 
   const HostBlockKind kind_;
+  int numa_node_ = -1;
+  std::atomic<size_t> placement_failures_{0};
   size_t live_pinned_blocks_ = 0;  // guarded by the owner's growth lock
   bool context_retained_ = false;
 };
