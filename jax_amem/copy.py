@@ -278,3 +278,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     operand = _table_beside(srcs[0], table.view(np.uint32))
     return call(operand, *srcs, addresses=np.array(address_list, np.int64),
                 destination_bytes=np.array(size_list, np.int64), bulk=bulk.reshape(-1))
+
+
+__all__ = ["MAX_BUFFERS_PER_SIDE", "MAX_PIECE_BYTES", "prepare_buffer_segments", "prepare_segments", "segment_copy",
+           "segment_copy_many", "segment_copy_to_addresses"]

@@ -16,7 +16,7 @@ from jax_amem import affine_copy as A
 from jax_amem.reshard import rules
 from jax_amem.reshard.affine import Affine, Step
 from jax_amem.swapping import forget
-from jax_amem.swapping.in_process import routes, schedule
+from jax_amem.swapping.in_process import schedule
 
 torch = pytest.importorskip("torch")
 

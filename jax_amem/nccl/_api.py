@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from ..errors import JaxAmemError
+from ..errors import NcclNotInstalledError
 from . import _agree, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
@@ -54,10 +54,6 @@ def _refuse_while_resuming(verb: str) -> None:
         raise NcclPauseError(f"jax_amem.nccl.{verb}() while a resume is still running (resume(async_=True) "
                              "returned a Future): wait for that Future first. Every process must make these "
                              "collective calls in the same order. Nothing was changed by this call.")
-
-
-class NcclNotInstalledError(JaxAmemError):
-    """The NCCL interposer is not in front of NCCL in this process; the message says why and how."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,12 +249,39 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         devices = {entry["device"] for entry in plan}
         before = _device_free(devices)
         start = time.perf_counter()
-        rows = control.pause(chosen, strategy, strategies, next_ids, timeout, teardown) if chosen else []
+        try:
+            rows = control.pause(chosen, strategy, strategies, next_ids, timeout, teardown) if chosen else []
+        except NcclPauseError as error:
+            raise _failed_pause(error, chosen) from error
         seconds = time.perf_counter() - start
         _paused_ids.extend(chosen)
         _job_paused = _job_paused or (anything and job is not None)
         after = _device_free(devices)
     return NcclReport("pause", seconds, [Communicator(**row) for row in rows], before, after, agree_seconds)
+
+
+def _failed_pause(error: NcclPauseError, chosen: list[int]) -> NcclPauseError:
+    """The error of a pause that failed part way (a teardown that failed, peers that vanished),
+    naming what each communicator of it is now. Under _lock: those that did pause are recorded,
+    so that resume() brings them back."""
+    rows = [c for c in communicators() if c.id in set(chosen)]
+    done = [c for c in rows if c.state == "paused"]
+    _paused_ids.extend(c.id for c in done if c.id not in _paused_ids)
+
+    def listed(group):
+        return ", ".join(f"id {c.id} ({c.owner}, device {c.device}, rank {c.rank}/{c.nranks})" for c in group)
+
+    broken = [c for c in rows if c.state == "broken"]
+    parts = [str(error)]
+    if broken:
+        parts.append(f"broken now: {listed(broken)}; every call on them fails until every process of the job "
+                     "calls jax_amem.nccl.recover(), which initialises them again behind the same handles")
+    if done:
+        parts.append(f"paused: {listed(done)}; jax_amem.nccl.resume() brings them back")
+    still = [c for c in rows if c.state == "active"]
+    if still:
+        parts.append(f"still active (not paused): {listed(still)}")
+    return NcclPauseError(". ".join(parts))
 
 
 def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -> NcclReport | Future:

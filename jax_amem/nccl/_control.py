@@ -5,16 +5,12 @@ from __future__ import annotations
 import ctypes
 import json
 
-from ..errors import JaxAmemError
+from ..errors import NcclPauseError
 
 STRATEGIES = {"auto": 0, "suspend": 1, "recreate": 2}
 TEARDOWNS = {"destroy": 0, "abort": 1, "parallel": 2}
 UNIQUE_ID_BYTES = 128
 _ERROR_BYTES = 4096
-
-
-class NcclPauseError(JaxAmemError):
-    """A pause or resume could not be done; the message names the communicator and the fix."""
 
 
 def _ids(ids):

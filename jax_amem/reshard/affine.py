@@ -27,13 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import AffineError  # one family: jax_amem/errors.py
+
 OPS = ("mul", "div", "add", "sub", "rsub")   # rsub: constant - value
 FLOATS = ("float64", "float32", "bfloat16", "float16")
 MAX_STEPS = 8   # the copy kernel's program holds this many steps (src/copy/affine.h)
-
-
-class AffineError(ValueError):
-    """A constant step the copy cannot run (an integer dtype, a NaN constant, too many steps)."""
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,12 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from ..errors import RuleError
 from . import fragments as F
 from .affine import AffineError
 from .from_jax import nested_names_hint
 from .layout import Layout, region_text
 from .rule_types import Part, Piece, Rule
-
-
-class RuleError(ValueError):
-    """Rules do not describe the destination exactly (a region missing, covered twice,
-    shapes or dtypes that do not match)."""
 
 
 def closest(name: str, names, what: str) -> str:

@@ -30,15 +30,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..errors import PlanError
 from . import blocks as B
 from .layout import Layout, Owner
 
 TRANSFER_COLUMNS = ("src_owner", "dst_owner", "dst_tensor", "view", "block_begin", "block_end", "bytes")
 SRC_OWNER, DST_OWNER, DST_TENSOR, VIEW, BLOCK_BEGIN, BLOCK_END, BYTES = range(7)
-
-
-class PlanError(ValueError):
-    """A plan does not write every destination element exactly once (a planner bug)."""
 
 
 @dataclass(frozen=True, eq=False)

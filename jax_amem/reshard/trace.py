@@ -40,7 +40,7 @@ import numpy as np
 from . import fragments as F
 from .from_jax import tree_names
 from .layout import LayoutError
-from .lowering import RuleError
+from ..errors import TraceError
 from .affine import AffineError
 from .rule_types import Piece
 
@@ -90,10 +90,6 @@ ADVICE = {
 }
 GATHER_ELEMENTS = 1 << 24  # the largest operand of a gather traced element by element (64 MiB of int32)
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "remat2", "checkpoint")
-
-
-class TraceError(RuleError):
-    """The conversion function does something that is not a pure layout change."""
 
 
 class _Sym:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .. import _jax_compat
 from ..reshard import Layout, LayoutError, Owner, tree_names
+from ..reshard.from_jax import unflattenable
 from .cache import Table, memoized
 from .errors import SwapError
 
@@ -44,10 +45,19 @@ def shard_data(array, i: int):
     return arrays[i] if arrays is not None else array.addressable_shards[i].data
 
 
-def flat_named(tree) -> tuple[list, list, object]:
+def flatten(tree, side: str = "tree") -> tuple[list, object]:
+    """`jax.tree_util.tree_flatten(tree)`; a SwapError naming `side` where JAX cannot flatten it
+    (dict keys that do not sort: 0 and '0' side by side)."""
+    try:
+        return jax.tree_util.tree_flatten(tree)
+    except (TypeError, ValueError) as error:
+        raise SwapError(unflattenable(tree, side, error)) from None
+
+
+def flat_named(tree, side: str = "tree") -> tuple[list, list, object]:
     """(names, leaves, treedef): `tree_names(tree)` split, the names cached per tree structure
     (a swap runs every step; the structure, and so the names, rarely change)."""
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves, treedef = flatten(tree, side)
     return names_of(tree, treedef), leaves, treedef
 
 
@@ -77,7 +87,7 @@ def check_live_arrays(names, leaves, side: str) -> None:
 
 def named_arrays(tree, side: str) -> dict[str, jax.Array]:
     """`{name: array}`, every leaf a live jax.Array; SwapError names the first that is not."""
-    names, leaves, _ = flat_named(tree)
+    names, leaves, _ = flat_named(tree, f"{side} tree")
     check_live_arrays(names, leaves, side)
     return dict(zip(names, leaves))
 
@@ -92,7 +102,7 @@ class Sources:
 
     def __init__(self, tree, leaves=None, treedef=None):
         if treedef is None:
-            leaves, treedef = jax.tree_util.tree_flatten(tree)
+            leaves, treedef = flatten(tree, "source tree")
         names = names_of(tree, treedef)
         check_live_arrays(names, leaves, "source")
         self.leaves, self.treedef, self.names = leaves, treedef, names

@@ -15,7 +15,7 @@ from ... import reshard
 from .. import by_address, cache, names, tied as tied_weights
 from ..errors import SwapError
 from ..report import SwapReport, number_version
-from ..sources import Sources
+from ..sources import Sources, flatten
 from . import executor, repeat, routes, schedule
 from .programs import Program
 from .verify import first_mismatch, raise_on_mismatch
@@ -114,7 +114,7 @@ def swap(src_params, destination, rules, plan, verify, version, progress) -> Swa
     The source tree is flattened once, here."""
     start = time.perf_counter()
     how = _how(rules, plan)
-    leaves, treedef = jax.tree_util.tree_flatten(src_params)
+    leaves, treedef = flatten(src_params, "source tree")
     if not verify and progress is not True:
         found = repeat.find(leaves, treedef, destination, how)
         if found is not None and (progress is False or not _shows_progress(found.program)):
@@ -170,7 +170,7 @@ def _repeat(entry, leaves, destination, version, start) -> SwapReport:
 
 def verify(src_params, destination, rules, plan) -> int:
     """The body of `jax_amem.swapping.verify` for a destination this process can read."""
-    leaves, treedef = jax.tree_util.tree_flatten(src_params)
+    leaves, treedef = flatten(src_params, "source tree")
     sources = Sources(src_params, leaves, treedef)
     return _verify(prepare(sources, destination, rules, plan, _how(rules, plan)), sources, destination)
 
