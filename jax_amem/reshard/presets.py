@@ -448,7 +448,9 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
             if count % tp:
                 raise RuleError(f"{who}: tp={tp} does not divide the {count} {what} of {logical!r} (axis {full} of "
                                 f"source {s.path!r}, shape {shapes[s.path]}), which {dst!r} splits over the tp "
-                                "ranks: give a tp that divides it (vLLM needs whole heads per rank)")
+                                "ranks: give a tp that divides it (vLLM needs whole heads per rank"
+                                + ("; with fewer KV heads than ranks vLLM replicates them, which a preset does "
+                                   "not write: use from_function for that layout)" if count < tp else ")"))
 
     def rules_for(dst: str, entry, stack: str | None, layer: int | None, axis: int) -> list:
         logicals, concat = (entry if isinstance(entry, tuple) else ((entry,), 0))
