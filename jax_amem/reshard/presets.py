@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from . import fragments as F
 from .from_jax import tree_names
 from .lowering import RuleError, closest
-from .rule_types import Part, Rule
+from .rule_types import Part, Piece, Rule
 
 # logical weight -> (kind, flax path, maxtext path). Paths are under the layer stack.
 # kinds: in_heads (D, N, hd) | out_heads (N, hd, D) | linear (in, out) | experts (E, in, out)
@@ -297,6 +297,17 @@ def _emit(dst: str, specs: list[_Spec], axis: int, groups: int, shapes: dict, or
     return F.to_pieces(dst, frags, {s.path: len(shapes[s.path]) for s in specs}, origin)
 
 
+def _moved(pieces: list[Piece], dst: str, layer_axis: int, layer: int) -> list[Piece]:
+    """Layer 0's pieces of one destination, written for `layer` into `dst`: the source start
+    moves along the layer axis (where `perm` put it)."""
+    out = []
+    for p in pieces:
+        at = layer_axis if p.perm is None else p.perm.index(layer_axis)
+        start = p.src_start[:at] + (p.src_start[at] + layer,) + p.src_start[at + 1:]
+        out.append(Piece(dst, p.dst_start, p.size, p.src, start, p.perm, p.dtype, p.origin))
+    return out
+
+
 def _whole_number(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -477,9 +488,18 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         leaves = {n: shapes[n] for n in leaves if n in shapes}
         norm = stack + _source_path(family, source, "attn_norm")
         axis, count = _layer_axis(who, stack.rstrip("/"), leaves, norm, width, scan_axis)
+        # Layer 0's pieces are cut once and moved to each layer (the cut is the same, only the
+        # source's layer coordinate differs): a RoPE reorder is one piece per rotary row.
+        templates = {name: rules_for(prefix.format(first) + name, entry, stack, 0, axis)
+                     for name, entry in layer_table.items()}
         for i in range(count):
             for name, entry in layer_table.items():
-                out.extend(rules_for(prefix.format(first + i) + name, entry, stack, i, axis))
+                made = templates[name]
+                if isinstance(made[0], Rule):
+                    made = made if i == 0 else rules_for(prefix.format(first + i) + name, entry, stack, i, axis)
+                elif i:
+                    made = _moved(made, prefix.format(first + i) + name, axis, i)
+                out.extend(made)
         first += count
     for name, entry in global_table.items():
         if name == "lm_head.weight" and tie_embeddings:
