@@ -131,3 +131,31 @@ def test_from_function_accepts_nested_mappings():
     pieces = rules.from_function(lambda p: {"a": {"b": p["w"].T}}, {"w": np.zeros((2, 3), np.float32)})
     assert {p.dst for p in pieces} == {"a/b"}
     assert isinstance(pieces[0], reshard.Piece)
+
+
+@pytest.mark.parametrize("options,message", [({"tp": 0}, r"tp=0 is not a tensor-parallel size"),
+                                             ({"tp": "2"}, r"tp='2' is not a tensor-parallel size"),
+                                             ({"num_layers": -1}, r"num_layers=-1 is not a layer count")])
+def test_hf_llama_options(options, message):
+    options = {"num_layers": 2, "fused_qkv": True, **options}
+    with pytest.raises(rules.RuleError, match=r"rules.hf_llama: " + message):
+        rules.hf_llama(options.pop("num_layers"), **options)
+
+
+def test_a_piece_covered_twice_among_thousands_is_found():
+    """The coverage check sweeps the pieces (a RoPE reorder makes one per row): a duplicate among
+    them is still named."""
+    tree = _maxtext("llama")
+    made = rules.llama(tree, source="maxtext", unscaled_queries=True)
+    q = [p for p in made if isinstance(p, reshard.Piece) and p.dst == "model.layers.1.self_attn.q_proj.weight"]
+    assert len(q) == M.H * M.HD                               # one piece per rotary row
+    dst = {n: reshard.Layout.single(s, "float32", reshard.Owner(0, 1)) for n, s in
+           {"model.layers.1.self_attn.q_proj.weight": (M.H * M.HD, M.D)}.items()}
+    src = {n: reshard.Layout.single(tuple(x.shape), "float32", reshard.Owner(0, 0))
+           for n, x in reshard.tree_names(tree).items()}
+    reshard.plan(src, dst, q, cache=False)
+    twin = q[len(q) // 2]
+    row = twin.dst_start[0]
+    with pytest.raises(rules.RuleError, match=r"'model.layers.1.self_attn.q_proj.weight': region \[%d:%d, 0:16\] is "
+                                              r"covered twice" % (row, row + 1)):
+        reshard.plan(src, dst, q + [twin], cache=False)
