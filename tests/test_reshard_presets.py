@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_amem
-from jax_amem import rules
+from jax_amem import reshard, rules
 
 import maxtext_exporter as X
 import preset_models as M
@@ -102,6 +102,44 @@ def test_flax_preset_swaps_bit_exact(family, layout, dtype):
     _check_params(model, want, dtype)
     if layout == "hf":
         _check_logits(family, model, want, dtype)
+
+
+# transformers' own Flax -> PyTorch loader, `load_flax_weights_in_pytorch_model` in
+# huggingface/transformers src/transformers/modeling_flax_pytorch_utils.py at commit
+# 01080c629600d4ff3121446bb4f4a2e240c2cf41, re-expressed: a 2-D `kernel` becomes `weight`,
+# transposed; `scale` and `embedding` become `weight`; anything else keeps its name and value.
+def _flax_to_pytorch(flat: dict) -> dict:
+    out = {}
+    for key, value in flat.items():
+        *path, last = key.split("/")
+        if last == "kernel":
+            value, last = value.T, "weight"
+        elif last in ("scale", "embedding"):
+            last = "weight"
+        out[".".join([*path, last])] = value
+    return out
+
+
+def test_flax_naming_follows_transformers_flax_exporter():
+    """The 'flax' oracle (which the flax presets equal, above) is what transformers' Flax loader
+    makes of the same Llama written as transformers' FlaxLlamaForCausalLM tree, one subtree per
+    layer: the 'flax' naming differs from that tree in names and stacking only."""
+    weights = M.logical("llama", np.random.default_rng(7))
+    tree = reshard.tree_names(M.source_tree("llama", "flax", weights))
+    hf_flax = {"model/embed_tokens/embedding": tree["embed/embedding"], "model/norm/weight": tree["final_norm/scale"],
+               "lm_head/kernel": tree["lm_head/kernel"]}
+    modules = {"attn/q/kernel": "self_attn/q_proj/kernel", "attn/k/kernel": "self_attn/k_proj/kernel",
+               "attn/v/kernel": "self_attn/v_proj/kernel", "attn/o/kernel": "self_attn/o_proj/kernel",
+               "mlp/gate/kernel": "mlp/gate_proj/kernel", "mlp/up/kernel": "mlp/up_proj/kernel",
+               "mlp/down/kernel": "mlp/down_proj/kernel", "input_norm/scale": "input_layernorm/weight",
+               "post_attn_norm/scale": "post_attention_layernorm/weight"}
+    for ours, theirs in modules.items():
+        for i in range(M.L):
+            hf_flax[f"model/layers/{i}/{theirs}"] = tree[f"layers/{ours}"][i]
+    got, want = _flax_to_pytorch(hf_flax), M.oracle("llama", "hf", weights, np)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
 
 
 def _maxtext_state(family, layout, scan_axis, seed=0):
