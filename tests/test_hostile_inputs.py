@@ -141,6 +141,28 @@ SOLO_GPU = ["copy_to_address_past_the_allocation_cuda", "gpu_pause_with_jax_on_c
             "gpu_demo_qwen3_tiny_with_jax_on_cpu", "gpu_to_torch_writes_are_refused_before_any_byte"]
 JAX_ON_GPU = {"copy_to_address_past_the_allocation_cuda", "to_torch_writes_are_refused_before_any_byte"}
 
+# --- presets and from_function (issues 23, 24): refused at preset() / from_function, each naming the
+# preset, the parameter and the axis
+PRESET_EXPECTED = {
+    "preset_tp_3_for_4_query_heads": ("RuleError", r"preset 'llama' \(source='maxtext', layout='vllm'\): tp=3 does "
+                                                   r"not divide the 4 heads of 'q' \(axis 2 of source "
+                                                   r"'decoder/layers/self_attention/query/kernel'"),
+    "preset_tp_zero": ("RuleError", r"preset 'llama' .*: tp=0 is not a tensor-parallel size"),
+    "preset_tp_negative": ("RuleError", r"preset 'llama' .*: tp=-2 is not a tensor-parallel size"),
+    "preset_tp_a_string": ("RuleError", r"preset 'llama' .*: tp='2' is not a tensor-parallel size"),
+    "preset_tp_with_the_hf_layout": ("RuleError", r"layout='hf'\): tp=3 applies to the 'vllm' layout"),
+    "preset_qwen3_layers_on_axis_1": (None, ""),
+    "preset_layer_axis_not_found": ("RuleError", r"preset 'qwen3' .*the layer stack 'decoder/layers' has no layer "
+                                                 r"axis"),
+    "preset_llama_maxtext_query_scaling": ("RuleError", r"refused: MaxText's exporter .*scale_query_layer.*"
+                                                        r"unscaled_queries=True"),
+    "preset_gemma2_maxtext_norm_offsets": ("RuleError", r"preset 'gemma2' .*refused: .*scale_rmsnorm_layer"),
+    "from_function_returns_a_bare_array": ("TraceError", r"returned \w+, not a mapping of destination names"),
+    "from_function_returns_a_list": ("TraceError", r"returned list, not a mapping of destination names"),
+}
+EXPECTED.update(PRESET_EXPECTED)
+BATCHES["preset"] = list(PRESET_EXPECTED)
+
 
 
 def _run_child(names, env=None, timeout=600) -> tuple[dict, subprocess.CompletedProcess]:

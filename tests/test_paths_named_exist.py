@@ -38,8 +38,10 @@ NOT_OURS = {
     "src/mem_manager.cc": "NCCL's source (where ncclCommSuspend checks the memory manager's refcount)",
     "script.py": "a placeholder: python -m jax_amem run script.py",
     "program.py": "a placeholder: a test writes a program of that name into tmp_path",
+    "hf_shape.py": "MaxText's checkpoint conversion (the tables of Hugging Face shapes)",
+    "conversion_mapping.py": "transformers' load-time conversion of per-expert tensors",
 }
-NOT_OURS_PREFIXES = ("xla/", "vllm/", "nccl/src/")
+NOT_OURS_PREFIXES = ("xla/", "vllm/", "nccl/src/", "src/maxtext/", "transformers/", "src/transformers/")
 
 
 def scanned_files(repo: Path = REPO) -> list[Path]:

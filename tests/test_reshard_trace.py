@@ -329,14 +329,16 @@ def test_hostile_jitted_converters_equal_running_them():
 
 
 def test_a_tuple_output_and_integer_keys_equal_running_the_function():
+    """Integer keys in params, a tuple inside the output mapping (a bare tuple is refused:
+    tests/test_reshard_preset_errors.py)."""
     rng = np.random.default_rng(8)
     tree = {1: rng.standard_normal((4, 8)).astype(np.float32), 2: rng.standard_normal((2, 8)).astype(np.float32)}
 
     def convert(p):
-        return p[1].T, (p[2][1:], p[1])
+        return {"t": p[1].T, "pair": (p[2][1:], p[1])}
     pieces = rules.from_function(convert, tree)
     want = {k: np.asarray(v) for k, v in reshard.tree_names(convert(tree)).items()}
-    assert sorted(want) == ["0", "1/0", "1/1"]
+    assert sorted(want) == ["pair/0", "pair/1", "t"]
     plan_and_run(shard_tree(tree), want, pieces)
 
 

@@ -153,6 +153,26 @@ def _overlap(a: Piece, b: Piece):
     return (lo, [h - l for l, h in zip(lo, hi)]) if all(h > l for l, h in zip(lo, hi)) else None
 
 
+def _first_overlap(live: list[Piece]):
+    """(a, b, region) for two pieces that overlap, or None. A sweep along the axis the pieces
+    are cut most on compares each piece only with those still open there (a RoPE reorder cuts a
+    q_proj into one piece per row: thousands, which a test of every pair made quadratic)."""
+    rank = len(live[0].size) if live else 0
+    if rank == 0:
+        return (live[0], live[1], _overlap(live[0], live[1])) if len(live) > 1 else None
+    axis = max(range(rank), key=lambda d: len({p.dst_start[d] for p in live}))
+    open_ = []
+    for b in sorted(live, key=lambda p: p.dst_start[axis]):
+        start = b.dst_start[axis]
+        open_ = [a for a in open_ if a.dst_start[axis] + a.size[axis] > start]
+        for a in open_:
+            hit = _overlap(a, b)
+            if hit:
+                return a, b, hit
+        open_.append(b)
+    return None
+
+
 def _first_gap(shape, pieces: list[Piece]):
     """A region of the destination no piece covers (coordinate-compressed scan)."""
     cuts = [sorted({0, n} | {p.dst_start[d] for p in pieces} | {p.dst_start[d] + p.size[d] for p in pieces})
@@ -177,12 +197,11 @@ def check_coverage(dst: str, layout: Layout, pieces: list[Piece]) -> None:
     live = [p for p in pieces if all(n > 0 for n in p.size)]
     if len(live) == 1 and tuple(live[0].size) == shape:
         return
-    for i, a in enumerate(live):
-        for b in live[i + 1:]:
-            hit = _overlap(a, b)
-            if hit:
-                raise RuleError(f"destination {dst!r}: region {region_text(*hit)} is covered twice "
-                                f"(by {a.src!r} and {b.src!r})")
+    twice = _first_overlap(live)
+    if twice:
+        a, b, hit = twice
+        raise RuleError(f"destination {dst!r}: region {region_text(*hit)} is covered twice "
+                        f"(by {a.src!r} and {b.src!r})")
     volume = sum(int(np.prod(p.size, dtype=np.int64)) for p in live)
     if volume != int(np.prod(shape, dtype=np.int64)):
         start, size = _first_gap(shape, live)

@@ -371,11 +371,16 @@ def _jaxpr_and_output_names(convert, abstract):
     JAX names every result by its key path (debug information), and for 70k dict keys that
     cost a third of the trace; list positions are cheap. (`make_jaxpr(return_shape=True)`
     would also build a ShapeDtypeStruct per output.)"""
+    import collections.abc
+
     import jax
     found = []
 
     def flat(params):
         out = convert(params)
+        if not isinstance(out, collections.abc.Mapping):  # a bare array would be named '', a list '0', '1'...
+            raise TraceError(f"{_label(convert)} returned {type(out).__name__}, not a mapping of destination "
+                             "names to arrays: return {'model.embed_tokens.weight': ..., ...}")
         try:
             leaves, tree = jax.tree_util.tree_flatten(out)
         except Exception as error:  # e.g. a dict with keys 1 and "1": JAX cannot sort them

@@ -727,6 +727,70 @@ def to_torch_inference_mode_alone_writes_then_refuses():
     error = attempt(lambda: view.add_(1))
     assert isinstance(error, RuntimeError) and "Inplace update to inference tensor" in str(error), error
     assert np.array_equal(np.asarray(x), np.ones(4)), "PyTorch now refuses before writing: see read_only_view.py"
+# ----------------------------------------------------------------------------- presets and from_function
+# (issues 23 and 24: preset options and tree layouts refused at preset(), from_function outputs)
+
+
+def _maxtext_llama(scan_axis=1, layers=2, d=16, heads=4, kv=2, hd=4, f=24, vocab=32):
+    """A MaxText Llama tree, every layer tensor stacked on `scan_axis` (MaxText's param_scan_axis)."""
+    from jax_amem.reshard import names_tree
+
+    def stacked(*shape):
+        return np.moveaxis(np.ones((layers, *shape), np.float32), 0, scan_axis)
+    a, m = "decoder/layers/self_attention/", "decoder/layers/mlp/"
+    return names_tree({a + "query/kernel": stacked(d, heads, hd), a + "key/kernel": stacked(d, kv, hd),
+                       a + "value/kernel": stacked(d, kv, hd), a + "out/kernel": stacked(heads, hd, d),
+                       a + "query_norm/scale": stacked(hd), a + "key_norm/scale": stacked(hd),
+                       "decoder/layers/pre_self_attention_layer_norm/scale": stacked(d),
+                       "decoder/layers/post_self_attention_layer_norm/scale": stacked(d),
+                       m + "wi_0/kernel": stacked(d, f), m + "wi_1/kernel": stacked(d, f), m + "wo/kernel": stacked(f, d),
+                       "token_embedder/embedding": np.ones((vocab, d), np.float32),
+                       "decoder/decoder_norm/scale": np.ones((d,), np.float32),
+                       "decoder/logits_dense/kernel": np.ones((d, vocab), np.float32)})
+
+
+def _preset(family="llama", tree=None, **options):
+    from jax_amem import rules
+
+    options.setdefault("source", "maxtext")
+    if family == "llama" and options["source"] == "maxtext":
+        options.setdefault("unscaled_queries", True)
+    return attempt(lambda: rules.preset(family, _maxtext_llama() if tree is None else tree, **options))
+
+
+@case
+def preset_tp_3_for_4_query_heads():
+    return _preset(layout="vllm", tp=3)
+
+
+@case
+def preset_tp_zero():
+    return _preset(layout="vllm", tp=0)
+
+
+@case
+def preset_tp_negative():
+    return _preset(layout="vllm", tp=-2)
+
+
+@case
+def preset_tp_a_string():
+    return _preset(layout="vllm", tp="2")
+
+
+@case
+def preset_tp_with_the_hf_layout():
+    return _preset(layout="hf", tp=3)
+
+
+@case
+def preset_qwen3_layers_on_axis_1():
+    """MaxText's default layout: the preset plans 2 layers (it read d_model=16 as the count before)."""
+    from jax_amem import rules
+
+    got = rules.qwen3(_maxtext_llama(scan_axis=1), source="maxtext")
+    layers = {r.dst.split(".")[2] for r in got if r.dst.startswith("model.layers.")}
+    assert layers == {"0", "1"}, layers
     return None
 
 
@@ -949,10 +1013,35 @@ def nccl_process_pause_whose_destroy_fails():
     return error
 
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with -P: this folder is not on the path
-from generated import GENERATED  # noqa: E402 - hypothesis over trees, names, rules and layouts
+@case
+def preset_layer_axis_not_found():
+    tree = _maxtext_llama(scan_axis=1)
+    tree["decoder"]["layers"]["mlp"]["wo"]["kernel"] = np.ones((24, 3, 16), np.float32)
+    return _preset("qwen3", tree)
 
-CASES.update(GENERATED)
+
+@case
+def preset_llama_maxtext_query_scaling():
+    return _preset(unscaled_queries=False)
+
+
+@case
+def preset_gemma2_maxtext_norm_offsets():
+    return _preset("gemma2", _maxtext_llama())
+
+
+@case
+def from_function_returns_a_bare_array():
+    from jax_amem import rules
+
+    return attempt(lambda: rules.from_function(lambda p: p["w"].T, {"w": np.ones((2, 3), np.float32)}))
+
+
+@case
+def from_function_returns_a_list():
+    from jax_amem import rules
+
+    return attempt(lambda: rules.from_function(lambda p: [p["w"], p["w"]], {"w": np.ones((2, 3), np.float32)}))
 
 
 # ----------------------------------------------------------------------------- the child's main
@@ -963,6 +1052,12 @@ def describe(error) -> dict:
         return {"error": None, "classes": [], "message": ""}
     return {"error": type(error).__name__, "classes": [c.__name__ for c in type(error).__mro__],
             "message": str(error)}
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with -P: this folder is not on the path
+from generated import GENERATED  # noqa: E402 - hypothesis over trees, names, rules and layouts
+
+CASES.update(GENERATED)
 
 
 def main(names) -> int:
