@@ -5,7 +5,8 @@
     python -P benchmarks/nccl_pause.py --scale 10.5G --channels 64 --use 4 --methods auto:3,recreate:2 --naive
                                                              (gigabytes of NCCL memory: below)
 
-XLA's communicators: 2 (or 4) JAX processes on one GPU (one NCCL_HOSTID each; four form a
+XLA's communicators: 2 (or 4) JAX processes on one GPU (one NCCL_HOSTID each), or one GPU
+each with --gpus N (NVLink P2P buffers, as on a real node; four form a
 2x2 mesh and sum over each axis and both: three communicators per process). Each cycle
 pauses with `auto` and resumes, then checks the steps bit for bit. Baselines, measured in the
 same run: `recreate` with the parallel teardown on the same communicators, and the naive
@@ -45,9 +46,9 @@ def of(results, phase):
     return sorted((r for r in results if r["phase"] == phase), key=lambda r: r["rank"])
 
 
-def xla_program(processes: int, cycles: int, timeout: float) -> dict | None:
+def xla_program(processes: int, cycles: int, timeout: float, gpus: int = 1) -> dict | None:
     results, logs = run_pair("xla_mesh_worker.py", [str(processes), str(cycles), "auto", "--baselines"],
-                             processes=processes, timeout=timeout)
+                             processes=processes, timeout=timeout, gpus=gpus)
     cycles_rows, base, start = of(results, "cycles"), of(results, "baselines"), of(results, "start")
     if len(cycles_rows) != processes or len(base) != processes:
         print(f"nccl_pause: the {processes}-process program failed\n" +
@@ -189,6 +190,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--cycles", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="XLA's communicators: 1 = every process on GPU 0 (socket transport); N >= the "
+                             "processes = one GPU each (NVLink P2P buffers, the layout of a real node)")
     parser.add_argument("--communicators", type=int, default=0,
                         help="instead: this many communicators of our own between two processes")
     parser.add_argument("--timeout", type=float, default=300, help="seconds before the workers are killed")
@@ -211,7 +215,10 @@ def main(argv=None):
         return scale(args)
     if args.communicators:
         return own_communicators(args.communicators, args.timeout)
-    return [xla_program(p, args.cycles, args.timeout) for p in args.processes]
+    if args.gpus > 1 and max(args.processes) > args.gpus:
+        raise SystemExit(f"nccl_pause: --gpus {args.gpus} gives each process a GPU of its own; "
+                         f"--processes {max(args.processes)} needs that many")
+    return [xla_program(p, args.cycles, args.timeout, args.gpus) for p in args.processes]
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@
 #                  default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
+#   multigpu       the multi-GPU group (2+ GPUs; skips on one): swaps across GPUs, the pause on every
+#                  GPU, XLA's communicators with one process per GPU (nccl_pause.py --gpus), NUMA placement
 #   numa           benchmarks/staging_numa.py: the pinned copy through a pool on the GPU's own NUMA node
 #                  against each other node (one line where the host has one node); not in the default list
 #   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
@@ -131,11 +133,28 @@ for name in $STEPS; do
       TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b --json "$O/h200_qwen3_1.7b.json" ;;
     numa)
       step numa 120 $PY -P benchmarks/staging_numa.py --gib 2 ;;
+    multigpu)
+      # The multi-GPU group, one device call: swaps across GPUs, XLA's communicators with one
+      # process per GPU (2 or 4 of them: the mesh worker's shapes), the pause on every GPU,
+      # the staging pool's NUMA placement. Skips with fewer than two GPUs.
+      gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      if [ "${gpus:-0}" -lt 2 ]; then
+        echo "-- multigpu: skipped ($gpus GPU)"; SUMMARY+=("$(printf '%-14s skipped: %s GPU' multigpu "$gpus")"); continue
+      fi
+      mesh=$([ "$gpus" -ge 4 ] && echo 4 || echo 2)
+      step swap_multigpu 200 $PY -P -m pytest -q -rs -m multigpu tests/test_swap_multigpu.py
+      step pause_multigpu 100 $PY -P -m pytest -q -rs -m multigpu tests/test_pause_gpu.py
+      if [ -n "${NCCL_NEW:-}" ] && [ -f "${NCCL_NEW}" ]; then
+        step nccl_multigpu 150 env JAX_AMEM_NCCL_LIBRARY="$NCCL_NEW" $PY -P benchmarks/nccl_pause.py --processes 2 $mesh --gpus $gpus --cycles 200
+      else
+        step nccl_multigpu 150 $PY -P benchmarks/nccl_pause.py --processes 2 $mesh --gpus $gpus --cycles 200
+      fi
+      step numa 60 $PY -P benchmarks/staging_numa.py --gib 2 ;;
     swap_sweep)
       TAIL=${TAIL:-20} step swap_cases 200 $PY -P benchmarks/swap.py --repeats 20
       TAIL=${TAIL:-20} step swap_sweep 300 $PY -P benchmarks/swap.py --sweep --repeats 15 --json "$O/h200_swap_sweep.json" ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep numa)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep numa multigpu)"; exit 2 ;;
   esac
 done
 
