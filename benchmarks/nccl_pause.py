@@ -2,8 +2,11 @@
 
     python -P benchmarks/nccl_pause.py [--processes 2 4] [--cycles 100]
     python -P benchmarks/nccl_pause.py --communicators 8     (communicators of our own instead)
+    python -P benchmarks/nccl_pause.py --scale 10.5G --channels 64 --use 4 --methods auto:3,recreate:2 --naive
+                                                             (gigabytes of NCCL memory: below)
 
-XLA's communicators: 2 (or 4) JAX processes on one GPU (one NCCL_HOSTID each; four form a
+XLA's communicators: 2 (or 4) JAX processes on one GPU (one NCCL_HOSTID each), or one GPU
+each with --gpus N (NVLink P2P buffers, as on a real node; four form a
 2x2 mesh and sum over each axis and both: three communicators per process). Each cycle
 pauses with `auto` and resumes, then checks the steps bit for bit. Baselines, measured in the
 same run: `recreate` with the parallel teardown on the same communicators, and the naive
@@ -14,11 +17,21 @@ Split, the same cycles: each pause's and resume's agreement over the jax.distrib
 (NcclReport.agree_seconds) apart from NCCL's own part (NcclReport.seconds); the agreement
 alone against the store's floor: benchmarks/nccl_agreement.py.
 Use JAX_AMEM_NCCL_LIBRARY to run a newer NCCL (suspend needs >= 2.29.7).
+
+--scale N: N communicators of our own between two processes on one GPU (or, given a size such as
+10.5G, as many as make this process's device memory grow by that much), their buffers sized by
+NCCL_BUFFSIZE and NCCL_MIN/MAX_NCHANNELS (--buffsize, --channels), the first --use of them used
+by an all-reduce first (on the socket transport each connection pins NCCL_BUFFSIZE of host memory
+per channel and direction: GB of host memory per communicator at 64M x 16 channels); per method, pause + resume cycles checked bit for bit, the bytes freed by NCCL's count
+(ncclCommMemStats) and by the driver (NVML, this process), the first collective after resume,
+device memory and host RSS over the cycles; --naive: the naive rebuild of the same
+communicators in the same run (destroy each in turn, initialise each in turn).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,9 +46,9 @@ def of(results, phase):
     return sorted((r for r in results if r["phase"] == phase), key=lambda r: r["rank"])
 
 
-def xla_program(processes: int, cycles: int, timeout: float) -> dict | None:
+def xla_program(processes: int, cycles: int, timeout: float, gpus: int = 1) -> dict | None:
     results, logs = run_pair("xla_mesh_worker.py", [str(processes), str(cycles), "auto", "--baselines"],
-                             processes=processes, timeout=timeout)
+                             processes=processes, timeout=timeout, gpus=gpus)
     cycles_rows, base, start = of(results, "cycles"), of(results, "baselines"), of(results, "start")
     if len(cycles_rows) != processes or len(base) != processes:
         print(f"nccl_pause: the {processes}-process program failed\n" +
@@ -112,22 +125,100 @@ def own_communicators(count: int, timeout: float) -> list:
     return table
 
 
+def scale(args) -> list:
+    """Gigabytes of NCCL buffers in each of two processes on one GPU (tests/gpu_workers/nccl_scale_worker.py)."""
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "NCCL_BUFFSIZE": str(bytes_of(args.buffsize))}
+    if args.channels:
+        env.update(NCCL_MIN_NCHANNELS=str(args.channels), NCCL_MAX_NCHANNELS=str(args.channels))
+    flags = (["--naive"] if args.naive else []) + (["--probe"] if args.probe else [])
+    flags += ["--use", str(args.use)] if args.use else []
+    for attempt in range(2):
+        results, logs = run_pair("nccl_scale_worker.py", [args.scale, args.methods, *flags],
+                                 timeout=args.timeout, extra_env=env)
+        # The coordinator's port, free when chosen, can be taken before it binds (seen on the
+        # H200 right after another run): nothing started, so try once more on another port.
+        if results or not any("Address already in use" in log for log in logs):
+            break
+        print("nccl_pause --scale: the coordinator's port was taken; once more on another one")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    start = of(results, "start")
+    setup = of(results, "setup")
+    methods = [r for r in results if r["phase"] == "method"]
+    if len(setup) != 2 or any("error" in r for r in methods) or not of(results, "done"):
+        print("nccl_pause --scale: the workers failed\n" + "\n".join(log[-4000:] for log in logs))
+    if not setup:
+        return results
+    s = setup[0]
+    mib = lambda b: f"{b / 2**20:.0f}"  # noqa: E731
+    print(f"\nNCCL at scale: {s['count']} communicators x 2 ranks on one GPU (socket transport; "
+          f"{s['used_for_collectives']} used by an all-reduce), NCCL {start[0]['nccl_version']}, "
+          f"NCCL_BUFFSIZE={args.buffsize}, channels {args.channels or 'default'}")
+    print(f"  per process: init {s['init_s'] * 1e3:.0f} ms, first all-reduce (connect) {s['connect_s'] * 1e3:.0f} ms; "
+          f"device +{mib(s['init_device'])} MiB at init, +{mib(s['connect_device'])} MiB at connect; host RSS "
+          f"+{mib(s['init_rss'])} / +{mib(s['connect_rss'])} MiB; NCCL's count {json.dumps({k: mib(v) for k, v in s['memstats'].items()})} MiB")
+    for probe in of(results, "probe")[:1]:
+        print(f"  probe: {json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in probe.items()})}")
+    print(f"  {'method (rank 0)':<13} {'cycles':>6} {'NCCL freed':>11} {'driver freed':>12} {'pause p50':>10} "
+          f"{'resume p50':>10} {'total p50':>10} {'p99':>8} {'1st coll.':>9} {'agree':>7} {'GB/s':>6} {'vs naive':>8}  identical")
+    naive_total = next((r["total_p50"] for r in methods if r["rank"] == 0 and r["method"] == "naive"), 0)
+    for row in (r for r in methods if r["rank"] == 0):
+        if "error" in row:
+            print(f"  {row['method']:<13} error: {row['error']}")
+            continue
+        freed = row.get("nccl_freed", 0) if row["method"] != "naive" else row["driver_freed"]
+        rate = row["driver_freed"] / row["pause_p50"] / 1e9 if row["pause_p50"] > 0 else 0
+        print(f"  {row['method']:<13} {row.get('cycles', 1):>6} {mib(freed):>11} {mib(row['driver_freed']):>12} "
+              f"{row['pause_p50'] * 1e3:>10.1f} {row['resume_p50'] * 1e3:>10.1f} {row['total_p50'] * 1e3:>10.1f} "
+              f"{row.get('total_p99', row['total_p50']) * 1e3:>8.1f} {row['first_collective_p50'] * 1e3:>9.1f} "
+              f"{row.get('agree_p50', 0) * 1e3:>7.1f} {rate:>6.1f} "
+              f"{(naive_total / row['total_p50'] if naive_total and row['total_p50'] else 0):>7.2f}x  {row['identical']}"
+              + (f"  (slowest teardown {row['teardown_max'] * 1e3:.0f} ms)" if row.get("teardown_max") else ""))
+        samples = row.get("samples") or []
+        if len(samples) > 1:
+            print(f"  {'':<13} over the cycles: device {(samples[-1]['used'] - samples[0]['used']) / 2**20:+.1f} MiB, "
+                  f"host RSS {(samples[-1]['rss'] - samples[0]['rss']) / 2**20:+.1f} MiB")
+    return results
+
+
+def bytes_of(text: str) -> int:
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--cycles", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="XLA's communicators: 1 = every process on GPU 0 (socket transport); N >= the "
+                             "processes = one GPU each (NVLink P2P buffers, the layout of a real node)")
     parser.add_argument("--communicators", type=int, default=0,
                         help="instead: this many communicators of our own between two processes")
     parser.add_argument("--timeout", type=float, default=300, help="seconds before the workers are killed")
+    parser.add_argument("--scale", default="", help="instead: this many communicators of our own, or a size "
+                        "(10.5G: as many as hold that much device memory)")
+    parser.add_argument("--use", type=int, default=0, help="--scale: only the first USE run collectives")
+    parser.add_argument("--buffsize", default="64M", help="--scale: NCCL_BUFFSIZE (bytes, or 4M, 64M, ...)")
+    parser.add_argument("--channels", type=int, default=16, help="--scale: NCCL_MIN/MAX_NCHANNELS (0: NCCL's)")
+    parser.add_argument("--methods", default="auto:100,recreate:3", help="--scale: METHOD:CYCLES,...")
+    parser.add_argument("--naive", action="store_true", help="--scale: the naive rebuild too")
+    parser.add_argument("--probe", action="store_true", help="--scale: first all-reduce and destroys timed")
+    parser.add_argument("--json", help="--scale: write every RESULT line here")
     args = parser.parse_args(argv)
     import jax_amem
 
     if not jax_amem.gpu_status().usable or not jax_amem.nccl.is_installed():
         print(f"nccl_pause: skipped ({jax_amem.gpu_status().why_not() or jax_amem.nccl.status()})")
         return []
+    if args.scale:
+        return scale(args)
     if args.communicators:
         return own_communicators(args.communicators, args.timeout)
-    return [xla_program(p, args.cycles, args.timeout) for p in args.processes]
+    if args.gpus > 1 and max(args.processes) > args.gpus:
+        raise SystemExit(f"nccl_pause: --gpus {args.gpus} gives each process a GPU of its own; "
+                         f"--processes {max(args.processes)} needs that many")
+    return [xla_program(p, args.cycles, args.timeout, args.gpus) for p in args.processes]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ the pinned copy bound measured in the same run; memory given back; garbage colle
                                          [--no-step-time] [--jax-baseline]
 
 Bound: the state's bytes over the bandwidth of one driver copy of one --pin-gib buffer between the
-device and already pinned memory, each way, same run (best of 3 after a warm-up). Goals (issue 14):
+device and already pinned memory, each way, same run (best of 3 after a warm-up). Goals:
 the first pause after reserve() within 1.2x of later ones, reserve() outside the switch; pause and
 resume within 1.1x of their bound; no collection per pause; >= 0.99 of the freeable memory freed.
 --pin-gib also times making that much pinned memory each way the pool can (mmap + huge pages +

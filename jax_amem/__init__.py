@@ -14,12 +14,13 @@ _allocator.configure_at_import()  # XLA's cuda_async allocator, so pause can ret
 
 from . import _ffi
 from . import copy  # the byte mover's primitives, by their module: jax_amem.copy.segment_copy
-from .errors import GpuUnavailableError, JaxAmemError, NativeCoreMissingError
+from . import errors  # the one family of errors: jax_amem.errors
+from .errors import JaxAmemError, PartialSwapError, PauseError, SwapError
 from .platform import gpu_status  # and jax_amem.platform.require_gpu, for code that builds on it
 from .memory import memory_report
-from .process_pause import PauseError, PauseInfo, Restored, is_paused, pause, paused, resume
+from .process_pause import is_paused, pause, paused, resume
 from .process_pause import reserve  # grow the pinned pool ahead, off the switch
-from .swapping import PartialSwapError, SwapError, SwapReport, swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
+from .swapping import swap, to_torch  # `swap` the verb; jax_amem/swapping/ its package
 from . import reshard
 from .reshard import Layout, Owner, plan, rules
 
@@ -27,9 +28,11 @@ __version__ = "0.1.0"
 
 _ffi.register_targets()
 
-# The public API on one page: what a user calls, then what a user names (to annotate, to catch).
-# Primitives stay in their modules: jax_amem.copy (segment_copy, prepare_segments),
-# jax_amem.platform (require_gpu), jax_amem.reshard (layouts, plans, rules in detail).
+# The public API on one page (docs/api.md): what a user calls, then what a user names (to annotate,
+# to catch). Everything else lives under its subpackage: jax_amem.process_pause (PauseInfo,
+# Restored), jax_amem.swapping (SwapReport, verify, forget, open_remote, ...), jax_amem.reshard
+# (layouts, plans, rules in detail), jax_amem.errors (the whole family), jax_amem.copy
+# (segment_copy, prepare_segments), jax_amem.platform (require_gpu).
 __all__ = [
     # verbs
     "pause", "resume", "paused", "is_paused", "reserve", "memory_report",
@@ -37,8 +40,12 @@ __all__ = [
     "nccl", "rules",
     "gpu_status",
     # types a user names
-    "Layout", "Owner", "PauseInfo", "Restored", "SwapReport",
-    # errors
-    "JaxAmemError", "GpuUnavailableError", "NativeCoreMissingError", "PauseError", "SwapError",
-    "PartialSwapError",
+    "Layout", "Owner",
+    # errors a user catches (the others: jax_amem.errors)
+    "JaxAmemError", "PauseError", "SwapError", "PartialSwapError",
 ]
+
+from . import _moved  # noqa: E402 - where earlier versions' names went
+
+_moved.install_finder()  # `import jax_amem.swap.<module>` says where the module went
+__getattr__ = _moved.top_level_getattr

@@ -1,8 +1,9 @@
 """`python -m jax_amem bench`: every benchmark in benchmarks/, one table each.
 
-The benchmark scripts live in the repository's benchmarks/ folder; this
-runner finds them beside the source tree it was installed from, or in the
-current directory.
+The benchmarks are scripts in the repository's benchmarks/ folder, not part of the installed
+package: this runner looks for that folder in the current directory, then beside the source
+tree it was installed from (an in-tree or editable install). From an installed wheel, outside a
+checkout, it finds none and says where they are.
 """
 
 from __future__ import annotations
@@ -14,12 +15,25 @@ BENCHMARKS = ["segment_copy", "nccl_pause", "pause_resume", "plan_scale", "swap"
 # Not here: benchmarks/swap_ipc.py and benchmarks/swap_nccl.py start other processes on the same
 # GPU, which need the memory this process's JAX backend already took; run each on its own.
 
+NOT_FOUND = """jax-amem bench: no benchmarks/ folder here. The benchmarks are scripts in the benchmarks/
+folder of the jax-amem repository; an installed package does not include them. Run
+`python -m jax_amem bench` (or `make bench`) from the root of a checkout, or one of them there
+with `python -P benchmarks/<name>.py` ({names}). Looked in: {looked}.
+Their figures on an H200 are in the repository's docs/benchmarks.md.
+"""
 
-def _find(name: str) -> Path | None:
-    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        path = root / "benchmarks" / f"{name}.py"
-        if path.exists():
-            return path
+
+def _roots() -> list[Path]:
+    """Where a benchmarks/ folder is looked for, in order."""
+    return [Path.cwd(), Path(__file__).resolve().parent.parent]
+
+
+def benchmarks_folder() -> Path | None:
+    """The first benchmarks/ folder holding any of BENCHMARKS, or None."""
+    for root in _roots():
+        folder = root / "benchmarks"
+        if any((folder / f"{name}.py").is_file() for name in BENCHMARKS):
+            return folder
     return None
 
 
@@ -34,6 +48,14 @@ pinned PCIe copy, NCCL pause/resume, the swap against the GPU's device copy. Tho
 
 
 def run_all() -> int:
+    """Runs every benchmark found; 0 when all ran, 1 when some were missing from the folder,
+    2 when there is no folder (an installed package outside a checkout)."""
+    folder = benchmarks_folder()
+    if folder is None:
+        looked = ", ".join(str(root / "benchmarks") for root in _roots())
+        print(NOT_FOUND.format(names=", ".join(BENCHMARKS), looked=looked), end="")
+        return 2
+
     import jax_amem
 
     status = jax_amem.gpu_status()
@@ -41,8 +63,8 @@ def run_all() -> int:
         print(CPU_NOTE.format(why=status.why_not()))
     missing = []
     for name in BENCHMARKS:
-        path = _find(name)
-        if path is None:
+        path = folder / f"{name}.py"
+        if not path.is_file():
             missing.append(name)
             continue
         spec = importlib.util.spec_from_file_location(f"jax_amem_bench_{name}", path)
@@ -51,6 +73,6 @@ def run_all() -> int:
         module.main([])
         print()
     if missing:
-        print(f"benchmarks not found (run from the repository root): {', '.join(missing)}")
+        print(f"benchmarks missing from {folder}: {', '.join(missing)}")
         return 1
     return 0

@@ -11,7 +11,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from . import _ffi
+from . import _ffi, _jax_compat
 from ._native import core
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
@@ -81,7 +81,7 @@ def _table_beside(dst, table: np.ndarray):
     Inside `jit` it becomes a constant of the program; called eagerly on a
     committed array, it must live on the same device as that array.
     """
-    if isinstance(dst, jax.core.Tracer):
+    if _jax_compat.is_tracer(dst):
         return jnp.asarray(table)
     devices = dst.sharding.device_set
     if len(devices) != 1:
@@ -193,7 +193,7 @@ def _platform(srcs) -> str:
     """Where the call will run: the sources' platform; inside `jit` (tracers), JAX's default."""
     for source in srcs:
         sharding = getattr(source, "sharding", None)
-        if sharding is not None and not isinstance(source, jax.core.Tracer):
+        if sharding is not None and not _jax_compat.is_tracer(source):
             return next(iter(sharding.device_set)).platform
     return jax.default_backend()
 
@@ -212,6 +212,34 @@ def _bounded_by_allocations(addresses, ends: np.ndarray) -> None:
             raise ValueError(f"destination {d}: rows write {end} bytes from address {address:#x}, but "
                              f"its allocation ends {extent} bytes after that address: the rows or "
                              "destination_bytes are larger than the tensor's memory")
+
+
+def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int | None = None,
+                 alignment: int | None = None, platform: str | None = None) -> tuple:
+    """What a copy into destinations given by address runs, every check of
+    segment_copy_to_addresses done (ValueError naming the input): (addresses, destination sizes
+    as lists of ints, bulk rows (n, 6) run as one driver copy each, the other rows (m, 6) split
+    into pieces for one kernel launch). `srcs`: anything with `.shape` and `.dtype` (arrays,
+    avals); `platform`: where the copy runs ("gpu": each destination is bounded by its device
+    allocation too). The custom call and the direct launch of an eager swap
+    (swapping/in_process/direct.py) both run these rows."""
+    if not srcs:
+        raise ValueError("segment_copy_to_addresses needs at least one source array")
+    address_list = _integers(addresses, "addresses")
+    size_list = _integers(destination_bytes, "destination_bytes")
+    if len(address_list) != len(size_list):
+        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
+    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
+        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
+                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
+    _checked_destinations(address_list, size_list)
+    rows = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], size_list, max_piece=_WHOLE)
+    _checked_alignment(srcs, address_list, rows, alignment)
+    if platform == "gpu":
+        _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
+    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
+    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
+    return address_list, size_list, bulk, table
 
 
 def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
@@ -241,23 +269,8 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     """
     _ffi.register_targets()
     srcs = list(srcs)
-    if not srcs:
-        raise ValueError("segment_copy_to_addresses needs at least one source array")
-    address_list = _integers(addresses, "addresses")
-    size_list = _integers(destination_bytes, "destination_bytes")
-    if len(address_list) != len(size_list):
-        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
-    if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
-        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
-                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
-    _checked_destinations(address_list, size_list)
-    src_bytes = [_nbytes(s) for s in srcs]
-    rows = prepare_buffer_segments(segments, src_bytes, size_list, max_piece=_WHOLE)
-    _checked_alignment(srcs, address_list, rows, alignment)
-    if _platform(srcs) == "gpu":
-        _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
-    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
-    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
+    address_list, size_list, bulk, table = address_rows(srcs, addresses, destination_bytes, segments,
+                                                        bulk_bytes, alignment, _platform(srcs) if srcs else None)
     # Not has_side_effect: an effect would keep every call of the jitted function off JAX's C++
     # dispatch path (5x the dispatch time for a few thousand operands). The token is what keeps
     # the call alive: return it from the jitted function (or use it) and wait for it.
@@ -265,3 +278,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     operand = _table_beside(srcs[0], table.view(np.uint32))
     return call(operand, *srcs, addresses=np.array(address_list, np.int64),
                 destination_bytes=np.array(size_list, np.int64), bulk=bulk.reshape(-1))
+
+
+__all__ = ["MAX_BUFFERS_PER_SIDE", "MAX_PIECE_BYTES", "prepare_buffer_segments", "prepare_segments", "segment_copy",
+           "segment_copy_many", "segment_copy_to_addresses"]

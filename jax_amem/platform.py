@@ -48,3 +48,6 @@ def require_gpu(feature: str) -> GpuStatus:
     if not status.usable:
         raise GpuUnavailableError(f"{feature} needs an NVIDIA GPU: {status.why_not()}.")
     return status
+
+
+__all__ = ["GpuStatus", "gpu_status", "require_gpu"]

@@ -28,13 +28,11 @@ from typing import Any
 
 import jax
 
+from . import _jax_compat
 from ._native import core
-from .errors import JaxAmemError
+from .errors import PauseError
 from .memory import allocator, arrays as array_io, release as releasing, staging
-
-
-class PauseError(JaxAmemError):
-    """A pause or resume was refused or failed; the message says what to do."""
+from .reshard.from_jax import unflattenable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +125,10 @@ def paused_bytes() -> dict:
 
 def _flatten(tree, name: str):
     """(treedef, [(path name, leaf)]) with leaves checked to be live, supported jax.Arrays."""
-    with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    try:
+        with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    except (TypeError, ValueError) as error:  # dict keys that do not sort: 0 and '0' side by side
+        raise PauseError(unflattenable(tree, f"{name}= tree", error) + "; nothing was paused") from None
     leaves = []
     for path, leaf in with_path:
         where = name + jax.tree_util.keystr(path)
@@ -137,7 +138,7 @@ def _flatten(tree, name: str):
 
 
 def _check_leaf(where: str, leaf) -> None:
-    if isinstance(leaf, jax.core.Tracer):
+    if _jax_compat.is_tracer(leaf):
         raise PauseError(f"{where} is a tracer: pause() cannot run inside jax.jit or another "
                          "transformation; call it from plain Python between steps.")
     if not isinstance(leaf, jax.Array):
@@ -249,7 +250,9 @@ def pause(keep=None, drop=None, *, nccl: bool = True) -> PauseInfo:
     Every array in keep and drop is deleted; no garbage collection runs unless a buffer is
     still referenced outside its array (PauseInfo.collections). Call reserve() ahead so the
     first pause pins nothing. Raises PauseError, with nothing changed, on a second pause, a
-    non-array or deleted leaf, or an array both kept and dropped.
+    non-array or deleted leaf, an array both kept and dropped, or a tree that cannot be flattened.
+    When the NCCL part fails, the error is a NcclPauseError (a PauseError) naming each
+    communicator's state (broken ones with jax_amem.nccl.recover()); no array was deleted.
     """
     global _state
     if not isinstance(nccl, bool):  # nccl="no" is a true string: it would pause NCCL, collectively
@@ -507,3 +510,6 @@ class paused:  # noqa: N801  (used as a context manager, like contextlib's)
     @property
     def drop(self):
         return self._result("drop")
+
+
+__all__ = ["PauseInfo", "Reservation", "Restored", "is_paused", "pause", "paused", "reserve", "resume"]

@@ -15,8 +15,17 @@
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
 #   bench          benchmarks/nccl_pause.py (with $NCCL_NEW when set), benchmarks/nccl_agreement.py and
 #                  `python -m jax_amem bench`
-#   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (issue 14's real-size switch; ~3-4 min;
+#   nccl_scale     benchmarks/nccl_pause.py --scale: 10.5 GB of NCCL device memory per process (64-channel
+#                  communicators of our own, two processes on one GPU) paused and resumed with $NCCL_NEW
+#                  (when set) and the image's NCCL, against the naive rebuild; then 4 communicators at
+#                  NCCL's default buffers over 100 cycles (memory flat); about 4 minutes; not in the
+#                  default list: name it
+#   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
+#   multigpu       the multi-GPU group (2+ GPUs; skips on one): swaps across GPUs, the pause on every
+#                  GPU, XLA's communicators with one process per GPU (nccl_pause.py --gpus), NUMA placement
+#   numa           benchmarks/staging_numa.py: the pinned copy through a pool on the GPU's own NUMA node
+#                  against each other node (one line where the host has one node); not in the default list
 #   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
 #                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list
 #
@@ -108,14 +117,44 @@ for name in $STEPS; do
       fi
       step bench_agreement 200 $PY -P benchmarks/nccl_agreement.py --processes 2 4  # the store's floor on this host
       step bench 300 $PY -P -m jax_amem bench ;;
+    nccl_scale)
+      SCALE="$PY -P benchmarks/nccl_pause.py --scale 10.5G --buffsize 4M --channels 64 --use 2 --naive --timeout 200"
+      CYCLES="$PY -P benchmarks/nccl_pause.py --scale 4 --buffsize 4M --channels 0 --naive --timeout 100"
+      if [ -n "${NCCL_NEW:-}" ] && [ -f "${NCCL_NEW}" ]; then
+        TAIL=16 step nccl_scale_new 220 env JAX_AMEM_NCCL_LIBRARY="$NCCL_NEW" $SCALE --methods auto:3,auto@group:1,recreate:2
+        TAIL=16 step nccl_cycles_new 110 env JAX_AMEM_NCCL_LIBRARY="$NCCL_NEW" $CYCLES --methods auto:100,recreate:20
+      else
+        echo "-- nccl_scale: NCCL_NEW not set: the image's NCCL alone (no suspend)"
+      fi
+      TAIL=16 step nccl_scale 220 env -u JAX_AMEM_NCCL_LIBRARY $SCALE --methods recreate:2
+      TAIL=16 step nccl_cycles 110 env -u JAX_AMEM_NCCL_LIBRARY $CYCLES --methods recreate:20 ;;
     demo_real)
       # The whole summary (about 40 lines), not the last 12.
       TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b --json "$O/h200_qwen3_1.7b.json" ;;
+    numa)
+      step numa 120 $PY -P benchmarks/staging_numa.py --gib 2 ;;
+    multigpu)
+      # The multi-GPU group, one device call: swaps across GPUs, XLA's communicators with one
+      # process per GPU (2 or 4 of them: the mesh worker's shapes), the pause on every GPU,
+      # the staging pool's NUMA placement. Skips with fewer than two GPUs.
+      gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      if [ "${gpus:-0}" -lt 2 ]; then
+        echo "-- multigpu: skipped ($gpus GPU)"; SUMMARY+=("$(printf '%-14s skipped: %s GPU' multigpu "$gpus")"); continue
+      fi
+      mesh=$([ "$gpus" -ge 4 ] && echo 4 || echo 2)
+      step swap_multigpu 200 $PY -P -m pytest -q -rs -m multigpu tests/test_swap_multigpu.py
+      step pause_multigpu 100 $PY -P -m pytest -q -rs -m multigpu tests/test_pause_gpu.py
+      if [ -n "${NCCL_NEW:-}" ] && [ -f "${NCCL_NEW}" ]; then
+        step nccl_multigpu 150 env JAX_AMEM_NCCL_LIBRARY="$NCCL_NEW" $PY -P benchmarks/nccl_pause.py --processes 2 $mesh --gpus $gpus --cycles 200
+      else
+        step nccl_multigpu 150 $PY -P benchmarks/nccl_pause.py --processes 2 $mesh --gpus $gpus --cycles 200
+      fi
+      step numa 60 $PY -P benchmarks/staging_numa.py --gib 2 ;;
     swap_sweep)
       TAIL=${TAIL:-20} step swap_cases 200 $PY -P benchmarks/swap.py --repeats 20
       TAIL=${TAIL:-20} step swap_sweep 300 $PY -P benchmarks/swap.py --sweep --repeats 15 --json "$O/h200_swap_sweep.json" ;;
     *)
-      echo "unknown step '$name' (steps: $ALL demo_real swap_sweep)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep numa multigpu)"; exit 2 ;;
   esac
 done
 

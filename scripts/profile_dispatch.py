@@ -96,7 +96,7 @@ def main():
                 jax_amem.swap(src, dst, progress=False)
                 sync()
         print(f"trace of 20 swaps written under {a.trace}")
-    program = next(iter(api._ready.values()))
+    program = next(iter(api._programs.values()))
     print(f"swap program: {len(program.groups)} groups, {program.launches} launches")
     for g, fn in zip(program.groups, program.fns):
         if fn is None:
@@ -120,7 +120,8 @@ def small(count, repeats, trace):
     jax_amem.swap(src, dst, progress=False)
     destination = describe(dst)
     how = api._how(None, None)
-    entry, leaves = repeat.find(src, destination, how)
+    leaves, treedef = jax.tree_util.tree_flatten(src)
+    entry = repeat.find(leaves, treedef, destination, how)
     group_fn = entry.program.fns[0]
     shards = entry.operands[0](leaves)
     inner = group_fn.__wrapped__
@@ -132,7 +133,7 @@ def small(count, repeats, trace):
           f"medians of {repeats}; microseconds: host dispatch / until idle")
     for name, fn in [("swap (repeat)", lambda: jax_amem.swap(src, dst, progress=False)),
                      ("describe(dst)", lambda: describe(dst)),
-                     ("repeat.find", lambda: repeat.find(src, destination, how)),
+                     ("repeat.find", lambda: repeat.find(*jax.tree_util.tree_flatten(src), destination, how)),
                      ("tree_flatten", lambda: jax.tree_util.tree_flatten(src)),
                      ("fingerprint", lambda: destination.fingerprint()),
                      ("wait_for_torch", (lambda: torch.cuda.current_stream().synchronize()) if cuda else sync),

@@ -1,7 +1,7 @@
 """Where the real-size preset's swap goes (fp32 flax-layout trainer -> bf16 HF Qwen3 rollout,
 transposed casts): the swap's report and time, against one jitted program that makes the same
 transposed bf16 views (XLA's own bound for the transform) and a torch copy of the written bytes.
-A development aid for issue 14 (the demo's swap measured 26x its device-copy bound).
+A development aid, written when the demo's swap measured 26x its device-copy bound (0.0.4).
 
     python -P scripts/profile_real_swap.py [--layers 8] [--repeats 10] [--trace DIR]
 """

@@ -1,13 +1,11 @@
 """Where a warm swap's time goes: cProfile of repeated swaps (each ending when the device is
-idle), for a model of many small tensors and for a few large ones, on the default and the
-batched path. A development aid, not a benchmark (benchmarks/swap.py holds the figures).
+idle), for a model of many small tensors and for a few large ones. A development aid, not a benchmark (benchmarks/swap.py holds the figures).
 
     python -P scripts/profile_swap.py [--small 2000] [--large-mib 512] [--repeats 20] [--top 30]
 """
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import time
 
@@ -19,8 +17,7 @@ import torch
 from jax_amem.swapping import forget
 
 
-def case(count, elements, repeats, top, batched):
-    os.environ["JAX_AMEM_SWAP_BATCHED"] = "1" if batched else "0"
+def case(count, elements, repeats, top):
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     src = {f"t{i}": jax.device_put(np.full(elements, i, np.float32)) for i in range(count)}
     dst = {k: torch.empty(elements, device=dev) for k in src}
@@ -47,7 +44,7 @@ def case(count, elements, repeats, top, batched):
     profile.disable()
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(top)
-    print(f"=== {count} x {elements * 4 / 2**20:.3f} MiB, batched={batched}: swap {mean * 1e3:.2f} ms, "
+    print(f"=== {count} x {elements * 4 / 2**20:.3f} MiB: swap {mean * 1e3:.2f} ms, "
           f"per-tensor copy_ {per_tensor * 1e3:.2f} ms, ratio {per_tensor / mean:.2f}x")
     print(text.getvalue())
     forget()
@@ -60,9 +57,8 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--top", type=int, default=30)
     a = p.parse_args()
-    for batched in (False,):
-        case(a.small, 4096, a.repeats, a.top, batched)
-        case(4, int(a.large_mib * 2**20 / 4), a.repeats, a.top, batched)
+    case(a.small, 4096, a.repeats, a.top)
+    case(4, int(a.large_mib * 2**20 / 4), a.repeats, a.top)
 
 
 main()

@@ -98,13 +98,27 @@ MAXTEXT = {"q": "self_attention/query/kernel", "k": "self_attention/key/kernel",
            "embed": "token_embedder/embedding", "pos_embed": "decoder/position_embedder/embedding",
            "final_norm": "decoder/decoder_norm/scale", "final_norm_bias": "decoder/decoder_norm/bias",
            "lm_head": "decoder/logits_dense/kernel"}
+# MaxText's MoE blocks are named per family (its Qwen3-MoE and DeepSeek modules).
+MAXTEXT_MOE = {"qwen3_moe": {"router": "moe_block/gate/kernel", "e_gate": "moe_block/wi_0", "e_up": "moe_block/wi_1",
+                             "e_down": "moe_block/wo"},
+               "deepseek": {k: "DeepSeekMoeBlock_0/" + v for k, v in (
+                   ("router", "MoeBlock_0/gate/kernel"), ("router_bias", "MoeBlock_0/gate/bias"),
+                   ("e_gate", "MoeBlock_0/wi_0"), ("e_up", "MoeBlock_0/wi_1"), ("e_down", "MoeBlock_0/wo"),
+                   ("s_gate", "shared_experts/wi_0/kernel"), ("s_up", "shared_experts/wi_1/kernel"),
+                   ("s_down", "shared_experts/wo/kernel"))}}
+
+
+def source_names(family, source):
+    return FLAX if source == "flax" else {**MAXTEXT, **MAXTEXT_MOE.get(family, {})}
+
+
 STACK_PATHS = {"flax": {"layers": "layers", "dense": "dense_layers", "moe": "moe_layers"},
                "maxtext": {"layers": "decoder/layers", "dense": "decoder/dense_layers", "moe": "decoder/moe_layers"}}
 HEADS_SPLIT = {"q": 2, "k": 2, "v": 2, "kv_b": 2, "o": 1, "q_bias": 1, "k_bias": 1, "v_bias": 1}  # first head axis
 
 
 def source_tree(family, source, weights):
-    names = FLAX if source == "flax" else MAXTEXT
+    names = source_names(family, source)
     flat = {}
     for stack, _ in stacks(family):
         for key, value in weights[stack].items():
@@ -121,7 +135,7 @@ def source_tree(family, source, weights):
 def oracle_from_source(family, layout, source, tree, xp, tp=2, tie=False):
     """The rollout's state dict computed from the *source tree* with array ops only (xp: numpy or
     jax.numpy); this is the conversion function a user would write."""
-    names = FLAX if source == "flax" else MAXTEXT
+    names = source_names(family, source)
     get_tree = lambda path: _walk(tree, path)
     weights = {}
     for stack, moe in stacks(family):

@@ -1,5 +1,5 @@
 """segment_copy_to_addresses refuses what cannot be memory of this process before a byte moves
-(issue 12: address 0x1000 or -8 killed the process with SIGSEGV), and on CUDA bounds each
+(address 0x1000 or -8 once killed the process with SIGSEGV), and on CUDA bounds each
 destination's rows by the device memory that holds its address, asked of the driver once when
 the call is traced. Hostile calls run in a subprocess of their own, so a crash fails the test
 instead of ending the test run."""

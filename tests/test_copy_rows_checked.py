@@ -1,4 +1,4 @@
-"""Row tables are checked before anything reads them (issue 12): integers only (floats were
+"""Row tables are checked before anything reads them: integers only (floats were
 truncated), the row width first (five columns were reshaped into threes, and the error named a
 row the user never wrote); and a plan of a tensor whose byte size overflows int64 is refused."""
 

@@ -1,5 +1,11 @@
-"""The FFI targets register themselves in C++ (src/ffi/target.h) and reach JAX through the
-list the module exports: every target with the platforms it has a handler for, named once."""
+"""The FFI targets are one table in C++ (src/ffi/targets.cc) that reaches JAX through the list
+the module exports: every target with the platforms it has a handler for, named literally in
+jax_amem/_ffi.py, the two lists checked against each other; the only calls of
+jax.ffi.ffi_call are in the targets' Python twins (jax_amem/copy.py, affine_copy.py, transport.py)."""
+
+import ast
+from pathlib import Path
+
 
 import jax
 import numpy as np
@@ -12,6 +18,8 @@ EXPECTED = {
     "jax_amem_segment_copy": {"cpu", "CUDA"},
     "jax_amem_segment_copy_many": {"cpu", "CUDA"},
     "jax_amem_segment_copy_to_addresses": {"cpu", "CUDA"},
+    "jax_amem_affine_copy_many": {"cpu", "CUDA"},
+    "jax_amem_affine_copy_to_addresses": {"cpu", "CUDA"},
     "jax_amem_nccl_send_bucket": {"CUDA"},  # NCCL has no CPU path
     "jax_amem_nccl_recv_bucket": {"CUDA"},
 }
@@ -25,6 +33,23 @@ def test_the_module_lists_every_target_with_its_platforms():
 def test_each_target_is_an_attribute_of_ffi_named_after_it():
     for name in EXPECTED:
         assert getattr(_ffi, name.removeprefix("jax_amem_").upper()) == name
+
+
+def test_the_names_in_python_are_the_table_in_cpp():
+    assert set(_ffi.NAMES) == set(core.ffi.targets())
+    _ffi.check_table()
+    with pytest.raises(RuntimeError, match=r"compiled core has FFI targets .*'jax_amem_old'.* rebuild the package"):
+        _ffi.check_table({**core.ffi.targets(), "jax_amem_old": {}})
+
+
+def test_only_the_python_twins_call_ffi_call():
+    package = Path(_ffi.__file__).parent
+    callers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "ffi_call":
+                callers.add(path.relative_to(package).as_posix())
+    assert callers == {"copy.py", "affine_copy.py", "transport.py"}
 
 
 def test_registered_targets_run_on_the_cpu():

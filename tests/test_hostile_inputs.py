@@ -1,5 +1,5 @@
 """Bad and hostile input to the swap, the three copy targets, plan, pause/resume, nccl and IPC
-descriptors (issue 12), each case in a child process (tests/hostile/cases.py), so that a crash
+descriptors, each case in a child process (tests/hostile/cases.py), so that a crash
 is a failing test, not a dead test run.
 
 Cases that cannot crash each other share a child (one JSON line per case); those that could
@@ -81,6 +81,37 @@ EXPECTED = {
     "ipc_allocation_bytes_lots": ("SwapError", r"entry 'w': allocation_bytes is str 'lots', not an int"),
     "ipc_bytes_outside_the_allocation": ("SwapError", r"outside its allocation"),
     "ipc_not_a_descriptor": ("SwapError", r"must be the dict export_tensors returned"),
+    # issue 24: the newer surfaces, one error family
+    "to_torch_writes_are_refused_before_any_byte": ("ReadOnlyViewError", r"add_ would write into to_torch's view of "
+                                                                          r"'w'.*Nothing was written.*clone\(\)"),
+    "to_torch_inference_mode_alone_writes_then_refuses": (None, ""),
+    "to_torch_names_collide": ("SwapError", r"to_torch: two tree leaves are both named 'a/b'"),
+    "swap_source_keys_0_and_str_0": ("SwapError", r"the source tree's dict at its root has keys of types int and "
+                                                  r"str side by side \(0, '0'\).*same type"),
+    "swap_source_keys_0_and_str_0_after_a_swap": ("SwapError", r"the source tree's dict at its root has keys"),
+    "plan_keys_0_and_str_0": ("LayoutError", r"sources: .*keys of types int and str side by side"),
+    "pause_keep_keys_0_and_str_0": ("PauseError", r"the keep= tree's dict at its root has keys of types int and str.*"
+                                                  r"nothing was paused"),
+    "to_torch_keys_0_and_str_0": ("SwapError", r"to_torch: the tree's dict at its root has keys of types int and str"),
+    "plan_sources_not_a_tree_of_arrays": ("LayoutError", r"sources: give a Layout"),
+    "plan_split_bytes_a_string": ("PlanError", r"split_bytes must be an int >= 1, got '1MB'"),
+    "plan_owner_not_a_pair": ("PlanError", r"owner must be a \(process, device\) pair, got 3"),
+    "errors_one_family": (None, ""),
+    "old_layout_segment_copy": ("AttributeError", r"jax_amem.segment_copy moved to jax_amem.copy.segment_copy"),
+    "old_layout_swap_package": ("ModuleNotFoundError", r"jax_amem.swap was the package of earlier versions: it is now "
+                                                       r"jax_amem.swapping"),
+    "demo_json_empty_path": ("SystemExit", r"--json '': the path is empty \(an unset shell variable\?\)"),
+    "demo_json_a_directory": ("SystemExit", r"--json .*: that is a folder; give a file path in it"),
+    "demo_rollout_where_jax_can_write": (None, ""),
+    "gpu_demo_qwen3_tiny_with_jax_on_cpu": (None, ""),
+    "nccl_pause_whose_destroy_fails": ("NcclPauseError", r"ncclCommDestroy failed.*broken now: id \d+ \(other, "
+                                                         r"device .*jax_amem\.nccl\.recover\(\)"),
+    "nccl_process_pause_whose_destroy_fails": ("PauseError", r"broken now: id \d+ .*jax_amem\.nccl\.recover\(\)"),
+    # generated (tests/hostile/generated.py): every outcome an oracle's values or a family error
+    "generated_swap_into_torch": (None, ""),
+    "generated_plan": (None, ""),
+    "generated_to_torch": (None, ""),
+    "generated_pause_arguments": (None, ""),
 }
 
 # Children: a batch runs its cases in one process; a solo case gets a process of its own.
@@ -90,14 +121,47 @@ BATCHES = {
     "copy": ["copy_segment_out_of_bounds", "copy_segment_negative_and_overflowing", "copy_segment_float_rows",
              "copy_segment_five_columns", "copy_segment_tables_generated", "copy_many_out_of_bounds",
              "copy_many_buffer_index_out_of_range", "copy_many_float_rows", "copy_to_address_rows_past_the_size"],
-    "plan": [n for n in EXPECTED if n.startswith("plan_")],
+    "plan": ["plan_rules_not_rules", "plan_bytes_overflow_int64", "plan_shape_mismatch"],
     "pause": ["pause_resume_without_pause", "pause_twice", "pause_keep_not_arrays", "pause_with_jax_on_cpu",
               "pause_nccl_flag_is_a_string"],
     "ipc": [n for n in EXPECTED if n.startswith("ipc_")],
+    "newer_surfaces": [n for n in EXPECTED if n.startswith(("to_torch_", "swap_", "errors_", "old_layout_"))]
+    + ["plan_keys_0_and_str_0", "pause_keep_keys_0_and_str_0", "plan_sources_not_a_tree_of_arrays",
+       "plan_split_bytes_a_string", "plan_owner_not_a_pair"],
+    "demo": ["demo_json_empty_path", "demo_json_a_directory", "demo_rollout_where_jax_can_write"],
+    # one child per verb: a crash in one fails that verb's test alone
+    **{name: [name] for name in EXPECTED if name.startswith("generated_")},
 }
 SOLO_CPU = ["copy_to_address_0x1000", "copy_to_address_negative", "copy_to_address_float_address"]
 SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")]
-SOLO_GPU = ["copy_to_address_past_the_allocation_cuda", "gpu_pause_with_jax_on_cpu"]
+# Cases that need a fake NCCL without ncclCommSuspend (2.27): pause()'s "auto" then recreates, which
+# destroys the communicators.
+NCCL_WITHOUT_SUSPEND = {"nccl_process_pause_whose_destroy_fails"}
+SOLO_GPU = ["copy_to_address_past_the_allocation_cuda", "gpu_pause_with_jax_on_cpu",
+            "gpu_demo_qwen3_tiny_with_jax_on_cpu", "gpu_to_torch_writes_are_refused_before_any_byte"]
+JAX_ON_GPU = {"copy_to_address_past_the_allocation_cuda", "to_torch_writes_are_refused_before_any_byte"}
+
+# --- presets and from_function (issues 23, 24): refused at preset() / from_function, each naming the
+# preset, the parameter and the axis
+PRESET_EXPECTED = {
+    "preset_tp_3_for_4_query_heads": ("RuleError", r"preset 'llama' \(source='maxtext', layout='vllm'\): tp=3 does "
+                                                   r"not divide the 4 heads of 'q' \(axis 2 of source "
+                                                   r"'decoder/layers/self_attention/query/kernel'"),
+    "preset_tp_zero": ("RuleError", r"preset 'llama' .*: tp=0 is not a tensor-parallel size"),
+    "preset_tp_negative": ("RuleError", r"preset 'llama' .*: tp=-2 is not a tensor-parallel size"),
+    "preset_tp_a_string": ("RuleError", r"preset 'llama' .*: tp='2' is not a tensor-parallel size"),
+    "preset_tp_with_the_hf_layout": ("RuleError", r"layout='hf'\): tp=3 applies to the 'vllm' layout"),
+    "preset_qwen3_layers_on_axis_1": (None, ""),
+    "preset_layer_axis_not_found": ("RuleError", r"preset 'qwen3' .*the layer stack 'decoder/layers' has no layer "
+                                                 r"axis"),
+    "preset_llama_maxtext_query_scaling": ("RuleError", r"refused: MaxText's exporter .*scale_query_layer.*"
+                                                        r"unscaled_queries=True"),
+    "preset_gemma2_maxtext_norm_offsets": ("RuleError", r"preset 'gemma2' .*refused: .*scale_rmsnorm_layer"),
+    "from_function_returns_a_bare_array": ("TraceError", r"returned \w+, not a mapping of destination names"),
+    "from_function_returns_a_list": ("TraceError", r"returned list, not a mapping of destination names"),
+}
+EXPECTED.update(PRESET_EXPECTED)
+BATCHES["preset"] = list(PRESET_EXPECTED)
 
 
 
@@ -140,7 +204,8 @@ _NO_TORCH = importlib.util.find_spec("torch") is None
 
 def _marks(name: str, *extra) -> list:
     marks = list(extra)
-    if name.startswith("torch_") and _NO_TORCH:  # CI's Python 3.12 leg has no torch build
+    needs_torch = name.startswith(("torch_", "to_torch_", "swap_", "demo_", "gpu_demo_", "gpu_to_torch_", "generated_"))
+    if needs_torch and _NO_TORCH:  # CI's Python 3.12 leg has no torch build
         marks.append(pytest.mark.skip(reason="the case needs torch, which is not installed here"))
     return marks
 
@@ -168,27 +233,37 @@ def test_case_alone(name):
 
 
 @pytest.fixture(scope="module")
-def fake_nccl(tmp_path_factory):
+def fake_nccls(tmp_path_factory):
+    """{with_suspend: the fake NCCL library}, each built when first asked for."""
     from nccl_support.harness import build_fake
 
-    try:
-        return build_fake(tmp_path_factory.mktemp("hostile_nccl"), with_suspend=True)
-    except (RuntimeError, subprocess.CalledProcessError) as error:
-        pytest.skip(f"cannot build the fake NCCL: {error}")
+    folder, built = tmp_path_factory.mktemp("hostile_nccl"), {}
+
+    def fake(with_suspend: bool):
+        if with_suspend not in built:
+            try:
+                built[with_suspend] = build_fake(folder, with_suspend=with_suspend)
+            except (RuntimeError, subprocess.CalledProcessError) as error:
+                pytest.skip(f"cannot build the fake NCCL: {error}")
+        return built[with_suspend]
+    return fake
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n), id=n) for n in SOLO_NCCL])
-def test_nccl_case(name, fake_nccl):
-    lines, done = _run_child([name], env={"JAX_AMEM_NCCL_LIBRARY": str(fake_nccl),
-                                          "JAX_AMEM_NCCL_HOST_EXCHANGE": "1", "FAKE_NCCL_VERSION": "23007"})
+def test_nccl_case(name, fake_nccls):
+    suspend = name not in NCCL_WITHOUT_SUSPEND
+    lines, done = _run_child([name], env={"JAX_AMEM_NCCL_LIBRARY": str(fake_nccls(suspend)),
+                                          "JAX_AMEM_NCCL_HOST_EXCHANGE": "1",
+                                          "FAKE_NCCL_VERSION": "23007" if suspend else "22703"})
     _judge(name, name, lines, done)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n, pytest.mark.gpu), id=n) for n in SOLO_GPU])
 def test_gpu_case(name):
-    """On a GPU host: raw addresses bounded by their CUDA allocation (JAX on its GPU), and pause
-    with JAX on its CPU platform while a driver is present."""
-    case = name.removeprefix("gpu_")
-    env = {"JAX_PLATFORMS": None if name.startswith("copy_") else "cpu", "XLA_FLAGS": None}
+    """On a GPU host: raw addresses bounded by their CUDA allocation and writes into to_torch's
+    views of CUDA arrays refused (JAX on its GPU); pause and the qwen3-tiny demo with JAX on its
+    CPU platform while a driver is present."""
+    case = name if name in EXPECTED else name.removeprefix("gpu_")
+    env = {"JAX_PLATFORMS": None if case in JAX_ON_GPU else "cpu", "XLA_FLAGS": None}
     lines, done = _run_child([case], env=env)
     _judge(case, case, lines, done)

@@ -29,7 +29,7 @@ def test_require_gpu_raises_a_clear_error_without_gpu():
     status = jax_amem.gpu_status()
     if status.usable:
         pytest.skip("a GPU is present")
-    with pytest.raises(jax_amem.GpuUnavailableError, match=r"my_feature needs an NVIDIA GPU: .+"):
+    with pytest.raises(jax_amem.errors.GpuUnavailableError, match=r"my_feature needs an NVIDIA GPU: .+"):
         jax_amem.platform.require_gpu("my_feature")
 
 

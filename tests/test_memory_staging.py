@@ -21,7 +21,7 @@ def test_placements_are_aligned_disjoint_and_reused_after_release():
     assert stats.pop("grow_seconds") > 0
     assert stats == {"pinned": False, "method": "plain", "reserved_bytes": CHUNK,
                      "in_use_bytes": 5 * ALIGN, "high_water_bytes": 5 * ALIGN, "chunk_count": 1,
-                     "chunk_allocations": 1}
+                     "chunk_allocations": 1, "numa_node": -1, "placement_failures": 0}
     pool.release_all()
     assert pool.place(sizes) == first  # same addresses: nothing new allocated
     assert pool.stats()["chunk_allocations"] == 1

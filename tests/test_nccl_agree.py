@@ -7,7 +7,7 @@ whether NCCL was reached at all).
 
 import pytest
 
-from jax_amem.nccl._agree import merge_plans
+from jax_amem.nccl._agree import agreed_next_ids, merge_plans
 from jax_amem.nccl._control import NcclPauseError
 from nccl_support.fixtures import fake_with_suspend  # noqa: F401 (a fixture)
 from nccl_support.harness import run_job
@@ -36,6 +36,49 @@ def test_merge_stops_every_process_on_a_refusal_anywhere():
 def test_merge_with_nothing_anywhere_is_empty():
     assert merge_plans([], [{"plan": []}, {"plan": []}]) == []
 
+
+
+def test_next_ids_come_from_rank_0_of_each_communicator_to_recreate():
+    mine = [dict(entry("a", "recreate"), rank=1), dict(entry("b", "suspend"), rank=1),
+            dict(entry("c", "suspend"), rank=1)]
+    theirs = [dict(entry("a", "recreate"), next_id="ab" * 128), dict(entry("b", "suspend"), next_id=""),
+              dict(entry("c", "recreate"), next_id="")]
+    # c: recreated after the merge, but rank 0 had planned to suspend it and made no id.
+    strategies = merge_plans(mine, [{"plan": mine}, {"plan": theirs}])
+    assert strategies == ["recreate", "suspend", "recreate"]
+    assert agreed_next_ids(mine, strategies, [{"plan": mine}, {"plan": theirs}]) == [
+        bytes([0xAB]) * 128, None, None]
+
+
+def test_recreate_ids_travel_in_the_agreement_and_one_snapshot_per_call(fake_with_suspend):
+    seen = run_job(fake_with_suspend, """
+        from jax_amem.nccl import _control
+        snapshots = []
+        real_snapshot = _control.Control.snapshot
+        _control.Control.snapshot = lambda self: snapshots.append(1) or real_snapshot(self)
+        lib = interposer()
+        comm = init_config(lib, make_id("two-process-key"), 2, split_share=1, ranks=[PROCESS])[0]
+        before = len(fake_log())
+        report = nccl.pause("recreate")
+        paused_snapshots = len(snapshots)
+        restored = nccl.resume()
+        out(calls=fake_log()[before:], pause_snapshots=paused_snapshots,
+            resume_snapshots=len(snapshots) - paused_snapshots,
+            rows=[(c.state, c.last_strategy) for c in report.communicators],
+            resumed=[c.state for c in restored.communicators],
+            after=all_reduce(lib, comm, [PROCESS])[1])
+    """, env=NEW_NCCL)
+    made, used = seen[0]["calls"][0], seen[1]["calls"]
+    assert made.startswith("ncclGetUniqueId fake-id-")  # rank 0's process made it for its plan
+    new_id = made.split()[-1]
+    # Process 1 never made an id nor ran a collective: the agreement carried rank 0's id.
+    assert used == ["ncclCommDestroy comm1.r1", "ncclGroupStart",
+                    f"ncclCommInitRankConfig comm2.r1 id={new_id} splitShare=0", "ncclGroupEnd"]
+    assert not [line for line in seen[0]["calls"] if "Broadcast" in line or "AllReduce" in line]
+    for process, result in enumerate(seen):
+        assert result["pause_snapshots"] == 1 and result["resume_snapshots"] == 1
+        assert result["rows"] == [["paused", "recreate"]] and result["resumed"] == ["active"]
+        assert result["after"] == [float(process)]
 
 
 def test_agreed_pause_and_resume_on_two_processes(fake_with_suspend):

@@ -31,7 +31,7 @@ def test_duplicate_ids_reaching_the_c_api_are_refused_too(fake_with_suspend):
         lib = interposer()
         init_config(lib, make_id("dup"), 1, split_share=1)
         from jax_amem.nccl import _api
-        error = attempt(lambda: _api._control.pause([1, 1], "auto", ["suspend", "suspend"], 5.0, "destroy"))
+        error = attempt(lambda: _api._control.pause([1, 1], "auto", ["suspend", "suspend"], [None, None], 5.0, "destroy"))
         out(error=error, states=[c.state for c in nccl.communicators()])
     """, env={"FAKE_NCCL_VERSION": "23007"})
     assert seen["error"][0] == "NcclPauseError" and "given twice" in seen["error"][1]

@@ -9,6 +9,8 @@ tests/test_nccl_gpu.py.
 import subprocess
 import sys
 
+import pytest
+
 
 from nccl_support.fixtures import fake, fake_with_suspend  # noqa: F401 (fixtures)
 from nccl_support.harness import build_fake, run_scenario
@@ -65,16 +67,36 @@ def test_recreate_pause_resume_keeps_handles_and_data(fake):
     assert seen["strategies"] == ["recreate", "recreate"]
     log = seen["log"]
     assert not [line for line in log if line.startswith("FAULT")]
-    start = log.index("ncclGetUniqueId fake-id-1")  # the id for the new communicator, made by rank 0
+    # Rank 0 makes the new communicator's id for the plan; it reaches rank 1 with the plan, so
+    # nothing runs over the old communicator before it is destroyed.
+    start = log.index("ncclGetUniqueId fake-id-1")
+    assert log[start:start + 4] == ["ncclGetUniqueId fake-id-1", "ncclCommDestroy comm1.r0",
+                                    "ncclCommDestroy comm2.r1", "ncclGroupStart"]
+    # Both ranks re-initialise with that id, inside one group.
+    assert log[start + 4:start + 7] == [
+        "ncclCommInitRank comm3.r0 id=fake-id-1", "ncclCommInitRank comm4.r1 id=fake-id-1",
+        "ncclGroupEnd"]
+    assert log[-1] == "ncclAllReduce comm3.r0 n=3"
+
+
+def test_recreate_sends_the_id_over_the_communicator_where_no_plan_carries_it(fake):
+    seen = run_scenario(fake, """
+        lib = interposer()
+        comms = init_ranks(lib, make_id("job-b2"), 2)
+        nccl.pause("recreate", teardown="destroy")
+        nccl.resume()
+        out(after=all_reduce(lib, comms[1], [5]), log=fake_log())
+    """, env={"JAX_AMEM_NCCL_IDS": "communicator"})
+    log = seen["log"]
+    assert seen["after"] == [0, [5.0]]
+    assert not [line for line in log if line.startswith("FAULT")]
+    start = log.index("ncclGetUniqueId fake-id-1")  # made by rank 0 just before its broadcast
     assert log[start:start + 8] == [
         "ncclGetUniqueId fake-id-1", "ncclGroupStart",
         "ncclBroadcast comm1.r0 root=0", "ncclBroadcast comm2.r1 root=0", "ncclGroupEnd",
         "ncclCommDestroy comm1.r0", "ncclCommDestroy comm2.r1", "ncclGroupStart"]
-    # Both ranks re-initialise with the id rank 0 broadcast, inside one group.
-    assert log[start + 8:start + 11] == [
-        "ncclCommInitRank comm3.r0 id=fake-id-1", "ncclCommInitRank comm4.r1 id=fake-id-1",
-        "ncclGroupEnd"]
-    assert log[-1] == "ncclAllReduce comm3.r0 n=3"
+    assert log[start + 8:start + 10] == ["ncclCommInitRank comm3.r0 id=fake-id-1",
+                                         "ncclCommInitRank comm4.r1 id=fake-id-1"]
 
 
 def test_guard_refuses_calls_while_paused_without_reaching_nccl(fake):
@@ -155,7 +177,8 @@ def test_every_rank_pauses_in_the_same_order_whatever_the_creation_order(fake):
     assert first["keys"] == second["keys"] and len(set(first["keys"])) == 3
 
 
-def test_auto_picks_suspend_where_nccl_has_it(fake_with_suspend):
+@pytest.mark.parametrize("overlap", ["threads", "group"])
+def test_auto_picks_suspend_where_nccl_has_it(fake_with_suspend, overlap):
     seen = run_scenario(fake_with_suspend, """
         lib = interposer()
         comms = init_ranks(lib, make_id("job-e"), 2)
@@ -165,16 +188,21 @@ def test_auto_picks_suspend_where_nccl_has_it(fake_with_suspend):
         after = all_reduce(lib, comms[0], [4])
         out(strategies=[c.last_strategy for c in report.communicators], paused_code=code,
             after=after, log=fake_log())
-    """, env={"FAKE_NCCL_VERSION": "23200"})
+    """, env={"FAKE_NCCL_VERSION": "23200", **({"JAX_AMEM_NCCL_OVERLAP": overlap} if overlap != "threads" else {})})
     assert seen["strategies"] == ["suspend", "suspend"]
     assert seen["paused_code"] == 5
     assert seen["after"] == [0, [4.0]]
     log = seen["log"]
     assert not [line for line in log if line.startswith("FAULT")]
-    # Grouped on NCCL >= 2.30.3, one group for both ranks; same handles, no re-init.
-    suspend = log.index("ncclCommSuspend comm1.r0 flags=1")
-    assert log[suspend - 1:suspend + 3] == ["ncclGroupStart", "ncclCommSuspend comm1.r0 flags=1",
+    suspends = [line for line in log if line.startswith("ncclCommSuspend")]
+    assert sorted(suspends) == ["ncclCommSuspend comm1.r0 flags=1", "ncclCommSuspend comm2.r1 flags=1"]
+    if overlap == "group":  # one group for both ranks (NCCL >= 2.30.3)
+        first = log.index(suspends[0])
+        assert log[first - 1:first + 3] == ["ncclGroupStart", "ncclCommSuspend comm1.r0 flags=1",
                                             "ncclCommSuspend comm2.r1 flags=1", "ncclGroupEnd"]
+    else:  # the default: each on a thread of its own, outside any group
+        assert "ncclGroupStart" not in log[:log.index("ncclCommResume comm1.r0")]
+    # Same handles, no re-initialisation.
     assert "ncclCommResume comm1.r0" in log and not [l for l in log if "Init" in l and "comm3" in l]
 
 

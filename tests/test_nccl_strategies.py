@@ -199,3 +199,29 @@ def test_a_broken_communicator_names_recover_which_brings_it_back(fake_with_susp
     assert seen["code"] == 5 and "jax_amem.nccl.recover()" in seen["message"]
     assert seen["recovered"] == ["active"]
     assert seen["after"] == [0, [6.0]]
+
+
+def test_auto_recreates_above_the_suspend_limit(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comms = [init_config(lib, make_id(f"l{i}"), 1, split_share=1)[0] for i in range(3)]
+        os.environ["JAX_AMEM_NCCL_SUSPEND_LIMIT"] = "5K"   # the fake's 1000 + 2000 + 3000 bytes exceed it
+        above = nccl.pause("auto")
+        nccl.resume()
+        os.environ["JAX_AMEM_NCCL_SUSPEND_LIMIT"] = "1M"
+        below = nccl.pause("auto")
+        nccl.resume()
+        os.environ["JAX_AMEM_NCCL_SUSPEND_LIMIT"] = "lots"  # unreadable: no limit
+        unread = nccl.pause("auto")
+        nccl.resume()
+        out(above=[(c.last_strategy, c.why) for c in above.communicators],
+            below=[c.last_strategy for c in below.communicators],
+            unread=[c.last_strategy for c in unread.communicators],
+            after=[all_reduce(lib, c, [i])[1] for i, c in enumerate(comms)], log=fake_log())
+    """, env=NEW_NCCL)
+    assert [strategy for strategy, _ in seen["above"]] == ["recreate"] * 3
+    assert all("would suspend 6000 bytes, above JAX_AMEM_NCCL_SUSPEND_LIMIT (5120 bytes)" in why for _, why in seen["above"])
+    assert seen["below"] == ["suspend"] * 3 and seen["unread"] == ["suspend"] * 3
+    assert seen["after"] == [[0.0], [1.0], [2.0]]
+    assert len([line for line in seen["log"] if line.startswith("ncclCommDestroy")]) == 3
+    assert not [line for line in seen["log"] if line.startswith(("FAULT", "REFUSED"))]

@@ -1,4 +1,4 @@
-"""The notebooks call jax-amem's public API only (issue 14).
+"""The notebooks call jax-amem's public API only.
 
 Every code cell is parsed (ast, no kernel): each `import jax_amem...`, `from jax_amem... import`
 and each attribute chain on a name bound to a jax_amem module must name something public:

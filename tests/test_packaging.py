@@ -1,9 +1,14 @@
-"""What pyproject.toml declares matches what the modules import.
+"""What pyproject.toml declares matches what the modules import, and the library stands apart
+from its demo.
 
 The library (jax_amem/ less jax_amem/demo/) needs jax and numpy, and optionally torch, tqdm and
 nvidia-ml-py, each behind its extra; it never imports the demo's flax, optax or transformers. The
 demo imports only the dependencies and its own `demo` extra. Read from the source with `ast`, so
 an import added anywhere without its declaration fails here, not on a user's machine.
+
+The demo (jax_amem/demo/) is an optional subpackage: no module of the library imports it, only
+the command line (`python -m jax_amem demo`, jax_amem/__main__.py), and `import jax_amem` does
+not load it.
 """
 
 import ast
@@ -120,3 +125,35 @@ def test_the_demo_without_its_extra_says_which_extra_to_install():
     missing = re.search(r"jax-amem demo: (.*) not installed", done.stderr)
     assert missing and "optax" in missing.group(1).split(", "), done.stderr
     assert "pip install 'jax-amem[demo]'" in done.stderr and "make demo" in done.stderr
+
+
+def imports_of_the_demo(path: Path) -> list[str]:
+    """The lines of `path` that import jax_amem.demo (absolutely or relatively)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)] if node.level else []
+            base = ".".join(anchor + ([node.module] if node.module else []))
+            modules = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        if any(m == "jax_amem.demo" or m.startswith("jax_amem.demo.") for m in modules):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_the_library_never_imports_the_demo():
+    assert imports_of_the_demo(PACKAGE / "__main__.py")  # the reader sees the command line's import
+    library = [p for p in sources(demo=False) if p.name != "__main__.py"]
+    assert [line for path in library for line in imports_of_the_demo(path)] == []
+
+
+def test_importing_the_library_does_not_load_the_demo():
+    code = "import sys, jax_amem; print(sorted(m for m in sys.modules if m.startswith('jax_amem.demo')))"
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

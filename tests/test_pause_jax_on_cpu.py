@@ -1,6 +1,6 @@
 """A GPU host with JAX on its CPU platform (JAX_PLATFORMS=cpu, as in a notebook or a test): pause,
 paused(), resume() and memory_report() while paused work, and pinned memory outlives the driver
-call that made it (issue 12: these were killed by SIGSEGV on the H200).
+call that made it (these were once killed by SIGSEGV on the H200).
 
 Each case runs in a child process, so a crash is a failing test, not a dead test run. On a machine
 without a GPU the first case checks the same calls (they always worked there); the pinned-pool

@@ -1,10 +1,13 @@
 """Every preset (family x source naming x rollout layout) swaps bit-exact into its model.
 
-The oracle is built independently (preset_models.py: numpy, and `load_state_dict(strict=True)`
-into the transformers model or the emulated vLLM module). Sources are sharded over 8 CPU
-devices on a 2-D mesh; destinations are fp32 and bf16 torch models. Where transformers has
-the family, the swapped model's logits equal the oracle-loaded model's. The same oracle, run
-under `rules.from_function`, must give the same bytes (a traced plan equals running the function).
+The 'flax' oracle is built independently (preset_models.py: numpy). The 'maxtext' oracle is
+MaxText's own exporter re-expressed in numpy (maxtext_exporter.py, which cites the MaxText
+file and commit it follows), on both of MaxText's layer layouts (param_scan_axis 0 and 1, its
+default). Both are checked by `load_state_dict(strict=True)` into the transformers model or the
+emulated vLLM module. Sources are sharded over 8 CPU devices on a 2-D mesh; destinations are
+fp32 and bf16 torch models. Where transformers has the family, the swapped model's logits equal
+the oracle-loaded model's. The same oracles, run under `rules.from_function`, must give the
+same bytes (a traced plan equals running the function).
 """
 
 import functools
@@ -17,8 +20,9 @@ import jax
 import jax.numpy as jnp
 
 import jax_amem
-from jax_amem import rules
+from jax_amem import reshard, rules
 
+import maxtext_exporter as X
 import preset_models as M
 from reshard_oracle import shard_tree
 
@@ -79,21 +83,156 @@ def _check_logits(family, model, want, dtype):
         assert torch.equal(model(tokens).logits, reference(tokens).logits)
 
 
+def _tp(layout):
+    return TP if layout == "vllm" else 1
+
+
 CASES = [(f, s, l) for f in M.FAMILIES for s in ("flax", "maxtext") for l in ("hf", "vllm")]
 
 
-@pytest.mark.parametrize("family,source,layout", CASES)
+@pytest.mark.parametrize("family,layout", [(f, l) for f in M.FAMILIES for l in ("hf", "vllm")])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_preset_swaps_bit_exact(family, source, layout, dtype):
-    tree, want = _state(family, layout, source)
+def test_flax_preset_swaps_bit_exact(family, layout, dtype):
+    tree, want = _state(family, layout, "flax")
     arrays = shard_tree(tree)
     model = _destination(family, layout, want, dtype)
-    rule_list = rules.preset(family, arrays, source=source, layout=layout, tp=TP,
+    rule_list = rules.preset(family, arrays, source="flax", layout=layout, tp=_tp(layout),
                              cast=None if dtype == "float32" else dtype)
     jax_amem.swap(arrays, _tensors(model, want), rules=rule_list)
     _check_params(model, want, dtype)
     if layout == "hf":
         _check_logits(family, model, want, dtype)
+
+
+# transformers' own Flax -> PyTorch loader, `load_flax_weights_in_pytorch_model` in
+# huggingface/transformers src/transformers/modeling_flax_pytorch_utils.py at commit
+# 01080c629600d4ff3121446bb4f4a2e240c2cf41, re-expressed: a 2-D `kernel` becomes `weight`,
+# transposed; `scale` and `embedding` become `weight`; anything else keeps its name and value.
+def _flax_to_pytorch(flat: dict) -> dict:
+    out = {}
+    for key, value in flat.items():
+        *path, last = key.split("/")
+        if last == "kernel":
+            value, last = value.T, "weight"
+        elif last in ("scale", "embedding"):
+            last = "weight"
+        out[".".join([*path, last])] = value
+    return out
+
+
+def test_flax_naming_follows_transformers_flax_exporter():
+    """The 'flax' oracle (which the flax presets equal, above) is what transformers' Flax loader
+    makes of the same Llama written as transformers' FlaxLlamaForCausalLM tree, one subtree per
+    layer: the 'flax' naming differs from that tree in names and stacking only."""
+    weights = M.logical("llama", np.random.default_rng(7))
+    tree = reshard.tree_names(M.source_tree("llama", "flax", weights))
+    hf_flax = {"model/embed_tokens/embedding": tree["embed/embedding"], "model/norm/weight": tree["final_norm/scale"],
+               "lm_head/kernel": tree["lm_head/kernel"]}
+    modules = {"attn/q/kernel": "self_attn/q_proj/kernel", "attn/k/kernel": "self_attn/k_proj/kernel",
+               "attn/v/kernel": "self_attn/v_proj/kernel", "attn/o/kernel": "self_attn/o_proj/kernel",
+               "mlp/gate/kernel": "mlp/gate_proj/kernel", "mlp/up/kernel": "mlp/up_proj/kernel",
+               "mlp/down/kernel": "mlp/down_proj/kernel", "input_norm/scale": "input_layernorm/weight",
+               "post_attn_norm/scale": "post_attention_layernorm/weight"}
+    for ours, theirs in modules.items():
+        for i in range(M.L):
+            hf_flax[f"model/layers/{i}/{theirs}"] = tree[f"layers/{ours}"][i]
+    got, want = _flax_to_pytorch(hf_flax), M.oracle("llama", "hf", weights, np)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def _maxtext_state(family, layout, scan_axis, seed=0):
+    """A MaxText tree with layers on `scan_axis` and what MaxText's exporter makes of it (its
+    queries taken as already unscaled where the exporter scales them: see the test below)."""
+    weights = M.logical(family, np.random.default_rng(seed))
+    tree = X.maxtext_tree(family, weights, scan_axis)
+    hf = X.to_transformers(family, X.export(family, tree, scan_axis, scale_queries=False))
+    return tree, (hf if layout == "hf" else X.to_vllm(family, hf, TP))
+
+
+def _maxtext_rules(family, arrays, layout, cast=None):
+    return rules.preset(family, arrays, source="maxtext", layout=layout, tp=_tp(layout), cast=cast,
+                        unscaled_queries=family in X.SCALES_QUERIES)
+
+
+MAXTEXT_CASES = [(f, a, l) for f in X.FAMILIES for a in (0, 1) for l in ("hf", "vllm")]
+
+
+@pytest.mark.parametrize("family,scan_axis,layout", MAXTEXT_CASES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_maxtext_preset_equals_maxtexts_exporter(family, scan_axis, layout, dtype):
+    """source='maxtext' writes what MaxText's own to_huggingface writes (Llama's RoPE reorder
+    included), with layers on axis 0 or on axis 1 (MaxText's default), bit for bit."""
+    tree, want = _maxtext_state(family, layout, scan_axis)
+    arrays = shard_tree(tree)
+    model = _destination(family, layout, want, dtype)
+    jax_amem.swap(arrays, _tensors(model, want),
+                  rules=_maxtext_rules(family, arrays, layout, None if dtype == "float32" else dtype))
+    _check_params(model, want, dtype)
+    if layout == "hf":
+        _check_logits(family, model, want, dtype)
+
+
+@pytest.mark.parametrize("family", X.SCALES_QUERIES)
+def test_maxtext_query_scaling_is_refused_and_the_rest_equals_the_exporter(family):
+    """MaxText's Llama and Mixtral exporters multiply the query kernel by sqrt(head_dim): the
+    preset refuses by default (naming the step), and with unscaled_queries=True differs from the
+    full exporter in the q_proj tensors only (the old preset also missed every k_proj: the RoPE
+    reorder, now done)."""
+    tree, _ = _maxtext_state(family, "hf", 1)
+    with pytest.raises(rules.RuleError, match=r"preset '%s' \(source='maxtext', layout='hf'\): refused: MaxText's "
+                                              r"exporter .*scale_query_layer.*unscaled_queries=True" % family):
+        rules.preset(family, tree, source="maxtext")
+    full = X.to_transformers(family, X.export(family, tree, 1))
+    unscaled = X.to_transformers(family, X.export(family, tree, 1, scale_queries=False))
+    differ = sorted(n for n in full if not np.array_equal(full[n], unscaled[n]))
+    assert differ == [f"model.layers.{i}.self_attn.q_proj.weight" for i in range(M.L)]
+    np.testing.assert_allclose(full[differ[0]], unscaled[differ[0]] * np.sqrt(M.HD), rtol=1e-6)
+    model = _destination(family, "hf", unscaled, "float32")
+    arrays = shard_tree(tree)
+    jax_amem.swap(arrays, _tensors(model, unscaled), rules=rules.preset(family, arrays, source="maxtext",
+                                                                        unscaled_queries=True))
+    got = _tensors(model, unscaled)
+    assert [n for n in full if not np.array_equal(got[n].numpy(), full[n])] == differ
+
+
+def test_maxtext_vocabulary_cut_equals_the_exporters():
+    """MaxText's Qwen3 exporter keeps the first rows of a padded embedding (pad_embedding_layer);
+    vocab_size= does the same (and cuts an untied lm_head's output rows)."""
+    from reshard_oracle import plan_and_run
+
+    weights = M.logical("qwen3", np.random.default_rng(4))
+    padded = M.V + 8
+    weights["embed"] = np.random.default_rng(5).standard_normal((padded, M.D)).astype(np.float32)
+    weights["lm_head"] = np.random.default_rng(6).standard_normal((M.D, padded)).astype(np.float32)
+    tree = X.maxtext_tree("qwen3", weights, 1)
+    exported = X.export("qwen3", {**tree, "decoder": {k: v for k, v in tree["decoder"].items()
+                                                      if k != "logits_dense"}}, 1)
+    want = {**exported, "lm_head.weight": weights["lm_head"][:, :M.V].T}
+    assert exported["model.embed_tokens.weight"].shape == (M.V, M.D)
+    plan_and_run(shard_tree(tree), want, rules.preset("qwen3", tree, source="maxtext", vocab_size=M.V))
+
+
+def _exporter_as_function(family, layout, scan_axis):
+    """MaxText's hooks written with jnp, the way a MaxText user's exporter reads (unstacking with
+    x[:, i], RoPE by strided slices, reshape then .T), without the query scaling."""
+    def convert(tree):
+        hf = X.to_transformers(family, X.export(family, tree, scan_axis, scale_queries=False, xp=jnp), xp=jnp)
+        return hf if layout == "hf" else X.to_vllm(family, hf, TP, xp=jnp)
+    return convert
+
+
+@pytest.mark.parametrize("family,layout", [("llama", "hf"), ("qwen3_moe", "vllm"), ("deepseek", "hf")])
+def test_maxtexts_exporter_through_from_function_equals_the_preset(family, layout):
+    """The exporter itself, traced by rules.from_function, writes the preset's bytes."""
+    tree, want = _maxtext_state(family, layout, 1, seed=2)
+    arrays = shard_tree(tree)
+    for rule_list in (rules.from_function(_exporter_as_function(family, layout, 1), arrays),
+                      _maxtext_rules(family, arrays, layout)):
+        model = _destination(family, layout, want, "float32")
+        jax_amem.swap(arrays, _tensors(model, want), rules=rule_list)
+        _check_params(model, want, "float32")
 
 
 def _converter(family, layout, source, dtype):
@@ -126,14 +265,19 @@ def test_from_function_equals_running_it(family, source, layout):
 
 
 def _swap_on(family, jax_device, torch_device):
-    """A maxtext tree on one device into HF and vLLM-style bf16 models on `torch_device`."""
+    """Trees on one device into HF and vLLM-style bf16 models on `torch_device`: the flax
+    naming, and MaxText's (layers on axis 1) where MaxText has an exporter for the family."""
     for layout in ("hf", "vllm"):
-        tree, want = _state(family, layout, "maxtext")
-        arrays = jax.device_put(tree, jax_device)
-        model = _destination(family, layout, want, "bfloat16").to(torch_device)
-        jax_amem.swap(arrays, _tensors(model, want),
-                      rules=rules.preset(family, arrays, source="maxtext", layout=layout, tp=TP, cast="bfloat16"))
-        _check_params(model.cpu(), want, "bfloat16")
+        cases = [("flax", *_state(family, layout, "flax"))]
+        if family in X.FAMILIES:
+            cases.append(("maxtext", *_maxtext_state(family, layout, 1)))
+        for source, tree, want in cases:
+            arrays = jax.device_put(tree, jax_device)
+            model = _destination(family, layout, want, "bfloat16").to(torch_device)
+            rule_list = (_maxtext_rules(family, arrays, layout, "bfloat16") if source == "maxtext" else
+                         rules.preset(family, arrays, layout=layout, tp=_tp(layout), cast="bfloat16"))
+            jax_amem.swap(arrays, _tensors(model, want), rules=rule_list)
+            _check_params(model.cpu(), want, "bfloat16")
 
 
 def test_single_device_swap_body_on_cpu():
@@ -144,5 +288,5 @@ def test_single_device_swap_body_on_cpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", M.FAMILIES)
 def test_preset_swaps_into_cuda_models(family):
-    """On a GPU: maxtext tree on the GPU, HF and vLLM-style models on CUDA, bf16, bit-exact."""
+    """On a GPU: flax and MaxText trees on the GPU, HF and vLLM-style models on CUDA, bf16, bit-exact."""
     _swap_on(family, jax.devices("gpu")[0], "cuda")

@@ -116,7 +116,7 @@ def _line_of(text):
 def _refused_converters():
     return {
         "pad": lambda p: {"y": jnp.pad(p["x"], ((0, 1), (0, 0)))},
-        "add": lambda p: {"y": p["v"] + 1.0},
+        "add": lambda p: {"y": p["v"] + p["v"][::-1]},
         "where": lambda p: {"y": jnp.where(p["v"] > 0, p["v"], p["v"][::-1])},
         "scatter": lambda p: {"y": p["x"].at[0].set(p["x"][1])},
         "fill": lambda p: {"y": jnp.take(p["x"], np.array([0, 9]), axis=0)},
@@ -143,7 +143,8 @@ def test_every_advised_primitive_is_not_also_a_layout_move():
     """ADVICE is for refused primitives: none of them has a layout handler (a stale entry
     would advise against an operation the tracer accepts)."""
     handled = {name[1:] for name in dir(trace._Interpreter) if name.startswith("_") and not name.startswith("__")}
-    refusable_handlers = {"concatenate", "gather", "dynamic_slice"}  # refused only for some inputs
+    refusable_handlers = {"concatenate", "gather", "dynamic_slice",  # refused only for some inputs
+                          "mul", "div", "add", "sub", "neg"}        # accepted with a constant only
     assert not (set(trace.ADVICE) & handled) - refusable_handlers
 
 

@@ -137,7 +137,7 @@ def test_tensors_that_moved_get_their_own_program_and_the_old_one_stays_cached()
     for dst in (first_dst, moved):
         assert torch.equal(dst["w"], torch.arange(48.0).reshape(8, 6)) and torch.equal(dst["b"], torch.arange(8.0))
     from jax_amem.swapping.in_process import run as api
-    cached = [p for p in api._ready.values() if p.plan.key == first.plan_key]
+    cached = [p for p in api._programs.values() if p.plan.key == first.plan_key]
     assert len(cached) == 2
 
 

@@ -1,7 +1,6 @@
-"""The opt-in batched path for JAX destinations (JAX_AMEM_SWAP_BATCHED=1: a few
-segment_copy_many calls per group instead of one segment_copy per transfer): JAX to JAX equals
-device_put, in place; ceil(buffers / 512) launches per group, chunks split at the limit (a
-buffer spanning chunks included), the switch part of the program cache, error paths untouched.
+"""The batched route of JAX destinations (a few segment_copy_many calls per group): JAX to JAX
+equals device_put, in place; ceil(buffers / 512) launches per group, chunks split at the limit
+(a buffer spanning chunks included), error paths untouched.
 PyTorch destinations always take the address route (test_swap_addresses.py), whose chunks are
 these."""
 
@@ -28,19 +27,12 @@ import test_swap_llama as llama
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def path(monkeypatch):
-    """path("1") / path("0"): the next swaps take the batched / default path."""
-    return lambda value: monkeypatch.setenv(routes.BATCHED_ENV, value)
-
-
 def tensor_bytes(tensors: dict) -> dict:
     return {name: t.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy() for name, t in tensors.items()}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
-def test_jax_to_jax_batched_equals_device_put_in_place(path, dtype):
-    path("1")
+def test_jax_to_jax_batched_equals_device_put_in_place(dtype):
     src, dst, want = {}, {}, {}
     for k, (name, (shape, s_spec, d_spec)) in enumerate(jaxdst.TREE_SPECS.items()):
         src[name] = jax.device_put(jaxdst.random_bits(shape, dtype, k), NamedSharding(jaxdst.TRAINER, s_spec))
@@ -86,49 +78,30 @@ def jax_destination():
     return {"w": jnp.zeros((8, 6), jnp.float32), "b": jnp.zeros(8, jnp.float32)}
 
 
-def test_the_switch_is_part_of_the_program_cache(path, monkeypatch):
+def test_jax_destinations_take_the_batched_route_and_pytorch_ones_the_address_route():
     src = errors.sources()
-    path("0")
     first = jax_amem.swap(src, jax_destination())
-    path("1")
-    second = jax_amem.swap(src, jax_destination())
-    monkeypatch.delenv(routes.BATCHED_ENV)
-    monkeypatch.setattr(routes, "BATCHED_DEFAULT", True)
-    third = jax_amem.swap(src, jax_destination())
-    monkeypatch.setattr(routes, "BATCHED_DEFAULT", False)
-    fourth = jax_amem.swap(src, jax_destination())
-    assert [r.route for r in (first, second, third, fourth)] == ["per-transfer", "batched", "batched", "per-transfer"]
-    assert first.launches == fourth.launches > second.launches == third.launches == 1
-    for report in (first, second, third, fourth):
-        assert np.array_equal(report.dst["w"], np.arange(48.0).reshape(8, 6)) and np.array_equal(report.dst["b"], np.arange(8.0))
-    path("1")
+    assert first.route == "batched" and first.batched and first.launches == 1
+    assert np.array_equal(first.dst["w"], np.arange(48.0).reshape(8, 6)) and np.array_equal(first.dst["b"], np.arange(8.0))
     torch_route = jax_amem.swap(src, errors.good_destination())
-    assert torch_route.route == "addresses" and not torch_route.batched  # the switch is for JAX destinations
-
-
-def test_an_unknown_switch_value_is_refused_before_anything_moves(path):
-    path("yes")
-    with pytest.raises(jax_amem.SwapError, match=r"JAX_AMEM_SWAP_BATCHED='yes' is not understood: set it to 1"):
-        jax_amem.swap(errors.sources(), jax_destination())
+    assert torch_route.route == "addresses" and not torch_route.batched
 
 
 @pytest.mark.parametrize("scenario", [
     errors.test_a_deleted_jax_destination_or_source,
     errors.test_plans_that_do_not_fit_the_inputs,
 ], ids=lambda f: f.__name__.removeprefix("test_"))
-def test_error_paths_leave_the_destination_untouched_when_batched(path, scenario):
-    path("1")
+def test_error_paths_leave_the_destination_untouched_when_batched(scenario):
     scenario()  # each asserts its SwapError and that the destination did not change
 
 
 @pytest.mark.gpu
-def test_gpu_batched_many_small_jax_arrays_in_place(path):
+def test_gpu_batched_many_small_jax_arrays_in_place():
     gpu = jax.devices("gpu")[0]
     count = 2000
     src = {f"t{i}": jax.device_put(jnp.full((33, 31), float(i), jnp.float32), gpu) for i in range(count)}
     dst = {name: jax.device_put(jnp.full((33, 31), jnp.nan, jnp.float32), gpu) for name in src}
     pointers = {name: a.unsafe_buffer_pointer() for name, a in dst.items()}
-    path("1")
     for _ in range(2):  # the second writes into the first's results
         report = jax_amem.swap(src, dst, progress=False)
         groups = (schedule.GROUP_BUFFERS, count - schedule.GROUP_BUFFERS)  # 1024 and 976 buffers

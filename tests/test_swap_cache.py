@@ -12,11 +12,11 @@ from jax_amem import reshard
 from jax_amem.reshard import Layout
 from jax_amem.swapping import cache, forget
 from jax_amem.swapping.cross_host import Link, pairs
-from jax_amem.swapping.destinations import Destination, JaxDestination, TorchDestination, describe
+from jax_amem.swapping.destinations import Destination, JaxTree, TorchDestination, describe
 from jax_amem.swapping.same_host.ipc import RemoteTensors
 
-# The seven caches of the swap, by what they hold: three in process, four cross host.
-CACHES = {"in-process plans", "in-process programs", "in-process programs by swap inputs",
+# The caches of the swap, by what they hold: in process (programs, repeats, per-array facts), cross host.
+CACHES = {"in-process programs", "repeat swaps (in process)", "layouts of arrays", "shard positions", "tree names",
           "cross-host packings", "cross-host sender programs", "cross-host receiver programs (JAX)",
           "cross-host unpack tables (PyTorch receiver, on the device)"}
 
@@ -47,18 +47,20 @@ def test_every_cache_of_the_swap_is_one_policy_and_forget_empties_them_all():
                         {"w": Layout.single((3, 4), np.float32, rollout)})
     pairs.packing(plan, plan.owner_id(trainer), plan.owner_id(rollout), 4096)
     filled = {name for name, n in cache.sizes().items() if n}
-    assert {"in-process plans", "in-process programs", "in-process programs by swap inputs",
+    assert {"in-process programs", "layouts of arrays", "shard positions", "tree names",
             "cross-host packings"} <= filled
+    assert reshard.cache_info()["entries"]  # the swap's plans are reshard's, cached there alone
     forget()
     assert {name: n for name, n in cache.sizes().items() if n} == {}
+    assert reshard.cache_info()["entries"] == 0
 
 
 def test_every_kind_of_destination_is_a_destination():
     """The front door dispatches on the protocol alone: each kind implements it, and what is
     not one (a pytree, a mapping of tensors) is described as one."""
     torch = pytest.importorskip("torch")
-    for kind in (TorchDestination, JaxDestination, RemoteTensors, Link):
+    for kind in (TorchDestination, JaxTree, RemoteTensors, Link):
         assert issubclass(kind, Destination), kind
     assert not isinstance({"w": jnp.zeros(3)}, Destination)
-    assert isinstance(describe({"w": jnp.zeros(3)}), JaxDestination)
+    assert isinstance(describe({"w": jnp.zeros(3)}), JaxTree)
     assert isinstance(describe({"w": torch.zeros(3)}), TorchDestination)

@@ -176,14 +176,16 @@ def test_an_error_after_the_first_group_waits_for_what_was_dispatched(monkeypatc
     error leave while the earlier groups still write the tensors: the caller frees or reads them
     next, and over IPC the rollout is told the swap is over."""
     from jax_amem.swapping.in_process import executor
-    from jax_amem.swapping.in_process.run import Sources, program_for
+    from jax_amem.swapping.in_process.run import Sources, _how, prepare
     from jax_amem.swapping.destinations import describe
 
+    from jax_amem.swapping.in_process import direct
+    monkeypatch.setattr(direct, "ENABLED", False)  # the XLA calls (test_swap_direct.py: the direct launch's)
     monkeypatch.setattr(schedule, "ADDRESS_GROUP_BUFFERS", 1)  # one buffer per group
     src = {f"p{i}": jnp.full((4, 4), float(i)) for i in range(3)}
     dst = {name: sentinel(4, 4) for name in src}
     jax_amem.swap(src, dst)
-    compiled = program_for(Sources(src), describe(dst), None, None)
+    compiled = prepare(Sources(src), describe(dst), None, None, _how(None, None))
     assert len(compiled.groups) == 3
     first = compiled.fns[0]
     dispatched, waited = [], []

@@ -1,4 +1,4 @@
-"""Issue 12, the swap's part: bad and hostile destinations are refused before anything is
+"""Bad and hostile destinations are refused before anything is
 donated or written, and a swap into jax.Arrays that fails after it donated loses nothing.
 
 JAX destinations: an array named twice (a tied weight), an array that is a source or shares a
@@ -129,11 +129,11 @@ def test_a_group_failing_after_the_first_was_donated_hands_every_array_back(monk
     src = {f"p{i}": sharded(jnp.full(8, float(i + 1)), P("b")) for i in range(12)}
     # p0, p1 sharded over the 8 devices (one shard per device group), p2.. on device 0 (its groups)
     dst = {f"p{i}": sharded(jnp.zeros(8), P("a")) if i < 2 else jnp.zeros(8) for i in range(12)}
-    real = routes._per_transfer
+    real = routes._batched
     made = []
 
-    def failing_third_group(steps, views):
-        fn = real(steps, views)
+    def failing_third_group(chunks, views):
+        fn = real(chunks, views)
         made.append(fn)
         if len(made) != 3:
             return fn
@@ -142,7 +142,7 @@ def test_a_group_failing_after_the_first_was_donated_hands_every_array_back(monk
             raise RuntimeError("injected: RESOURCE_EXHAUSTED while compiling the third group")
         return fail
 
-    monkeypatch.setattr(routes, "_per_transfer", failing_third_group)
+    monkeypatch.setattr(routes, "_batched", failing_third_group)
     match = r"after 8 of 26 buffers were donated.*\(6 arrays in full\).*injected"
     with pytest.raises(PartialSwapError, match=match) as caught:
         jax_amem.swap(src, dst)

@@ -23,6 +23,7 @@ from jax_amem.swapping.cross_host import pairs, receive_jax
 from jax_amem.swapping.errors import SwapError
 from jax_amem.swapping.cross_host.link import Link, connect
 from jax_amem.swapping.store import StoreTimeout
+from jax_amem.transport import recv_aliases
 
 TRAINERS = [Owner(0, 0), Owner(0, 1)]
 ROLLOUTS = [Owner(1, 0), Owner(1, 1)]
@@ -551,7 +552,7 @@ def test_jax_receive_program_donates_every_shard_and_chains_the_calls(any_device
         assert operands[2:] == [current[b] for b in call.buffers]
         aliased = re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", line)
         assert sorted((int(o), int(i)) for o, i in aliased) == sorted(
-            (o, i) for i, o in R.aliases(len(call.buffers)).items())
+            (o, i) for i, o in recv_aliases(len(call.buffers)).items())
         attrs = dict(re.findall(r"(\w+) = (-?\d+) : i64", line))
         assert {k: int(v) for k, v in attrs.items()} == {"bytes": call.nbytes, "comm": 1234, "drain": int(call.drain),
                                                          "peer": call.peer, "pipe": 7, "slot": call.slot}
@@ -612,7 +613,7 @@ def test_jax_receive_hands_the_written_shards_back_when_the_end_fails(any_device
                for k, s in enumerate(dests.shards)]
     for shard in dests.shards:
         shard.delete()
-    failure = dests.writer.recover(dests, outputs, TimeoutError("the trainer never read `done`"))
+    failure = dests.recover(outputs, TimeoutError("the trainer never read `done`"))
     assert isinstance(failure, PartialSwapError) and "TimeoutError: the trainer never read" in str(failure)
     assert f"after {len(outputs)} of {len(outputs)} buffers were donated" in str(failure)
     assert failure.written == ["scale"]  # the only array (1, 0) holds whole
@@ -621,10 +622,8 @@ def test_jax_receive_hands_the_written_shards_back_when_the_end_fails(any_device
 
 
 def test_aliases_map_destinations_past_token_and_table():
-    from jax_amem.swapping.cross_host.receive_jax import aliases
-
-    assert aliases(0) == {}
-    assert aliases(3) == {2: 1, 3: 2, 4: 3}
+    assert recv_aliases(0) == {}
+    assert recv_aliases(3) == {2: 1, 3: 2, 4: 3}
 
 
 def test_jax_destinations_are_refused_before_anything_moves(any_device):

@@ -27,7 +27,8 @@ def sources(count=6, device=None):
 
 
 def hits(src, dst) -> bool:
-    return repeat.find(src, describe(dst), run._how(None, None)) is not None
+    leaves, treedef = jax.tree_util.tree_flatten(src)
+    return repeat.find(leaves, treedef, describe(dst), run._how(None, None)) is not None
 
 
 def assert_written(src, dst):
@@ -50,7 +51,10 @@ def clean():
     forget()
 
 
-def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call():
+@pytest.mark.parametrize("launched_directly", [True, False])
+def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call(monkeypatch, launched_directly):
+    from jax_amem.swapping.in_process import direct
+    monkeypatch.setattr(direct, "ENABLED", launched_directly)  # else the loaded executables' calls
     src = sources()
     dst = {name: torch.full((8, 4), float("nan")) for name in src}
     jax_amem.swap(src, dst, progress=False)
@@ -62,7 +66,11 @@ def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call():
         assert [t._version for t in dst.values()] == [k + 2] * 6  # bumped once per swap, as copy_ would
         assert report.route == "addresses" and report.bytes == 6 * 8 * 4 * 4
     entry = repeat._entries.get(repeat.key_of(jax.tree_util.tree_structure(src), tuple(dst), run._how(None, None)))
-    assert entry is not None and len(entry.calls) == len(entry.program.groups)
+    assert entry is not None
+    if launched_directly:  # no XLA call at all (in_process/direct.py)
+        assert entry.calls is None and entry.program.direct
+    else:
+        assert len(entry.calls) == len(entry.program.groups)
 
 
 def test_a_new_dict_of_the_same_tensors_repeats_and_new_tensors_do_not():
@@ -135,7 +143,10 @@ def test_verify_and_a_progress_bar_take_the_full_path():
 
 
 @pytest.mark.gpu
-def test_gpu_training_loop_of_many_small_tensors():
+@pytest.mark.parametrize("launched_directly", [True, False])
+def test_gpu_training_loop_of_many_small_tensors(monkeypatch, launched_directly):
+    from jax_amem.swapping.in_process import direct
+    monkeypatch.setattr(direct, "ENABLED", launched_directly)
     gpu = jax.devices("gpu")[0]
     src = {f"t{i}": jax.device_put(jnp.full((16, 16), float(i), jnp.float32), gpu) for i in range(1500)}
     dst = {name: torch.full((16, 16), float("nan"), device=f"cuda:{gpu.local_hardware_id}") for name in src}
@@ -145,12 +156,13 @@ def test_gpu_training_loop_of_many_small_tensors():
         assert_written(src, dst)
         src = step(src)
     entry = next(iter(repeat._entries.values()))
-    assert entry.calls is not None
-    print("direct calls:", [c is not None for c in entry.calls])
+    assert (entry.calls is None) == launched_directly and bool(entry.program.direct) == launched_directly
 
 
 def test_large_whole_copies_go_to_pytorch_beside_the_xla_call(monkeypatch):
-    from jax_amem.swapping.in_process import torch_copies
+    from jax_amem.swapping.in_process import direct, torch_copies
+
+    monkeypatch.setattr(direct, "ENABLED", False)  # launched directly, these are bulk rows (test_swap_direct.py)
 
     monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
     monkeypatch.setattr(torch_copies, "MIN_BYTES", 8 * 4 * 4)
@@ -188,7 +200,9 @@ def test_a_destination_that_does_not_copy_with_torch_keeps_every_copy_in_the_xla
     from jax_amem.swapping.in_process import torch_copies
 
     class XlaOnly(TorchDestination):  # as another process's tensors over IPC declare it
-        copies_with_torch = False
+        def __init__(self, tensors):
+            super().__init__(tensors)
+            self.torch_tensors = None
 
     monkeypatch.setattr(torch_copies, "PLATFORMS", ("gpu", "cpu"))
     monkeypatch.setattr(torch_copies, "MIN_BYTES", 1)
@@ -196,5 +210,5 @@ def test_a_destination_that_does_not_copy_with_torch_keeps_every_copy_in_the_xla
     dst = {name: torch.zeros(8, 4) for name in src}
     report = jax_amem.swap(src, XlaOnly(dst), progress=False)
     assert_written(src, dst)
-    program = next(iter(run._ready.values()))
+    program = next(iter(run._programs.values()))
     assert not program.torch_copies and all(fn is not None for fn in program.fns) and report.launches == 1

@@ -166,3 +166,37 @@ def test_nested_output_names_get_a_flattening_hint():
     flat = lambda q: {k.replace("/", "."): v for k, v in reshard.tree_names(nested(q)).items()}
     jax_amem.swap(p, state, rules=rules.from_function(flat, p))
     assert_holds(state, p)
+
+
+def test_one_array_under_both_twin_names_with_rules_none_is_written_once():
+    """The trainer's tree gives the tied matrix under both state-dict names (one jax.Array):
+    the same values, so one buffer written once, not refused as 'different values'."""
+    _, state = tied_state_dict()
+    p = params(9)
+    src = {"embed.weight": p["embed"], "lm_head.weight": p["embed"], "norm.weight": p["scale"],
+           "norm.bias": p["bias"]}
+    report = jax_amem.swap(src, state)
+    assert report.buffers == 3 and report.bytes == (V * D + 2 * D) * 4
+    assert_holds(state, p)
+
+
+def test_a_twin_written_as_a_concatenation_of_its_halves_is_the_same_values():
+    _, state = tied_state_dict()
+    p = params(10)
+    halves = lambda q: {**convert("same")(q),
+                        "lm_head.weight": jnp.concatenate([q["embed"][:V // 2], q["embed"][V // 2:]], axis=0)}
+    report = jax_amem.swap(p, state, rules=rules.from_function(halves, p))
+    assert report.buffers == 3
+    assert_holds(state, p)
+
+
+def test_two_distinct_arrays_with_equal_values_are_still_different_sources():
+    """Same values means the same source elements: two arrays are two sources, whatever they hold
+    now (the next version may differ), so the twins' rules are refused as different."""
+    _, state = tied_state_dict()
+    p = params(11)
+    src = {"embed.weight": p["embed"], "lm_head.weight": p["embed"] + 0, "norm.weight": p["scale"],
+           "norm.bias": p["bias"]}
+    with pytest.raises(SwapError, match=r"write different values into them"):
+        jax_amem.swap(src, state)
+    assert all(torch.isnan(t).all() for t in state.values())

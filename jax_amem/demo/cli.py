@@ -122,11 +122,17 @@ def preset_name(args) -> str:
         raise SystemExit("--drop-state is for the real-size presets (qwen3-1.7b, qwen3-tiny): the small "
                          f"preset keeps its state; {instead}, or drop --drop-state")
     json_path = getattr(args, "json", None)
-    if json_path:
+    if json_path is not None:
+        if not json_path.strip():
+            raise SystemExit(f"--json {json_path!r}: the path is empty (an unset shell variable?); give the file "
+                             "to write the figures to, or drop --json")
         if name == SMALL:
             raise SystemExit(f"--json {json_path}: the figures file is written by the real-size presets "
                              "(--preset qwen3-1.7b on a GPU, --preset qwen3-tiny on CPU); drop --json for the "
                              "small preset")
+        if os.path.isdir(json_path):
+            raise SystemExit(f"--json {json_path}: that is a folder; give a file path in it, e.g. "
+                             f"{os.path.join(json_path, 'figures.json')}")
         folder = os.path.dirname(os.path.abspath(json_path))
         if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
             # Checked before the run: the figures are written after minutes of it.

@@ -14,10 +14,16 @@ from .config import PolicyConfig
 
 
 def torch_device():
-    """cuda:0 when PyTorch sees a GPU, else the CPU."""
+    """Where the swap can write the rollout: the CUDA device of JAX's first device when JAX runs on
+    its GPU platform and PyTorch sees CUDA, else the CPU. JAX on its CPU platform cannot write CUDA
+    memory (JAX_PLATFORMS=cpu on a GPU host): the rollout then lives in host memory too."""
+    import jax
     import torch
 
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    device = jax.devices()[0]
+    if device.platform == "gpu" and torch.cuda.is_available():
+        return torch.device("cuda", device.local_hardware_id)
+    return torch.device("cpu")
 
 
 def build_rollout_model(config: PolicyConfig, device=None, dtype=None):

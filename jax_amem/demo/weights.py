@@ -32,7 +32,7 @@ def swap_rules(config: PolicyConfig, params=None, cast: str | None = None):
 
 def swap_weights(params, tensors, rules, **options):
     """Writes `params` (jax.Arrays, any sharding) into `tensors` (name -> torch.Tensor) in place;
-    returns the `jax_amem.SwapReport` (bytes, seconds, gb_per_s, transports). No bar of its own
+    returns the `jax_amem.swapping.SwapReport` (bytes, seconds, gb_per_s, transports). No bar of its own
     (the demo's shows the iterations; on loaded cores a 0.3 MiB swap outlasts the swap's
     auto-progress threshold and its bar would interleave with the demo's)."""
     options.setdefault("progress", False)

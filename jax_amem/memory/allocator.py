@@ -1,6 +1,6 @@
 """XLA's GPU allocator, chosen so that a pause can give its pool back to the driver.
 
-Measured on an H200 (docs/pause.md, FACTS.md): XLA's default allocator (BFC)
+Measured on an H200 (docs/pause.md, "The allocator's pool"): XLA's default allocator (BFC)
 keeps its preallocation (75% of the GPU) until the process ends, whatever is
 deleted. With ``XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async`` XLA allocates from the
 device's CUDA memory pool, and ``cuMemPoolTrimTo(pool, 0)`` returns every unused
@@ -52,9 +52,9 @@ _too_late = False
 
 def backends_started() -> bool:
     """True once JAX has created any backend (after which XLA ignores the variable)."""
-    from jax._src import xla_bridge
+    from .. import _jax_compat
 
-    return bool(xla_bridge._backends)
+    return bool(_jax_compat.started_backends())
 
 
 def configure_allocator() -> AllocatorStatus:

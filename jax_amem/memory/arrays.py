@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 import jax
 import jax.numpy as jnp
-from jax._src.lax import lax as lax_internal
 
+from .. import _jax_compat
 from .._native import core
 
 HOST_DEVICE = -1  # the C++ side's ordinal for XLA CPU buffers (a plain memcpy)
@@ -176,7 +176,7 @@ def _zeros(shape, dtype, weak_type: bool):
     if weak_type:
         # Weak types change promotion (a weak f32 scalar times bf16 stays bf16),
         # so they must come back for training to continue bit-identically.
-        zeros = lax_internal._convert_element_type(zeros, np.dtype(dtype), weak_type=True)
+        zeros = _jax_compat.weak_typed(zeros, dtype)
     return zeros
 
 
@@ -194,9 +194,8 @@ def _allocator_uncommitted(keys: tuple):
 
 def _device_group(sharding) -> tuple:
     """The sharding's devices in its own order (what jit compares across outputs)."""
-    assignment = getattr(sharding, "_device_assignment", None)
-    return tuple(assignment) if assignment is not None else tuple(
-        sorted(sharding.device_set, key=lambda d: d.id))
+    assignment = _jax_compat.device_assignment(sharding)
+    return assignment if assignment is not None else tuple(sorted(sharding.device_set, key=lambda d: d.id))
 
 
 def _programs(specs: Sequence[ArraySpec]):

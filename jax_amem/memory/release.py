@@ -9,7 +9,7 @@ collect: generation 0 first, a full collection only if that was not enough. Ever
 counted (PauseInfo.collections).
 
 Why it matters: with torch and transformers imported, a full `gc.collect()` walks ~10^6 objects,
-0.17-0.33 s per pause on the H200 whatever the state's size (issue 14).
+0.17-0.33 s per pause on the H200 whatever the state's size.
 
 The device probes are injected (`in_use`, `trim`, `collect`) so the logic runs without a GPU.
 """

@@ -9,9 +9,15 @@ by `release_pinned_pool()`.
 The pool is pinned only when JAX may use a GPU. On a GPU host where JAX runs on
 its CPU platform (JAX_PLATFORMS=cpu) nothing retains a CUDA context, and pinned
 memory made there died with the context the driver call had retained: the next
-pause wrote into unmapped memory (SIGSEGV, issue 12). Plain memory serves CPU
+pause wrote into unmapped memory (SIGSEGV). Plain memory serves CPU
 arrays as well, and the C++ pool also keeps the context retained while it holds
 pinned blocks.
+
+The pool's blocks are placed on the NUMA node of the GPUs this process's JAX drives
+(src/memory/numa.h), so a GPU's copies do not cross the socket link:
+JAX_AMEM_STAGING_NUMA=auto (the default: that node where the kernel names one and every
+GPU of the process sits on it; else the kernel's default), none (the kernel's default), or a
+node number.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class PoolStats:
     chunk_allocations: int  # chunks ever allocated: flat while the pool is reused
     method: str = "plain"   # how the memory was made: plain, registered, hostalloc
     grow_seconds: float = 0.0  # total time spent making the pool's blocks
+    numa_node: int = -1     # the NUMA node its blocks are placed on (-1: the kernel's default)
+    placement_failures: int = 0  # blocks the kernel would not place there
 
     def __str__(self) -> str:
         kind = "pinned" if self.pinned else "host"
@@ -61,13 +69,15 @@ GPU_PLATFORMS = ("cuda", "gpu")
 def jax_may_use_gpu() -> bool:
     """False when JAX is limited to other platforms (JAX_PLATFORMS=cpu) or started without a GPU."""
     import jax
-    from jax._src import xla_bridge
+
+    from .. import _jax_compat
 
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
     if platforms:
         return any(p.strip() in GPU_PLATFORMS for p in platforms.split(","))
-    if xla_bridge._backends:
-        return any(name in GPU_PLATFORMS for name in xla_bridge._backends)
+    started = _jax_compat.started_backends()
+    if started:
+        return any(name in GPU_PLATFORMS for name in started)
     return True  # not started yet: JAX will use the GPU the driver shows
 
 
@@ -76,12 +86,47 @@ def _wants_pinned() -> bool:
     return available and core.cuda.device_count() > 0 and jax_may_use_gpu()
 
 
+NUMA_VARIABLE = "JAX_AMEM_STAGING_NUMA"
+
+
+def staging_numa_node(setting: str | None = None, gpu_ordinals=None) -> int:
+    """The NUMA node for the pool's blocks (module docstring), -1 for the kernel's default.
+    `setting`: JAX_AMEM_STAGING_NUMA's value (None: read it); `gpu_ordinals`: the CUDA
+    ordinals of the process's GPUs (None: JAX's local GPUs)."""
+    setting = (os.environ.get(NUMA_VARIABLE, "") if setting is None else setting).strip().lower() or "auto"
+    nodes = core.memory.numa_node_count()
+    if setting == "none":
+        return -1
+    if setting != "auto":
+        if not setting.isdigit() or int(setting) >= nodes:
+            raise ValueError(f"{NUMA_VARIABLE}={setting!r}: give auto, none or a NUMA node number below {nodes} "
+                             "(the nodes online on this host)")
+        return int(setting)
+    if nodes < 2:
+        return -1  # one node: nothing to choose
+    if gpu_ordinals is None:
+        gpu_ordinals = _local_gpu_ordinals()
+    found = {core.memory.numa_node_of_pci_device(core.memory.pci_bus_id(i)) for i in gpu_ordinals}
+    return found.pop() if len(found) == 1 else -1  # GPUs on several nodes (or none known): no one right node
+
+
+def _local_gpu_ordinals() -> list[int]:
+    import jax
+
+    try:
+        return sorted({d.local_hardware_id for d in jax.local_devices(backend="gpu")})
+    except RuntimeError:
+        return []
+
+
 def staging_pool() -> StagingPool:
-    """The shared pool, created on first use (pinned when a CUDA GPU is present)."""
+    """The shared pool, created on first use (pinned when a CUDA GPU is present, placed on
+    the process's GPUs' NUMA node)."""
     global _pool
     with _lock:
         if _pool is None:
-            _pool = StagingPool(_wants_pinned())
+            pinned = _wants_pinned()
+            _pool = StagingPool(pinned, "", staging_numa_node() if pinned else -1)
         return _pool
 
 

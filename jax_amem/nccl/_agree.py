@@ -106,14 +106,13 @@ class Peers:
 
 def peers() -> Peers | None:
     """The job's processes when jax.distributed is initialised with more than one, else None."""
-    try:
-        from jax._src import distributed
-    except ImportError:
+    from .. import _jax_compat
+
+    client = _jax_compat.distributed_client()
+    process_id, num_processes = _jax_compat.distributed_processes()
+    if client is None or num_processes <= 1:
         return None
-    state = distributed.global_state
-    if state.client is None or (state.num_processes or 1) <= 1:
-        return None
-    return Peers(state.client, state.process_id, state.num_processes)
+    return Peers(client, process_id, num_processes)
 
 
 def merge_plans(local: list[dict], everyone: list[dict]) -> list[str]:
@@ -133,3 +132,16 @@ def merge_plans(local: list[dict], everyone: list[dict]) -> list[str]:
     if refusals:
         raise NcclPauseError(f"nothing was paused: {refusals[min(refusals)]}")
     return ["recreate" if "recreate" in chosen[e["key"]] else e["strategy"] for e in local]
+
+
+def agreed_next_ids(local: list[dict], strategies: list[str], everyone: list[dict]) -> list[bytes | None]:
+    """Per local communicator to recreate, its replacement's unique id as rank 0 made it for its plan.
+
+    `everyone`: each process's payload, {"plan": [...]}, this process's own included. None where
+    rank 0 made none (it had planned to suspend, or is in no process here): that id then goes over
+    the communicator, and every rank sees the same, since every rank reads the same plans.
+    """
+    made = {entry["key"]: entry["next_id"] for payload in everyone for entry in payload["plan"]
+            if entry["rank"] == 0 and entry.get("next_id")}
+    return [bytes.fromhex(made[entry["key"]]) if strategy == "recreate" and entry["key"] in made else None
+            for entry, strategy in zip(local, strategies)]

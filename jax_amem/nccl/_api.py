@@ -6,11 +6,12 @@ import contextlib
 import dataclasses
 import math
 import numbers
+import os
 import threading
 import time
 from concurrent.futures import Future
 
-from ..errors import JaxAmemError
+from ..errors import NcclNotInstalledError
 from . import _agree, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
@@ -55,10 +56,6 @@ def _refuse_while_resuming(verb: str) -> None:
                              "collective calls in the same order. Nothing was changed by this call.")
 
 
-class NcclNotInstalledError(JaxAmemError):
-    """The NCCL interposer is not in front of NCCL in this process; the message says why and how."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Communicator:
     """One communicator the interposer tracks (a row of `communicators()`)."""
@@ -87,6 +84,7 @@ class Communicator:
     pause_seconds: float
     resume_seconds: float
     error: str
+    teardown_seconds: float = 0.0  # recreate: of pause_seconds, ending the real communicator
 
 
 @dataclasses.dataclass
@@ -223,18 +221,22 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
     requested = None if ids is None else _checked_ids(ids)
     with _lock:
         _refuse_while_resuming("pause")
-        if requested is None:
+        if requested is None:  # the one snapshot of a pause: the selection
             chosen = [c.id for c in communicators(owner=owner, device=device, state="active")]
         else:
             chosen = requested  # unknown or inactive ids: the plan names them
-        plan = control.plan(chosen, strategy) if chosen else []
         job = _agree.peers() if agree else None
+        # Rank 0 of each communicator to recreate makes its replacement's id for the plan, and the
+        # agreement carries it (JAX_AMEM_NCCL_IDS=communicator: sent over the communicator instead).
+        make_ids = os.environ.get("JAX_AMEM_NCCL_IDS", "agreement") != "communicator"
+        plan = control.plan(chosen, strategy, make_ids) if chosen else []
         agree_seconds = 0.0
         if job is None:
             refused = [entry["why"] for entry in plan if entry["refused"]]
             if refused:
                 raise NcclPauseError(refused[0])
             strategies = [entry["strategy"] for entry in plan]
+            everyone = [{"plan": plan}]
             anything = bool(plan)
         else:
             agree_start = time.perf_counter()
@@ -242,18 +244,44 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
             strategies = _agree.merge_plans(plan, everyone)
             anything = any(other["plan"] for other in everyone)
             agree_seconds = time.perf_counter() - agree_start
+        next_ids = _agree.agreed_next_ids(plan, strategies, everyone)
         chosen = [entry["id"] for entry in plan]
-        devices = {c.device for c in communicators() if c.id in set(chosen)}
+        devices = {entry["device"] for entry in plan}
         before = _device_free(devices)
         start = time.perf_counter()
-        if chosen:
-            control.pause(chosen, strategy, strategies, timeout, teardown)
+        try:
+            rows = control.pause(chosen, strategy, strategies, next_ids, timeout, teardown) if chosen else []
+        except NcclPauseError as error:
+            raise _failed_pause(error, chosen) from error
         seconds = time.perf_counter() - start
         _paused_ids.extend(chosen)
         _job_paused = _job_paused or (anything and job is not None)
         after = _device_free(devices)
+    return NcclReport("pause", seconds, [Communicator(**row) for row in rows], before, after, agree_seconds)
+
+
+def _failed_pause(error: NcclPauseError, chosen: list[int]) -> NcclPauseError:
+    """The error of a pause that failed part way (a teardown that failed, peers that vanished),
+    naming what each communicator of it is now. Under _lock: those that did pause are recorded,
+    so that resume() brings them back."""
     rows = [c for c in communicators() if c.id in set(chosen)]
-    return NcclReport("pause", seconds, rows, before, after, agree_seconds)
+    done = [c for c in rows if c.state == "paused"]
+    _paused_ids.extend(c.id for c in done if c.id not in _paused_ids)
+
+    def listed(group):
+        return ", ".join(f"id {c.id} ({c.owner}, device {c.device}, rank {c.rank}/{c.nranks})" for c in group)
+
+    broken = [c for c in rows if c.state == "broken"]
+    parts = [str(error)]
+    if broken:
+        parts.append(f"broken now: {listed(broken)}; every call on them fails until every process of the job "
+                     "calls jax_amem.nccl.recover(), which initialises them again behind the same handles")
+    if done:
+        parts.append(f"paused: {listed(done)}; jax_amem.nccl.resume() brings them back")
+    still = [c for c in rows if c.state == "active"]
+    if still:
+        parts.append(f"still active (not paused): {listed(still)}")
+    return NcclPauseError(". ".join(parts))
 
 
 def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -> NcclReport | Future:
@@ -278,11 +306,11 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
         if chosen:
             control.begin_resume(chosen)
         _resuming = True
-    rows_before = communicators()
-    devices = {c.device for c in rows_before if c.id in set(chosen)}
+    devices = {c.device for c in communicators() if c.id in set(chosen)}  # the one snapshot of a resume
 
     def work() -> NcclReport:
         global _job_paused, _resuming
+        rows = None
         try:
             before = _device_free(devices)
             start = time.perf_counter()
@@ -293,17 +321,19 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
                     control.cancel_resume()  # still paused: calls fail again instead of waiting
                     raise
             agreed = time.perf_counter()
-            if chosen:
-                control.resume(chosen, timeout)
+            rows = control.resume(chosen, timeout) if chosen else []
             _job_paused = False
         finally:
             with _lock:
-                still_paused = {c.id for c in communicators(state="paused")}
+                if rows is None:  # it failed: what is still paused
+                    still_paused = {c.id for c in communicators(state="paused")}
+                else:
+                    still_paused = {row["id"] for row in rows if row["state"] == "paused"}
                 _paused_ids[:] = [i for i in _paused_ids if i in still_paused]
                 _resuming = False
         seconds = time.perf_counter() - agreed
-        rows = [c for c in communicators() if c.id in set(chosen)]
-        return NcclReport("resume", seconds, rows, before, _device_free(devices), agreed - start)
+        return NcclReport("resume", seconds, [Communicator(**row) for row in rows], before,
+                          _device_free(devices), agreed - start)
 
     if not async_:
         return work()

@@ -5,16 +5,12 @@ from __future__ import annotations
 import ctypes
 import json
 
-from ..errors import JaxAmemError
+from ..errors import NcclPauseError
 
 STRATEGIES = {"auto": 0, "suspend": 1, "recreate": 2}
 TEARDOWNS = {"destroy": 0, "abort": 1, "parallel": 2}
 UNIQUE_ID_BYTES = 128
 _ERROR_BYTES = 4096
-
-
-class NcclPauseError(JaxAmemError):
-    """A pause or resume could not be done; the message names the communicator and the fix."""
 
 
 def _ids(ids):
@@ -45,21 +41,28 @@ class Control:
     def last_error(self) -> str:
         return self._lib.amem_nccl_last_error().decode(errors="replace")
 
-    def plan(self, ids, strategy: str) -> list[dict]:
-        """What pause would do to each communicator (touches nothing); raises on a bad selection."""
+    def plan(self, ids, strategy: str, make_ids: bool = False) -> list[dict]:
+        """What pause would do to each communicator; raises on a bad selection. make_ids: rank 0 of
+        each communicator to recreate makes its replacement's unique id now (entry "next_id", hex)."""
         array, count = _ids(ids)
-        answer = json.loads(self._lib.amem_nccl_plan(array, count, STRATEGIES[strategy]).decode())
+        answer = json.loads(self._lib.amem_nccl_plan(array, count, STRATEGIES[strategy], int(make_ids)).decode())
         if "error" in answer:
             raise NcclPauseError(answer["error"])
         return answer["plan"]
 
-    def pause(self, ids, requested: str, strategies: list[str], timeout: float, teardown: str) -> None:
-        """`strategies`: what every process agreed on for each id (from `requested`)."""
+    def pause(self, ids, requested: str, strategies: list[str], next_ids: list[bytes | None],
+              timeout: float, teardown: str) -> list[dict]:
+        """`strategies`: what every process agreed on for each id (from `requested`); `next_ids`: the
+        replacement's unique id of each communicator to recreate, None where it must go over the
+        communicator. Returns the paused communicators' rows."""
         array, count = _ids(ids)
         agreed = (ctypes.c_int * count)(*(STRATEGIES[s] for s in strategies))
-        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
-        _check(self._lib.amem_nccl_pause(array, agreed, count, STRATEGIES[requested], float(timeout),
-                                         TEARDOWNS[teardown], buffer, _ERROR_BYTES), buffer)
+        known = b"".join(uid or bytes(UNIQUE_ID_BYTES) for uid in next_ids)
+        rows, buffer = ctypes.c_char_p(), ctypes.create_string_buffer(_ERROR_BYTES)
+        code = self._lib.amem_nccl_pause(array, agreed, known, count, STRATEGIES[requested], float(timeout),
+                                         TEARDOWNS[teardown], ctypes.byref(rows), buffer, _ERROR_BYTES)
+        _check(code, buffer)
+        return json.loads(rows.value.decode())
 
     def begin_resume(self, ids) -> None:
         array, count = _ids(ids)
@@ -70,12 +73,15 @@ class Control:
         """Calls stop waiting for a resume that will not come (its agreement failed)."""
         self._lib.amem_nccl_cancel_resume()
 
-    def resume(self, ids, timeout: float) -> None:
+    def resume(self, ids, timeout: float) -> list[dict]:
+        """Returns the resumed communicators' rows."""
         array, count = _ids(ids)
-        buffer = ctypes.create_string_buffer(_ERROR_BYTES)
+        rows, buffer = ctypes.c_char_p(), ctypes.create_string_buffer(_ERROR_BYTES)
         # ctypes releases the GIL during the call: an asynchronous resume runs
         # beside Python code.
-        _check(self._lib.amem_nccl_resume(array, count, float(timeout), buffer, _ERROR_BYTES), buffer)
+        _check(self._lib.amem_nccl_resume(array, count, float(timeout), ctypes.byref(rows), buffer,
+                                          _ERROR_BYTES), buffer)
+        return json.loads(rows.value.decode())
 
     def new_unique_id(self) -> bytes:
         out = ctypes.create_string_buffer(UNIQUE_ID_BYTES)

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 INTERPOSER_FILE = Path(__file__).resolve().parent.parent / "_nccl" / "libjax_amem_nccl.so"
-ABI_VERSION = 2
+# The interposer's control API version; the build reads this line (src/nccl/CMakeLists.txt).
+ABI_VERSION = 3
 
 
 @dataclasses.dataclass
@@ -76,10 +77,10 @@ def _bind(library: ctypes.CDLL) -> None:
         "amem_nccl_is_front": ([], ctypes.c_int),
         "amem_nccl_snapshot": ([], ctypes.c_char_p),
         "amem_nccl_last_error": ([], ctypes.c_char_p),
-        "amem_nccl_plan": ([u64p, ctypes.c_int, ctypes.c_int], ctypes.c_char_p),
-        "amem_nccl_pause": ([u64p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int,
-                             ctypes.c_double, ctypes.c_int, ctypes.c_char_p, ctypes.c_int],
-                            ctypes.c_int),
+        "amem_nccl_plan": ([u64p, ctypes.c_int, ctypes.c_int, ctypes.c_int], ctypes.c_char_p),
+        "amem_nccl_pause": ([u64p, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_double, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                             ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
         "amem_nccl_new_unique_id": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
         "amem_nccl_recover": ([u64p, ctypes.c_char_p, ctypes.c_int, ctypes.c_double, ctypes.c_char_p,
                                ctypes.c_int], ctypes.c_int),
@@ -87,8 +88,8 @@ def _bind(library: ctypes.CDLL) -> None:
         "amem_nccl_keep_suspendable": ([ctypes.c_int], ctypes.c_int),
         "amem_nccl_keep_suspendable_rewrites": ([], ctypes.c_uint64),
         "amem_nccl_begin_resume": ([u64p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
-        "amem_nccl_resume": ([u64p, ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_int],
-                             ctypes.c_int),
+        "amem_nccl_resume": ([u64p, ctypes.c_int, ctypes.c_double, ctypes.POINTER(ctypes.c_char_p),
+                              ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     }
     for name, (arguments, result) in signatures.items():
         function = getattr(library, name)

@@ -1,7 +1,7 @@
 """The resharding planner: which bytes go from which trainer shard to which rollout buffer.
 
     from jax_amem import reshard
-    plan = reshard.plan(params, rollout_layouts, rules=reshard.rules.hf_llama(32, tp=2))
+    plan = reshard.plan(params, rollout_layouts, rules=reshard.rules.hf_llama(32, tp=2, fused_qkv=True))
     plan.check(); print(plan)
 
 See docs/reshard.md for the plan's data format (the executor's contract).

@@ -25,6 +25,9 @@ import operator
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from .affine import FLOATS, Affine, Step, final_dtype, step_for
 from .rule_types import Piece
 
 
@@ -35,7 +38,8 @@ class Fragment:
     src: str
     sstart: tuple[int, ...]       # on the source's own axes
     axis_of: tuple[int, ...]      # per value axis: the source axis it runs along, -1 where vsize is 1
-    dtype: str | None = None      # the sender's cast (None: the source's dtype)
+    dtype: str | None = None      # the sender's cast after `affine` (None: none)
+    affine: Affine | None = None  # constant steps the elements go through (affine.py)
 
 
 def _normal(f: Fragment) -> Fragment:
@@ -63,8 +67,8 @@ def _shift_source(f: Fragment, deltas) -> tuple[int, ...]:
 
 def transpose(frags, perm) -> list[Fragment]:
     pick = operator.itemgetter(*perm) if len(perm) > 1 else (lambda t: tuple(t[a] for a in perm))
-    return [Fragment(tuple(pick(f.vstart)), tuple(pick(f.vsize)), f.src, f.sstart, tuple(pick(f.axis_of)), f.dtype)
-            for f in frags]
+    return [Fragment(tuple(pick(f.vstart)), tuple(pick(f.vsize)), f.src, f.sstart, tuple(pick(f.axis_of)), f.dtype,
+                     f.affine) for f in frags]
 
 
 def slice_box(frags, start, limit) -> list[Fragment]:
@@ -77,7 +81,7 @@ def slice_box(frags, start, limit) -> list[Fragment]:
             continue
         out.append(_normal(Fragment(tuple(l - s for l, s in zip(lo, start)), tuple(h - l for l, h in zip(lo, hi)),
                                     f.src, _shift_source(f, [l - a for l, a in zip(lo, f.vstart)]), f.axis_of,
-                                    f.dtype)))
+                                    f.dtype, f.affine)))
     return out
 
 
@@ -118,7 +122,7 @@ def pick(frags, axis: int, rows) -> list[Fragment]:
                 deltas[axis] = lo - a
                 out.append(_normal(Fragment(f.vstart[:axis] + (o + lo - r,) + f.vstart[axis + 1:],
                                             f.vsize[:axis] + (hi - lo,) + f.vsize[axis + 1:], f.src,
-                                            _shift_source(f, deltas), f.axis_of, f.dtype)))
+                                            _shift_source(f, deltas), f.axis_of, f.dtype, f.affine)))
     return out
 
 
@@ -133,7 +137,7 @@ def squeeze(frags, dims) -> list[Fragment]:
     dropped = set(dims)
     keep = [j for j in range(len(frags[0].vsize)) if j not in dropped]
     return [Fragment(tuple(f.vstart[j] for j in keep), tuple(f.vsize[j] for j in keep), f.src, f.sstart,
-                     tuple(f.axis_of[j] for j in keep), f.dtype) for f in frags]
+                     tuple(f.axis_of[j] for j in keep), f.dtype, f.affine) for f in frags]
 
 
 def expand(frags, rank: int, kept) -> list[Fragment]:
@@ -147,18 +151,75 @@ def expand(frags, rank: int, kept) -> list[Fragment]:
     return out
 
 
-def cast(frags, dtype: str, source_dtypes) -> list[Fragment]:
+def value_dtype(f: Fragment, source_dtypes) -> str:
+    """The dtype of the value `f` holds: its cast, else its last constant step's, else its source's."""
+    return f.dtype or (f.affine.dtype if f.affine is not None else source_dtypes[f.src])
+
+
+def cast(frags, dtype: str, source_dtypes, round_between: bool = False) -> list[Fragment]:
+    """Each fragment sent in `dtype`. A second cast is refused, unless `round_between` and both
+    are floating dtypes: then the first becomes a rounding step (x * 1 in its dtype), so
+    `x.astype(bfloat16).astype(float32)` sends float32 values rounded to bfloat16, as JAX does."""
     out = []
     for f in frags:
-        current = f.dtype or source_dtypes[f.src]
+        current = value_dtype(f, source_dtypes)
         if dtype == current:
             out.append(f)
         elif f.dtype is None:
             out.append(replace(f, dtype=dtype))
+        elif round_between and f.dtype in FLOATS and dtype in FLOATS and source_dtypes[f.src] in FLOATS:
+            out.append(replace(f, dtype=dtype, affine=_then(f.affine, Step("mul", f.dtype, (1.0,)))))
         else:
             raise ValueError(f"source {f.src!r} is cast twice ({source_dtypes[f.src]} -> {f.dtype} -> {dtype}); "
                              "the sender casts once: cast straight to the final dtype")
     return out
+
+
+def affine(frags, op: str, dtype: str, constant, axis: int | None) -> list[Fragment]:
+    """Each fragment's elements through one more constant step `op` run in `dtype` (the value's
+    dtype: a cast before it is the step's rounding of its input). `constant`: a numpy scalar,
+    or a vector along value axis `axis`, stored per fragment in source coordinates. Fragments
+    of one source that read the same source range share one step (one view for the sender);
+    AffineError for a dtype the copy cannot compute in."""
+    constant = np.asarray(constant)
+    if axis is None:
+        step = step_for(op, dtype, constant.reshape(-1)[:1])
+        return [replace(f, dtype=None, affine=_then(f.affine, step)) for f in frags]
+    # Per fragment: the source axis its part of the vector runs along and the values there.
+    pieces = []
+    for f in frags:
+        values = constant[f.vstart[axis]:f.vstart[axis] + f.vsize[axis]]
+        a = f.axis_of[axis]
+        pieces.append((f, a, f.sstart[a] if a >= 0 else 0, values))
+    # One vector per (source, axis, steps so far) when the fragments agree on every coordinate.
+    merged = {}
+    for f, a, start, values in pieces:
+        if a < 0:
+            continue
+        key = (f.src, a, f.affine, f.dtype)
+        table = merged.setdefault(key, {})
+        for k, v in enumerate(values.tolist()):
+            if table is not None and table.setdefault(start + k, v) != v:
+                merged[key] = table = None
+    steps = {}
+    for key, table in merged.items():
+        if table:
+            lo, hi = min(table), max(table) + 1
+            vector = np.zeros(hi - lo, constant.dtype)
+            vector[np.array(list(table)) - lo] = list(table.values())
+            steps[key] = step_for(op, dtype, vector, key[1], lo)
+    out = []
+    for f, a, start, values in pieces:
+        if a < 0:
+            step = step_for(op, dtype, values[:1])
+        else:
+            step = steps.get((f.src, a, f.affine, f.dtype)) or step_for(op, dtype, values, a, start)
+        out.append(replace(f, dtype=None, affine=_then(f.affine, step)))
+    return out
+
+
+def _then(chain: Affine | None, step) -> Affine:
+    return Affine((step,)) if chain is None else chain.then(step)
 
 
 def covers(frags, shape) -> bool:
@@ -179,15 +240,18 @@ def substitute(frags, bindings) -> list[Fragment] | None:
     out = []
     for f in frags:
         g = bindings[f.src]
-        if f.dtype is not None and g.dtype is not None:
+        if (f.dtype is not None or f.affine is not None) and (g.dtype is not None or g.affine is not None):
             return None
+        if (f.affine is not None and any(not s.is_scalar for s in f.affine.steps)) or \
+                (g.affine is not None and any(not s.is_scalar for s in g.affine.steps)):
+            return None  # vectors are in source coordinates: run the operations on the real fragments
         sstart = list(g.sstart)
         for j, offset in enumerate(f.sstart):
             if offset:
                 sstart[g.axis_of[j]] += offset
         axis_of = tuple(g.axis_of[a] if a >= 0 else -1 for a in f.axis_of)
         out.append(Fragment(f.vstart, f.vsize, g.src, tuple(sstart), axis_of,
-                            g.dtype if f.dtype is None else f.dtype))
+                            g.dtype if f.dtype is None else f.dtype, g.affine if f.affine is None else f.affine))
     return out
 
 
@@ -209,16 +273,17 @@ def piece_template(frags, zero) -> list[tuple]:
     reads only axes, sizes and ranks, and a piece's src_start is its fragment's start
     permuted, so it is linear in the start."""
     bindings, ranks, keys = zero
-    return [(keys[p.src], p.dst_start, p.size, p.src_start, p.perm, p.dtype)
+    return [(keys[p.src], p.dst_start, p.size, p.src_start, p.perm, p.dtype, p.affine)
             for p in to_pieces("", substitute(frags, bindings), ranks)]
 
 
 def from_template(dst: str, template, bindings, origin: str = "") -> list[Piece]:
     out = []
-    for key, dst_start, size, start, perm, dtype in template:  # map(): ~70k pieces per model
+    for key, dst_start, size, start, perm, dtype, chain in template:  # map(): ~70k pieces per model
         g = bindings[key]
         base = g.sstart if perm is None else tuple(map(g.sstart.__getitem__, perm))
-        out.append(Piece(dst, dst_start, size, g.src, tuple(map(operator.add, start, base)), perm, dtype, origin))
+        out.append(Piece(dst, dst_start, size, g.src, tuple(map(operator.add, start, base)), perm, dtype, origin,
+                         chain))
     return out
 
 
@@ -294,7 +359,7 @@ def _reshape_dense(f: Fragment, old, new) -> list[Fragment]:
                 deltas[a] = d
             vstart += start; vsize += size; axis_of += axes
         out.append(_normal(Fragment(tuple(vstart), tuple(vsize), f.src, _shift_source(f, deltas),
-                                    tuple(axis_of), f.dtype)))
+                                    tuple(axis_of), f.dtype, f.affine)))
     return out
 
 
@@ -321,7 +386,8 @@ def reshape(frags, old, new) -> list[Fragment]:
 
 def to_pieces(dst: str, frags, source_ranks, origin: str = "") -> list[Piece]:
     """Pieces for destination `dst`: the source permuted so that each fragment's source axes
-    sit under the destination axes they run along (trailing axes aligned)."""
+    sit under the destination axes they run along (trailing axes aligned). A piece with
+    constant steps carries them and the dtype they send."""
     out = []
     todo = list(frags)
     while todo:
@@ -339,8 +405,9 @@ def to_pieces(dst: str, frags, source_ranks, origin: str = "") -> list[Piece]:
         rest = iter(a for a in range(r) if a not in set(f.axis_of))
         perm = [p if p >= 0 else next(rest) for p in perm]
         identity = perm == list(range(r))
+        dtype = f.dtype if f.affine is None else final_dtype(f.affine, f.dtype, "float32")
         out.append(Piece(dst, f.vstart, f.vsize, f.src, tuple(f.sstart[a] for a in perm),
-                         None if identity else tuple(perm), f.dtype, origin))
+                         None if identity else tuple(perm), dtype, origin, f.affine))
     return out
 
 
@@ -349,4 +416,4 @@ def slice_one(f: Fragment, axis: int, i: int) -> Fragment:
     deltas[axis] = i
     return _normal(Fragment(f.vstart[:axis] + (f.vstart[axis] + i,) + f.vstart[axis + 1:],
                             f.vsize[:axis] + (1,) + f.vsize[axis + 1:], f.src, _shift_source(f, deltas),
-                            f.axis_of, f.dtype))
+                            f.axis_of, f.dtype, f.affine))

@@ -16,13 +16,43 @@ def tree_names(tree) -> dict[str, Any]:
     attribute names, sequence indices). LayoutError where two leaves get one name (a key
     holding '/': `{"a/b": x, "a": {"b": y}}`): a name would stand for two tensors and the
     names would no longer line up with the leaves."""
-    import jax
-
-    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    flat = flatten_with_path(tree)
     out = {_path_name(path): leaf for path, leaf in flat}
     if len(out) != len(flat):
         _refuse_collision(flat)
     return out
+
+
+def flatten_with_path(tree, what: str = "tree") -> list:
+    """`jax.tree_util.tree_flatten_with_path(tree)[0]`, with a LayoutError naming `what` and the
+    keys where JAX cannot flatten it: a dict whose keys do not sort (0 and '0' side by side)."""
+    import jax
+
+    try:
+        return jax.tree_util.tree_flatten_with_path(tree)[0]
+    except (TypeError, ValueError) as error:
+        raise LayoutError(unflattenable(tree, what, error)) from None
+
+
+def unflattenable(tree, what: str, error: Exception) -> str:
+    """Why JAX could not flatten `tree`: the first dict (by path) whose keys do not sort, else
+    JAX's own words."""
+    stack = [("", tree)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            try:
+                sorted(node)
+            except TypeError:
+                kinds = sorted({type(k).__name__ for k in node})
+                shown = ", ".join(repr(k) for k in list(node)[:6])
+                return (f"the {what}'s dict at {path or 'its root'} has keys of types {' and '.join(kinds)} side by "
+                        f"side ({shown}), which JAX cannot sort to flatten it: give every key of one dict the same "
+                        "type (e.g. str(key) for each)")
+            stack.extend((f"{path}[{k!r}]", v) for k, v in reversed(list(node.items())))
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return f"the {what} cannot be flattened as a pytree: {error}"
 
 
 def _path_name(path) -> str:

@@ -10,6 +10,9 @@ The table below is the whole mapping: edit a copy of it for other names.
 
 from __future__ import annotations
 
+import numbers
+
+from .lowering import RuleError
 from .rule_types import Part, Rule
 
 # hf name (per layer, under model.layers.{i}.) -> (source name under layers/, transposed?)
@@ -67,6 +70,7 @@ def hf_llama(num_layers: int, *, tp: int = 1, stacked: bool = True, fused_qkv: b
     interleaved per tensor-parallel rank (`tp` ranks). `cast` converts on the
     sender (e.g. "bfloat16").
     """
+    _check(num_layers, tp)
     per_layer = dict(LLAMA_LAYER_WEIGHTS)
     if qkv_bias:
         per_layer.update(QKV_BIASES)
@@ -89,6 +93,16 @@ def hf_llama(num_layers: int, *, tp: int = 1, stacked: bool = True, fused_qkv: b
             source, transposed = GLOBAL_WEIGHTS["model.embed_tokens.weight"]
         rules.append(Rule(name, (_part(source, transposed, None, stacked, cast),), origin=ORIGIN))
     return rules
+
+
+def _check(num_layers, tp) -> None:
+    """The options, refused here rather than as a shape error at plan()."""
+    def whole(n) -> bool:
+        return isinstance(n, numbers.Integral) and not isinstance(n, bool)
+    if not whole(num_layers) or num_layers < 0:
+        raise RuleError(f"rules.hf_llama: num_layers={num_layers!r} is not a layer count (an int >= 0)")
+    if not whole(tp) or tp < 1:
+        raise RuleError(f"rules.hf_llama: tp={tp!r} is not a tensor-parallel size: give an int >= 1")
 
 
 def hf_qwen2(num_layers: int, **options) -> list[Rule]:

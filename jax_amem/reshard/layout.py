@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
+
+from ..errors import LayoutError
 
 MAX_RANK = 8  # the native planner pads every tensor to this many dimensions
 
@@ -30,15 +33,29 @@ class Owner(NamedTuple):
     device: int
 
 
-class LayoutError(ValueError):
-    """A layout description is inconsistent (boxes outside the shape, owners repeated, ...)."""
-
-
 def _as_owner(owner) -> Owner:
     if isinstance(owner, Owner):
         return owner
-    process, device = owner
-    return Owner(int(process), int(device))
+    try:
+        process, device = owner
+        return Owner(operator.index(process), operator.index(device))
+    except (TypeError, ValueError):
+        raise LayoutError(f"owner {owner!r} must be a (process, device) pair of ints") from None
+
+
+def _ints(values, what: str) -> tuple[int, ...]:
+    """A shape, an offset or a size as a tuple of ints; LayoutError for anything else (2.5, '3')."""
+    try:
+        return tuple(operator.index(n) for n in values)
+    except TypeError:
+        raise LayoutError(f"{what} {values!r} must be a sequence of ints") from None
+
+
+def _dtype(dtype) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise LayoutError(f"dtype {dtype!r} is not a dtype numpy knows (e.g. 'float32', jnp.bfloat16)") from None
 
 
 class Layout:
@@ -50,8 +67,8 @@ class Layout:
     """
 
     def __init__(self, shape, dtype, owners, starts, sizes, box_of_owner):
-        self.shape = tuple(int(n) for n in shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = _ints(shape, "shape")
+        self.dtype = _dtype(dtype)
         self.owners = tuple(_as_owner(o) for o in owners)
         self.starts = _box_array(starts, len(self.shape))
         self.sizes = _box_array(sizes, len(self.shape))
@@ -79,6 +96,10 @@ class Layout:
             raise LayoutError("box_of_owner must give one box per owner")
         if len(self.owners) and (self.box_of_owner.min() < 0 or self.box_of_owner.max() >= len(self.starts)):
             raise LayoutError("box_of_owner names a box that does not exist")
+        unheld = sorted(set(range(len(self.starts))) - set(self.box_of_owner.tolist()))
+        if unheld:  # e.g. Layout.replicated(shape, dtype, owners=[]): the planner would divide by its 0 replicas
+            raise LayoutError(f"box {self.box_text(unheld[0])} is held by no owner (owners: {list(self.owners)}): "
+                              "give every box at least one owner")
         shape = np.array(self.shape, dtype=np.int64)
         if (self.starts < 0).any() or (self.sizes < 0).any() or (self.starts + self.sizes > shape).any():
             bad = int(np.nonzero(((self.starts < 0) | (self.sizes < 0)
@@ -194,10 +215,14 @@ class Layout:
     @classmethod
     def from_boxes(cls, shape, dtype, boxes: Mapping) -> "Layout":
         """Explicit shards: `{owner: (offset, shape)}`; equal boxes are replicas."""
-        shape = tuple(int(n) for n in shape)
+        shape = _ints(shape, "shape")
         owners, box_of_owner, distinct = [], [], {}
-        for owner, (offset, size) in boxes.items():
-            offset, size = tuple(int(a) for a in offset), tuple(int(n) for n in size)
+        if not isinstance(boxes, Mapping):
+            raise LayoutError(f"boxes must be a mapping {{owner: (offset, size)}}, got {type(boxes).__name__}")
+        for owner, box in boxes.items():
+            if not (isinstance(box, (tuple, list)) and len(box) == 2):
+                raise LayoutError(f"the box of owner {owner} must be an (offset, size) pair, got {box!r}")
+            offset, size = _ints(box[0], f"offset of owner {owner}"), _ints(box[1], f"size of owner {owner}")
             if len(offset) != len(shape) or len(size) != len(shape):
                 raise LayoutError(f"box {offset}/{size} of owner {owner} has the wrong rank for shape {shape}")
             owners.append(_as_owner(owner))
@@ -210,14 +235,14 @@ class Layout:
     @classmethod
     def single(cls, shape, dtype, owner) -> "Layout":
         """The whole tensor on one owner."""
-        shape = tuple(shape)
+        shape = _ints(shape, "shape")
         return cls.from_boxes(shape, dtype, {_as_owner(owner): ((0,) * len(shape), shape)})
 
     @classmethod
     def replicated(cls, shape, dtype, owners: Iterable) -> "Layout":
         """Every owner holds the whole tensor."""
         owners = [_as_owner(o) for o in owners]
-        shape = tuple(int(n) for n in shape)
+        shape = _ints(shape, "shape")
         return cls(shape, dtype, owners, [(0,) * len(shape)], [shape], [0] * len(owners))
 
     @classmethod
@@ -284,8 +309,9 @@ def region_text(start, size) -> str:
 
 
 def _split_layout(shape, dtype, owners, splits: dict[int, int], what: str) -> "Layout":
-    shape = tuple(int(n) for n in shape)
+    shape = _ints(shape, f"{what}: shape")
     owners = [_as_owner(o) for o in owners]
+    splits = dict(zip(_ints(splits, f"{what}: dimension"), _ints(splits.values(), f"{what}: split count")))
     parts = int(np.prod(list(splits.values()), dtype=np.int64))
     for dim, count in splits.items():
         if not -len(shape) <= dim < len(shape):

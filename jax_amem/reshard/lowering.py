@@ -11,15 +11,12 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from ..errors import RuleError
 from . import fragments as F
+from .affine import AffineError
 from .from_jax import nested_names_hint
 from .layout import Layout, region_text
 from .rule_types import Part, Piece, Rule
-
-
-class RuleError(ValueError):
-    """Rules do not describe the destination exactly (a region missing, covered twice,
-    shapes or dtypes that do not match)."""
 
 
 def closest(name: str, names, what: str) -> str:
@@ -63,15 +60,38 @@ def _part_view(part: Part, dst: str, sources: Mapping[str, Layout], origin: str 
     return layout, perm, view_shape
 
 
-def _reshaped_pieces(part: Part, layout: Layout, dst: str, start, limit, dst_start, origin="") -> list[Piece]:
-    """Pieces for the box [start, limit) of a reshaped part, placed at `dst_start`."""
-    frags = F.reshape([F.whole(part.src, layout.shape, part.index, part.transpose, part.cast)],
-                      _part_view_before_reshape(part, layout), part.shape)
+def _fragment_pieces(part: Part, layout: Layout, dst: str, start, limit, dst_start, origin="") -> list[Piece]:
+    """Pieces for the box [start, limit) of a reshaped or scaled part, placed at `dst_start`."""
+    frags = [F.whole(part.src, layout.shape, part.index, part.transpose)]
+    view = _part_view_before_reshape(part, layout)
+    if part.shape is not None:
+        frags = F.reshape(frags, view, part.shape)
+        view = tuple(part.shape)
+    dtype = layout.dtype.name
+    try:
+        for op, constant in (("mul", part.scale), ("add", part.offset)):
+            if constant is not None:
+                frags = _constant_step(frags, op, dtype, constant, view, part, dst)
+        if part.cast is not None:
+            frags = F.cast(frags, np.dtype(part.cast).name, {part.src: dtype})
+    except (AffineError, ValueError) as error:
+        raise RuleError(f"destination {dst!r}{_by(origin)}: part {part.src!r}: {error}") from None
     frags = F.slice_box(frags, start, limit)
     for axis, offset in enumerate(dst_start):
         if offset:
             frags = F.shift(frags, axis, offset)
     return F.to_pieces(dst, frags, {part.src: layout.ndim}, origin)
+
+
+def _constant_step(frags, op, dtype, constant, view, part: Part, dst: str):
+    values = np.asarray(constant, np.float64)
+    if values.ndim == 0:
+        return F.affine(frags, op, dtype, values, None)
+    axis = part.along % len(view) if view else 0
+    if not view or values.shape != (view[axis],):
+        raise RuleError(f"destination {dst!r}: part {part.src!r} has shape {view}; its vector of "
+                        f"{values.size} constants does not fit its axis {part.along} (along=)")
+    return F.affine(frags, op, dtype, values, axis)
 
 
 def _part_view_before_reshape(part: Part, layout: Layout) -> tuple[int, ...]:
@@ -114,9 +134,9 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
                 dst_start[axis] = offset
                 src_start[len(part.index) + axis] = group * step
             offset += step
-            if part.shape is not None:
+            if part.shape is not None or part.scale is not None or part.offset is not None:
                 limit = [a + n for a, n in zip(src_start[len(part.index):], size)]
-                pieces.extend(_reshaped_pieces(part, layout, dst, src_start[len(part.index):], limit, dst_start,
+                pieces.extend(_fragment_pieces(part, layout, dst, src_start[len(part.index):], limit, dst_start,
                                                rule.origin))
                 continue
             pieces.append(Piece(dst, tuple(dst_start), tuple(size), part.src, tuple(src_start),
@@ -131,6 +151,26 @@ def _overlap(a: Piece, b: Piece):
     lo = [max(x, y) for x, y in zip(a.dst_start, b.dst_start)]
     hi = [min(x + n, y + m) for x, n, y, m in zip(a.dst_start, a.size, b.dst_start, b.size)]
     return (lo, [h - l for l, h in zip(lo, hi)]) if all(h > l for l, h in zip(lo, hi)) else None
+
+
+def _first_overlap(live: list[Piece]):
+    """(a, b, region) for two pieces that overlap, or None. A sweep along the axis the pieces
+    are cut most on compares each piece only with those still open there (a RoPE reorder cuts a
+    q_proj into one piece per row: thousands, which a test of every pair made quadratic)."""
+    rank = len(live[0].size) if live else 0
+    if rank == 0:
+        return (live[0], live[1], _overlap(live[0], live[1])) if len(live) > 1 else None
+    axis = max(range(rank), key=lambda d: len({p.dst_start[d] for p in live}))
+    open_ = []
+    for b in sorted(live, key=lambda p: p.dst_start[axis]):
+        start = b.dst_start[axis]
+        open_ = [a for a in open_ if a.dst_start[axis] + a.size[axis] > start]
+        for a in open_:
+            hit = _overlap(a, b)
+            if hit:
+                return a, b, hit
+        open_.append(b)
+    return None
 
 
 def _first_gap(shape, pieces: list[Piece]):
@@ -157,12 +197,11 @@ def check_coverage(dst: str, layout: Layout, pieces: list[Piece]) -> None:
     live = [p for p in pieces if all(n > 0 for n in p.size)]
     if len(live) == 1 and tuple(live[0].size) == shape:
         return
-    for i, a in enumerate(live):
-        for b in live[i + 1:]:
-            hit = _overlap(a, b)
-            if hit:
-                raise RuleError(f"destination {dst!r}: region {region_text(*hit)} is covered twice "
-                                f"(by {a.src!r} and {b.src!r})")
+    twice = _first_overlap(live)
+    if twice:
+        a, b, hit = twice
+        raise RuleError(f"destination {dst!r}: region {region_text(*hit)} is covered twice "
+                        f"(by {a.src!r} and {b.src!r})")
     volume = sum(int(np.prod(p.size, dtype=np.int64)) for p in live)
     if volume != int(np.prod(shape, dtype=np.int64)):
         start, size = _first_gap(shape, live)
@@ -187,6 +226,11 @@ def _check_piece_source(p: Piece, sources: Mapping[str, Layout], dst_layout: Lay
         raise RuleError(f"destination {p.dst!r}: source region {region_text(p.src_start, size)} is outside "
                         f"source {p.src!r} of (transformed) shape {view_shape}")
     sent = np.dtype(p.dtype) if p.dtype is not None else src.dtype
+    if p.affine is not None:
+        try:
+            p.affine.check(src.dtype.name, sent.name, f"destination {p.dst!r}{_by(p.origin)}, source {p.src!r}")
+        except AffineError as error:
+            raise RuleError(str(error)) from None
     if sent != dst_layout.dtype:
         how = "" if p.dtype is not None else "; add cast= to the rule to convert on the sender"
         raise RuleError(f"destination {p.dst!r}: dtype mismatch: it is {dst_layout.dtype.name}, source "

@@ -1,4 +1,4 @@
-"""Runs a plan with numpy copies: the reference executor (tests, and a model for issue 5's).
+"""Runs a plan with numpy copies: the reference executor (tests, and a model for the swap's).
 
 A sender prepares each view it sends once (`shard.transpose(perm).astype(dtype)`,
 row-major), then every transfer copies its segments byte for byte into the
@@ -16,9 +16,13 @@ from .plan import BLOCK_BEGIN, BLOCK_END, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW
 from . import blocks as B
 
 
-def prepare_view(shard: np.ndarray, perm, dtype) -> np.ndarray:
-    """The bytes a sender copies from: its shard transposed and cast, row-major."""
-    return np.ascontiguousarray(np.transpose(np.asarray(shard), perm).astype(np.dtype(dtype)))
+def prepare_view(shard: np.ndarray, perm, dtype, affine=None, box_start=None) -> np.ndarray:
+    """The bytes a sender copies from: its shard transposed and cast, row-major; with constant
+    steps (`affine`, for a shard whose box on the source starts at `box_start`), their result."""
+    view = np.transpose(np.asarray(shard), perm)
+    if affine is not None:
+        return np.ascontiguousarray(affine.apply_numpy(view, dtype, box_start, perm))
+    return np.ascontiguousarray(view.astype(np.dtype(dtype)))
 
 
 def shards_of(name: str, array) -> dict[tuple[str, Owner], np.ndarray]:
@@ -52,7 +56,9 @@ def execute(plan: Plan, sources: Mapping[tuple[str, Owner], np.ndarray],
             name, perm, dtype = plan.views[view]
             if (name, src_owner) not in sources:
                 raise KeyError(f"source {name!r}: no shard given for owner {tuple(src_owner)}")
-            prepared[key] = prepare_view(sources[(name, src_owner)], perm, dtype).reshape(-1).view(np.uint8)
+            box_start, _ = plan.src_layouts[name].shard_box(src_owner)
+            prepared[key] = prepare_view(sources[(name, src_owner)], perm, dtype, plan.affine(view),
+                                         box_start).reshape(-1).view(np.uint8)
         src = prepared[key]
         dst = out[(names[row[DST_TENSOR]], plan.owner_of(row[DST_OWNER]))]
         dst_bytes = dst.reshape(-1).view(np.uint8)

@@ -6,6 +6,9 @@ This is the contract with the swap executor. A plan holds:
 * `views`: list of (source name, perm, dtype name). View v of a source is the
   source shard as the sender prepares it: `shard.transpose(perm).astype(dtype)`,
   row-major. Every source byte offset refers to such a prepared shard.
+  `affines[v]` (when the plan has any): the view's constant steps (reshard/affine.py), or
+  None; a view with steps is `affine.apply_numpy(shard.transpose(perm), dtype, ...)`, which
+  the copy kernel computes from the transposed shard in the source's own dtype.
 * `transfers` (T, 7) int64, columns TRANSFER_COLUMNS: (src_owner, dst_owner,
   dst_tensor, view, block_begin, block_end, bytes). One row per (sending owner,
   receiving owner, destination buffer, source view). Sorted by (src_owner,
@@ -27,15 +30,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..errors import PlanError
 from . import blocks as B
 from .layout import Layout, Owner
 
 TRANSFER_COLUMNS = ("src_owner", "dst_owner", "dst_tensor", "view", "block_begin", "block_end", "bytes")
 SRC_OWNER, DST_OWNER, DST_TENSOR, VIEW, BLOCK_BEGIN, BLOCK_END, BYTES = range(7)
-
-
-class PlanError(ValueError):
-    """A plan does not write every destination element exactly once (a planner bug)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +49,11 @@ class Plan:
     blocks: np.ndarray
     owner: Owner | None = None  # set on a rank's local plan
     planner: str = "native"
+    affines: tuple = ()         # per view: its constant steps (Affine) or None; () when none has any
+
+    def affine(self, view: int):
+        """View `view`'s constant steps (reshard/affine.py), or None."""
+        return self.affines[view] if view < len(self.affines) else None
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -79,7 +84,8 @@ class Plan:
         return (f"Plan {self.key[:12]} ({scope}, {self.planner}): {len(self.src_layouts)} -> "
                 f"{len(self.dst_layouts)} tensors, {len(self.owners)} owners, {self.nbytes / 2**20:.2f} MiB "
                 f"in {len(self.transfers)} transfers over {pairs} owner pairs, {len(self.blocks)} blocks "
-                f"({strided} strided)")
+                f"({strided} strided)" + (f", {sum(a is not None for a in self.affines)} views with constant steps"
+                                          if self.affines else ""))
 
     __repr__ = __str__
 

@@ -17,7 +17,7 @@ from typing import Mapping
 from .from_jax import layouts_of
 from .layout import Layout, LayoutError, Owner
 from .lowering import lower
-from .plan import Plan
+from .plan import Plan, PlanError
 from .problem import Problem
 
 DEFAULT_SPLIT_BYTES = 1 << 20  # below this an item goes whole to one replica
@@ -42,8 +42,8 @@ def _as_layouts(tensors, side: str) -> dict[str, Layout]:
     try:
         return layouts_of(tensors)
     except Exception as error:
-        raise TypeError(f"{side}: give a Layout, a mapping of names to Layouts, or a pytree of "
-                        f"sharded arrays ({error})") from error
+        raise LayoutError(f"{side}: give a Layout, a mapping of names to Layouts, or a pytree of "
+                          f"sharded arrays ({error})") from error
 
 
 class Planner:
@@ -56,13 +56,16 @@ class Planner:
             if math.prod(layout.shape) * layout.dtype.itemsize >= 2**63:
                 raise LayoutError(f"tensor {name!r} of shape {layout.shape} ({layout.dtype}) has more bytes than int64 counts")
         pieces = lower(rules, src, dst)
-        if split_bytes < 1:
-            raise ValueError(f"split_bytes must be >= 1, got {split_bytes}")
+        if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
+            raise PlanError(f"split_bytes must be an int >= 1, got {split_bytes!r}")
         self.problem = Problem.build(src, dst, pieces, split_bytes)
         self.key = self.problem.key
 
     def plan(self, owner=None, *, planner: str = "native", check: bool = False, cache: bool = True) -> Plan:
-        owner = Owner(*owner) if owner is not None else None
+        try:
+            owner = Owner(*owner) if owner is not None else None
+        except TypeError:
+            raise PlanError(f"owner must be a (process, device) pair, got {owner!r}") from None
         owner_id = self.problem.owner_id(owner) if owner is not None else None
         cache_key = (self.key, owner, planner)
         if cache and cache_key in _cache:
@@ -75,14 +78,15 @@ class Planner:
             from .reference import ReferencePlanner
             transfers, blocks = ReferencePlanner(self.problem).plan(owner_id)
         else:
-            raise ValueError(f"planner must be 'native' or 'reference', got {planner!r}")
+            raise PlanError(f"planner must be 'native' or 'reference', got {planner!r}")
         pb = self.problem
         result = Plan(
             key=self.key, owners=pb.owners,
             src_layouts=dict(zip(pb.src_names, pb.src_layouts)),
             dst_layouts=dict(zip(pb.dst_names, pb.dst_layouts)),
             views=[(pb.src_names[s], perm, dtype) for s, perm, dtype in pb.view_keys],
-            transfers=transfers, blocks=blocks, owner=owner, planner=planner)
+            transfers=transfers, blocks=blocks, owner=owner, planner=planner,
+            affines=tuple(pb.view_affines) if any(a is not None for a in pb.view_affines) else ())
         if check:
             result.check()
         if cache:  # only complete, (optionally) checked plans enter the cache

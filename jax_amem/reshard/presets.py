@@ -6,19 +6,26 @@
 Families: llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek (MoE with shared experts,
 first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2.
 
-Sources (the trainer's tree, named by `tree_names`; every layer stacked on axis 0):
+Sources (the trainer's tree, named by `tree_names`; layers stacked on `scan_axis`, found from
+the shapes when not given):
 
 * `"flax"`: the naming `hf_llama` uses: `layers/attn/q/kernel` (L, D, H*hd), kernels
-  (in, out), heads merged.
-* `"maxtext"`: `decoder/layers/self_attention/query/kernel` (L, D, H, hd), out kernels
-  (L, H, hd, D), MLP kernels (in, out) `mlp/wi_0`, `wi_1`, `wo`, experts stacked
-  `MoeBlock_0/wi_0` (L, E, D, I).
+  (in, out), heads merged. jax_amem's own naming (Flax conventions: `kernel` (in, out),
+  `scale`, `embedding`), not a framework's exporter.
+* `"maxtext"`: MaxText's tree, converted as MaxText's own exporter to Hugging Face converts it
+  (`EXPORTERS`: its checkpoint_conversion hooks, file and commit): `decoder/layers/
+  self_attention/query/kernel` (D, H, hd) per layer, out kernels (H, hd, D), MLP kernels
+  (in, out) `mlp/wi_0`, `wi_1`, `wo`, experts (E, D, I) (`moe_block/` for Qwen3-MoE,
+  `MoeBlock_0/` for Mixtral, `DeepSeekMoeBlock_0/MoeBlock_0/` for DeepSeek), layers on
+  MaxText's `param_scan_axis` (1 by default, or 0). Llama's RoPE reorder (even then odd
+  rotary features) is done; an exporter step that rules cannot do (a constant multiply: query
+  scaling, Gemma's norm offsets) is refused at `preset()` with the step named (`REFUSED`).
 
 Layouts (the rollout's names and shapes):
 
 * `"hf"`: transformers' own (installed 5.x: Qwen3-MoE / Mixtral / DeepSeek experts fused
   as 3-D `mlp.experts.gate_up_proj` (E, 2I, D) and `down_proj` (E, D, I); GPT-2 Conv1D
-  kernels (in, out) and fused `c_attn`).
+  kernels (in, out) and fused `c_attn`). Whole tensors: `tp` must be 1.
 * `"vllm"`: vLLM's fused tensors: `qkv_proj`, `gate_up_proj`, MoE `w13_weight` (E, 2I, D)
   and `w2_weight` (E, D, I), each fused tensor interleaved per tensor-parallel rank (`tp`).
 
@@ -28,10 +35,13 @@ The tables below are the whole mapping: copy and edit them for another naming.
 from __future__ import annotations
 
 import difflib
+import numbers
+from dataclasses import dataclass
 
+from . import fragments as F
 from .from_jax import tree_names
 from .lowering import RuleError, closest
-from .rule_types import Part, Rule
+from .rule_types import Part, Piece, Rule
 
 # logical weight -> (kind, flax path, maxtext path). Paths are under the layer stack.
 # kinds: in_heads (D, N, hd) | out_heads (N, hd, D) | linear (in, out) | experts (E, in, out)
@@ -159,12 +169,56 @@ def family_tables(family: str, layout: str, moe_layer: bool = True) -> tuple[dic
     return layer, globals_, prefix
 
 
+
+
+# MaxText's own paths where a family differs from the table above (its MoE blocks).
+MAXTEXT_PATHS = {
+    "qwen3_moe": {"router": "moe_block/gate/kernel", "e_gate": "moe_block/wi_0", "e_up": "moe_block/wi_1",
+                  "e_down": "moe_block/wo"},
+    "deepseek": {"router": "DeepSeekMoeBlock_0/MoeBlock_0/gate/kernel",
+                 "router_bias": "DeepSeekMoeBlock_0/MoeBlock_0/gate/bias",
+                 "e_gate": "DeepSeekMoeBlock_0/MoeBlock_0/wi_0", "e_up": "DeepSeekMoeBlock_0/MoeBlock_0/wi_1",
+                 "e_down": "DeepSeekMoeBlock_0/MoeBlock_0/wo",
+                 "s_gate": "DeepSeekMoeBlock_0/shared_experts/wi_0/kernel",
+                 "s_up": "DeepSeekMoeBlock_0/shared_experts/wi_1/kernel",
+                 "s_down": "DeepSeekMoeBlock_0/shared_experts/wo/kernel"},
+}
+
+# The exporter each source="maxtext" preset reproduces (MaxText's MaxText -> Hugging Face hooks).
+MAXTEXT_COMMIT = "a429848a0a51b8c6c56c1d1e2f916b2f0e0a031e"
+MAXTEXT_HOOKS = "AI-Hypercomputer/maxtext src/maxtext/checkpoint_conversion/utils/param_mapping.py"
+EXPORTERS = {"llama": "LLAMA31_MAXTEXT_TO_HF_PARAM_HOOK_FN", "qwen3": "QWEN3_MAXTEXT_TO_HF_PARAM_HOOK_FN",
+             "qwen3_moe": "QWEN3_MAXTEXT_TO_HF_PARAM_HOOK_FN", "mixtral": "MIXTRAL_MAXTEXT_TO_HF_PARAM_HOOK_FN",
+             "deepseek": "DEEPSEEK_MAXTEXT_TO_HF_PARAM_HOOK_FN", "gemma2": "GEMMA2_MAXTEXT_TO_HF_PARAM_HOOK_FN"}
+# Families whose MaxText exporter reorders the rotary features of q and k (`adjust_rope`:
+# x[..., ::2] then x[..., 1::2]): a permutation, done by the preset.
+MAXTEXT_ROPE = {"llama": ("q", "k")}
+# Families whose MaxText exporter multiplies the query kernel by sqrt(head_dim) (MaxText folds
+# 1/sqrt(head_dim) into it): a constant multiply, which rules do not do.
+MAXTEXT_QUERY_SCALE = ("llama", "mixtral")
+# source="maxtext" presets refused whole, with the reason.
+REFUSED = {
+    "gemma2": ("MaxText's Gemma2 exporter (GEMMA2_MAXTEXT_TO_HF_PARAM_HOOK_FN) subtracts 1 from every RMSNorm scale "
+               "(scale_rmsnorm_layer), divides the embedding by sqrt(hidden_size) (pad_hf_embedding_layer), "
+               "multiplies the query kernels by sqrt(head_dim) (scale_query_layer) and stores two Hugging Face "
+               "layers per MaxText layer (_local / _global); constant arithmetic is not a copy"),
+    "gpt2": "MaxText has no GPT-2 model or GPT-2 to Hugging Face exporter to reproduce",
+}
+
 FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2")
+# Per kind: (rank of one layer's tensor in the flax naming, in the maxtext naming).
+RANKS = {"in_heads": (2, 3), "out_heads": (2, 3), "linear": (2, 2), "experts": (3, 3), "vector": (1, 1),
+         "head_vector": (1, 2)}
+# Per kind: (axis of one layer's tensor that a vLLM rank splits in a fused tensor, what it counts),
+# in the maxtext naming; the flax naming merges heads, so there it is the merged axis.
+SPLIT = {"in_heads": (1, "heads"), "linear": (1, "output features"), "experts": (2, "expert width"),
+         "head_vector": (0, "heads"), "vector": (0, "features")}
 
 
 def _transform(kind: str, source: str, conv: bool, shape) -> tuple[tuple | None, tuple | None]:
     """(transpose, reshape) turning one layer's source tensor of `shape` into the destination's
-    (out, in) form, or (in, out) for GPT-2's Conv1D (`conv`)."""
+    (out, in) form, or (in, out) for GPT-2's Conv1D (`conv`). For MaxText this is its exporter's
+    `reshape_kernel` (`x.reshape(flipped target).T`) written as a transpose then a reshape."""
     maxtext = source == "maxtext"
     if kind == "in_heads":      # maxtext (in, N, hd); flax (in, N*hd)
         if not maxtext:
@@ -185,64 +239,273 @@ def _transform(kind: str, source: str, conv: bool, shape) -> tuple[tuple | None,
     return None, None
 
 
+@dataclass(frozen=True)
+class _Spec:
+    """One source tensor as a destination part: `layer` on `layer_axis` removed, the first
+    `cut[1]` rows of axis `cut[0]` kept (a vocabulary cut), the `rope` axis reordered evens
+    then odds, then `transpose`, `shape` (a reshape) and `cast`, in that order."""
+    path: str
+    layer: int | None
+    layer_axis: int
+    transpose: tuple | None
+    shape: tuple | None
+    cast: str | None
+    rope: int | None = None
+    cut: tuple[int, int] | None = None
+
+    def part(self) -> Part | None:
+        """The same as a `Part`, when a Part can say it (layers on axis 0, no reorder, no cut)."""
+        if self.rope is not None or self.cut is not None or (self.layer is not None and self.layer_axis != 0):
+            return None
+        return Part(self.path, () if self.layer is None else (self.layer,), self.transpose, self.cast, self.shape)
+
+    def fragments(self, full_shape) -> tuple[list, tuple]:
+        frags, value = [F.whole(self.path, full_shape, dtype=self.cast)], list(full_shape)
+        if self.layer is not None:
+            start, limit = [0] * len(value), list(value)
+            start[self.layer_axis], limit[self.layer_axis] = self.layer, self.layer + 1
+            frags = F.squeeze(F.slice_box(frags, start, limit), [self.layer_axis])
+            del value[self.layer_axis]
+        if self.cut is not None:
+            value[self.cut[0]] = self.cut[1]
+            frags = F.slice_box(frags, [0] * len(value), value)
+        if self.rope is not None:
+            n = value[self.rope]
+            frags = F.pick(frags, self.rope, [*range(0, n, 2), *range(1, n, 2)])
+        if self.transpose is not None:
+            frags, value = F.transpose(frags, self.transpose), [value[a] for a in self.transpose]
+        if self.shape is not None:
+            frags, value = F.reshape(frags, value, self.shape), list(self.shape)
+        return frags, tuple(value)
+
+
+def _emit(dst: str, specs: list[_Spec], axis: int, groups: int, shapes: dict, origin: str) -> list:
+    """One `Rule` when parts can say it, else the `Piece`s of the same concatenation."""
+    parts = [s.part() for s in specs]
+    if all(p is not None for p in parts):
+        return [Rule.concat(dst, parts, axis=axis, groups=groups, origin=origin)]
+    values = [s.fragments(shapes[s.path]) for s in specs]
+    axis %= len(values[0][1])
+    frags, offset = [], 0
+    for group in range(groups):
+        for value, shape in values:
+            step = shape[axis] // groups
+            start, limit = [0] * len(shape), list(shape)
+            start[axis], limit[axis] = group * step, (group + 1) * step
+            frags.extend(F.shift(F.slice_box(value, start, limit), axis, offset))
+            offset += step
+    return F.to_pieces(dst, frags, {s.path: len(shapes[s.path]) for s in specs}, origin)
+
+
+def _moved(pieces: list[Piece], dst: str, layer_axis: int, layer: int) -> list[Piece]:
+    """Layer 0's pieces of one destination, written for `layer` into `dst`: the source start
+    moves along the layer axis (where `perm` put it)."""
+    out = []
+    for p in pieces:
+        at = layer_axis if p.perm is None else p.perm.index(layer_axis)
+        start = p.src_start[:at] + (p.src_start[at] + layer,) + p.src_start[at + 1:]
+        out.append(Piece(dst, p.dst_start, p.size, p.src, start, p.perm, p.dtype, p.origin))
+    return out
+
+
+def _whole_number(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_options(who: str, family: str, source: str, layout: str, tp, scan_axis, vocab_size,
+                   unscaled_queries) -> None:
+    """Every option checked before the tree is read, each error naming the option."""
+    if not _whole_number(tp) or tp < 1:
+        raise RuleError(f"{who}: tp={tp!r} is not a tensor-parallel size: give an int >= 1 (the rollout's "
+                        "ranks per replica)")
+    if tp != 1 and layout != "vllm":
+        raise RuleError(f"{who}: tp={tp} applies to the 'vllm' layout's fused tensors (qkv_proj, gate_up_proj, "
+                        f"w13_weight, interleaved per rank); the {layout!r} layout holds whole tensors and a "
+                        "tensor-parallel rollout's layout splits them: pass tp=1, or layout='vllm'")
+    if scan_axis is not None and (not _whole_number(scan_axis) or scan_axis < 0):
+        raise RuleError(f"{who}: scan_axis={scan_axis!r} is not an axis: give the axis the trainer stacks layers "
+                        "on (MaxText's param_scan_axis: 1 by default, or 0), or None to find it from the shapes")
+    if vocab_size is not None and (not _whole_number(vocab_size) or vocab_size < 1):
+        raise RuleError(f"{who}: vocab_size={vocab_size!r} is not a vocabulary size: give the rollout's "
+                        "vocabulary (an int >= 1) to cut a padded embedding, or None")
+    if not isinstance(unscaled_queries, bool):
+        raise RuleError(f"{who}: unscaled_queries={unscaled_queries!r} is True or False")
+    if source == "maxtext" and family in REFUSED:
+        raise RuleError(f"{who}: refused: {REFUSED[family]}. Write the conversion with "
+                        "jax_amem.rules.from_function (docs/reshard.md shows MaxText's hooks used that way), "
+                        "or use source='flax' with a tree in that naming")
+    scaled = source == "maxtext" and family in MAXTEXT_QUERY_SCALE
+    if scaled and not unscaled_queries:
+        raise RuleError(
+            f"{who}: refused: MaxText's exporter ({EXPORTERS[family]} in {MAXTEXT_HOOKS} at {MAXTEXT_COMMIT[:12]}) "
+            "multiplies every query kernel by sqrt(head_dim) (scale_query_layer: MaxText folds 1/sqrt(head_dim) "
+            "into the query kernel), and the swap's rules copy values without arithmetic. Copying the "
+            "kernel as stored would make Hugging Face's queries sqrt(head_dim) times too small. Either pass "
+            "unscaled_queries=True if this tree's query kernels hold the plain, unscaled values, or scale "
+            "them in the trainer before the swap, or write the conversion with rules.from_function")
+    if unscaled_queries and not scaled:
+        raise RuleError(f"{who}: unscaled_queries=True applies only to trees whose exporter scales the queries "
+                        f"(source='maxtext' with {' or '.join(map(repr, MAXTEXT_QUERY_SCALE))}); this preset copies "
+                        "the query kernels as they are: leave it False")
+
+
+def _source_path(family: str, source: str, logical: str) -> str:
+    table = LAYER_WEIGHTS if logical in LAYER_WEIGHTS else GLOBAL_WEIGHTS
+    if source == "maxtext":
+        return MAXTEXT_PATHS.get(family, {}).get(logical, table[logical][2])
+    return table[logical][1]
+
+
+def _layer_axis(who: str, stack: str, leaves: dict, norm: str, width: int | None, scan_axis) -> tuple[int, int]:
+    """(axis, layer count) of the layer stack `stack` (its tensors `leaves`: name -> shape).
+
+    Every tensor of a scanned stack holds the layers on one axis (Flax's nn.scan and MaxText's
+    param_scan_axis), with one extent: the axes 0 and 1 that agree are the candidates, and the
+    layer norm `norm` without that axis must be one feature vector of the model width `width`."""
+    def fits(axis: int) -> bool:
+        if any(len(s) <= axis for s in leaves.values()) or len({s[axis] for s in leaves.values()}) != 1:
+            return False
+        s = leaves.get(norm)
+        return width is None or s is None or s[:axis] + s[axis + 1:] == (width,)
+
+    listing = ", ".join(f"{n!r} {s}" for n, s in list(leaves.items())[:4])
+    if scan_axis is not None:
+        if not fits(scan_axis):
+            raise RuleError(f"{who}: scan_axis={scan_axis}: the tensors of the layer stack {stack!r} do not hold "
+                            f"their layers on axis {scan_axis} (they must share its extent, and a norm scale "
+                            f"without it must be ({width},)): {listing}. MaxText stacks layers on its "
+                            "param_scan_axis (1 by default); pass that axis, or scan_axis=None to find it")
+        return scan_axis, next(iter(leaves.values()))[scan_axis]
+    found = [a for a in (0, 1) if fits(a)]
+    if len(found) == 1:
+        return found[0], next(iter(leaves.values()))[found[0]]
+    if not found:
+        raise RuleError(f"{who}: the layer stack {stack!r} has no layer axis: no axis 0 or 1 that every tensor "
+                        f"shares with one extent and that leaves ({width},) norm scales: {listing}. "
+                        "A scanned model stacks every layer tensor on one axis (MaxText's param_scan_axis, "
+                        "1 by default); pass scan_axis= if it is another, or check that the tree is this family's")
+    raise RuleError(f"{who}: the layer stack {stack!r} fits layers on axis 0 and on axis 1 ({listing}): "
+                    "pass scan_axis=0 or scan_axis=1 (MaxText's param_scan_axis, 1 by default)")
+
+
 def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp: int = 1,
-           cast: str | None = None, tie_embeddings: bool = False) -> list[Rule]:
+           cast: str | None = None, tie_embeddings: bool = False, scan_axis: int | None = None,
+           vocab_size: int | None = None, unscaled_queries: bool = False) -> list:
     """Rules from a trainer tree (`params`: arrays, ShapeDtypeStructs or Layouts; only names and
-    shapes are read) of `family` in `source` naming into the rollout's `layout`."""
-    if family not in FAMILIES:
+    shapes are read) of `family` in `source` naming into the rollout's `layout`.
+
+    `scan_axis`: the axis every layer tensor is stacked on (None: found from the shapes).
+    `vocab_size`: keep the first rows of a padded embedding (and lm_head), as MaxText's
+    exporter cuts its padded vocabulary. `unscaled_queries`: for MaxText's Llama and Mixtral,
+    whose exporter multiplies the query kernel by sqrt(head_dim): True says this tree's query
+    kernels are already plain (copied as they are); otherwise the preset refuses.
+    Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder)."""
+    if not isinstance(family, str) or family not in FAMILIES:
+        near = difflib.get_close_matches(family, FAMILIES, 1) if isinstance(family, str) else []
         raise RuleError(f"preset: unknown family {family!r}; known: {', '.join(FAMILIES)}"
-                        + (f" (did you mean {difflib.get_close_matches(family, FAMILIES, 1)[0]!r}?)"
-                           if difflib.get_close_matches(family, FAMILIES, 1) else ""))
+                        + (f" (did you mean {near[0]!r}?)" if near else ""))
     if source not in SOURCES or layout not in LAYOUTS:
         raise RuleError(f"preset {family!r}: source must be one of {SOURCES} and layout one of {LAYOUTS}, "
                         f"got source={source!r}, layout={layout!r}")
-    shapes = {n: tuple(int(s) for s in leaf.shape) for n, leaf in tree_names(params).items()}
-    column = 1 if source == "flax" else 2
     who = f"preset {family!r} (source={source!r}, layout={layout!r})"
+    _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries)
+    shapes = {n: tuple(int(s) for s in leaf.shape) for n, leaf in tree_names(params).items()}
     conv = family == "gpt2" and layout == "hf"
+    maxtext = source == "maxtext"
+    rope = MAXTEXT_ROPE.get(family, ()) if maxtext else ()
+    embed = _source_path(family, source, "embed")
+    width = shapes[embed][1] if len(shapes.get(embed, ())) == 2 else None
+    if vocab_size is not None and embed in shapes and vocab_size > shapes[embed][0]:
+        raise RuleError(f"{who}: vocab_size={vocab_size} is more than the {shapes[embed][0]} rows of {embed!r}: "
+                        "the cut keeps the first vocab_size rows of a padded embedding")
 
-    def part(logical: str, path: str, index: tuple[int, ...]) -> Part:
+    def spec(logical: str, stack: str | None, layer: int | None, axis: int) -> _Spec:
         kind = (LAYER_WEIGHTS.get(logical) or GLOBAL_WEIGHTS[logical])[0]
+        path = (stack or "") + _source_path(family, source, logical)
         if path not in shapes:
             raise RuleError(f"{who} expects source {path!r} (weight {logical!r}, a {kind} tensor), which "
                             f"the tree does not have{closest(path, shapes, 'source')}. The {source!r} naming is "
                             f"described in jax_amem/reshard/presets.py; pass source='flax' or 'maxtext', "
                             "or write rules with from_function")
-        transpose, shape = _transform(kind, source, conv, shapes[path][len(index):])
-        return Part(path, index, transpose, cast, shape)
+        shape = shapes[path]
+        one = shape if layer is None else shape[:axis] + shape[axis + 1:]
+        rank = RANKS[kind][maxtext]
+        if layer is not None and len(one) != rank:
+            where = "" if layer is None else f" without its layer axis {axis}"
+            raise RuleError(f"{who}: source {path!r} (weight {logical!r}) has shape {shape}, {one}{where}; a "
+                            f"{kind} tensor in the {source!r} naming has {rank} axes"
+                            + (" (in, heads, head_dim) / (heads, head_dim, out)" if maxtext and "heads" in kind
+                               else "") + ": is the tree this family's, in this naming?")
+        transpose, reshape = _transform(kind, source, conv, one)
+        cut = None
+        if vocab_size is not None and logical in ("embed", "lm_head"):
+            vocab_axis = 0 if logical == "embed" else 1       # embedding (V, D), lm_head kernel (D, V)
+            if shape[vocab_axis] != vocab_size:
+                cut = (vocab_axis, vocab_size)
+        return _Spec(path, layer, axis, transpose, reshape, cast, 2 if logical in rope else None, cut)
 
-    def rule(dst: str, entry, stack: str | None, layer: int | None) -> Rule:
-        logicals, axis = (entry if isinstance(entry, tuple) else ((entry,), 0))
-        table = LAYER_WEIGHTS if stack else GLOBAL_WEIGHTS
-        parts = [part(lg, (stack or "") + table[lg][column], () if layer is None else (layer,)) for lg in logicals]
-        groups = tp if layout == "vllm" and len(parts) > 1 else 1
-        return Rule.concat(dst, parts, axis=axis, groups=groups, origin=who)
+    def check_split(dst: str, logicals, specs: list[_Spec], axis: int) -> None:
+        """A fused tensor is cut into tp rank blocks: each part's split axis must divide."""
+        for logical, s in zip(logicals, specs):
+            kind = (LAYER_WEIGHTS.get(logical) or GLOBAL_WEIGHTS[logical])[0]
+            split, what = SPLIT.get(kind, (0, "rows"))
+            if not maxtext and kind == "in_heads":
+                what = "heads x head_dim (merged)"
+            one = list(shapes[s.path])
+            if s.layer is not None:
+                del one[s.layer_axis]
+            count = one[split]
+            full = split if s.layer is None or split < s.layer_axis else split + 1
+            if count % tp:
+                raise RuleError(f"{who}: tp={tp} does not divide the {count} {what} of {logical!r} (axis {full} of "
+                                f"source {s.path!r}, shape {shapes[s.path]}), which {dst!r} splits over the tp "
+                                "ranks: give a tp that divides it (vLLM needs whole heads per rank"
+                                + ("; with fewer KV heads than ranks vLLM replicates them, which a preset does "
+                                   "not write: use from_function for that layout)" if count < tp else ")"))
 
-    rules = []
+    def rules_for(dst: str, entry, stack: str | None, layer: int | None, axis: int) -> list:
+        logicals, concat = (entry if isinstance(entry, tuple) else ((entry,), 0))
+        specs = [spec(lg, stack, layer, axis) for lg in logicals]
+        groups = tp if layout == "vllm" and len(specs) > 1 else 1
+        if groups > 1:
+            check_split(dst, logicals, specs, axis)
+        return _emit(dst, specs, concat, groups, shapes, who)
+
+    out = []
     stacks = STACKS[source]
-    if family == "deepseek":
-        runs = [(stacks["dense"], False), (stacks["moe"], True)]
-    else:
-        runs = [(stacks["layers"], True)]
+    runs = [(stacks["dense"], False), (stacks["moe"], True)] if family == "deepseek" else [(stacks["layers"], True)]
     first = 0
     for stack, moe in runs:
         layer_table, global_table, prefix = family_tables(family, layout, moe)
-        probe = stack + LAYER_WEIGHTS[next(iter(_logicals(layer_table)))][column]
+        logicals = list(dict.fromkeys(_logicals(layer_table)))
+        probe = stack + _source_path(family, source, logicals[0])
         if probe not in shapes:
-            raise RuleError(f"{who} expects the layer stack {probe!r} (layers stacked on axis 0), which the "
+            raise RuleError(f"{who} expects the layer stack {probe!r} (every layer stacked on one axis), which the "
                             f"tree does not have{closest(probe, shapes, 'source')}. `hf_llama` and the 'flax' naming "
                             "expect a Flax-style tree (layers/attn/q/kernel ...); 'maxtext' expects "
                             "decoder/layers/self_attention/query/kernel ...")
-        count = shapes[probe][0]
+        leaves = {stack + _source_path(family, source, lg): None for lg in logicals}
+        leaves = {n: shapes[n] for n in leaves if n in shapes}
+        norm = stack + _source_path(family, source, "attn_norm")
+        axis, count = _layer_axis(who, stack.rstrip("/"), leaves, norm, width, scan_axis)
+        # Layer 0's pieces are cut once and moved to each layer (the cut is the same, only the
+        # source's layer coordinate differs): a RoPE reorder is one piece per rotary row.
+        templates = {name: rules_for(prefix.format(first) + name, entry, stack, 0, axis)
+                     for name, entry in layer_table.items()}
         for i in range(count):
             for name, entry in layer_table.items():
-                rules.append(rule(prefix.format(first + i) + name, entry, stack, i))
+                made = templates[name]
+                if isinstance(made[0], Rule):
+                    made = made if i == 0 else rules_for(prefix.format(first + i) + name, entry, stack, i, axis)
+                elif i:
+                    made = _moved(made, prefix.format(first + i) + name, axis, i)
+                out.extend(made)
         first += count
     for name, entry in global_table.items():
         if name == "lm_head.weight" and tie_embeddings:
             continue
-        rules.append(rule(name, entry, None, None))
-    return rules
+        out.extend(rules_for(name, entry, None, None, 0))
+    return out
 
 
 def _logicals(table: dict):
@@ -251,10 +514,11 @@ def _logicals(table: dict):
 
 
 def _named(family: str):
-    def make(params, **options) -> list[Rule]:
+    def make(params, **options) -> list:
         return preset(family, params, **options)
     make.__name__ = family
-    make.__doc__ = f"`preset({family!r}, params, source=, layout=, tp=, cast=, tie_embeddings=)`."
+    make.__doc__ = (f"`preset({family!r}, params, source=, layout=, tp=, cast=, tie_embeddings=, scan_axis=, "
+                    "vocab_size=, unscaled_queries=)`.")
     return make
 
 

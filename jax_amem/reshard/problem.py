@@ -41,6 +41,7 @@ class Problem:
     layouts: list[Layout] = field(init=False)        # distinct layouts
     arrays: dict[str, np.ndarray] = field(init=False)  # what the native planner reads
     view_keys: list[tuple[int, tuple[int, ...], str]] = field(init=False)  # (source, perm, dtype name)
+    view_affines: list = field(init=False)           # per view: its constant steps (Affine) or None
     key: str = field(init=False)
 
     @classmethod
@@ -105,7 +106,7 @@ class Problem:
         src_index = {n: i for i, n in enumerate(self.src_names)}
         dst_index = {n: i for i, n in enumerate(self.dst_names)}
         views: dict[tuple, int] = {}
-        self.view_keys = []
+        self.view_keys, self.view_affines = [], []
         view_src, view_perm, view_itemsize = [], [], []
         rows = []
         for p in pieces:
@@ -113,11 +114,12 @@ class Problem:
             layout = self.src_layouts[s]
             perm = tuple(range(layout.ndim)) if p.perm is None else tuple(int(a) for a in p.perm)
             dtype = np.dtype(p.dtype) if p.dtype is not None else layout.dtype
-            key = (s, perm, dtype.name)
+            key = (s, perm, dtype.name, p.affine)
             v = views.get(key)
             if v is None:
                 v = views[key] = len(self.view_keys)
-                self.view_keys.append(key)
+                self.view_keys.append(key[:3])
+                self.view_affines.append(p.affine)
                 view_src.append(s)
                 view_perm.append(list(range(R - len(perm))) + [R - len(perm) + a for a in perm])
                 view_itemsize.append(dtype.itemsize)
@@ -136,6 +138,8 @@ class Problem:
     def _compute_key(self) -> None:
         h = hashlib.sha256(PLANNER_VERSION)
         h.update(repr((self.split_bytes, self.src_names, self.dst_names, self.view_keys)).encode())
+        if any(a is not None for a in self.view_affines):  # plans without constants keep their keys
+            h.update(repr(self.view_affines).encode())
         for layout in self.layouts:
             h.update(layout.digest)
         for name in sorted(self.arrays):

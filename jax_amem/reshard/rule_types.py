@@ -6,7 +6,10 @@ Three levels, each plain frozen data:
   (a scanned-layer or expert stack unrolled), an axis permutation (a
   transpose), a row-major reshape (head merge `[H, hd, D] -> [H*hd, D]`, head
   split, flatten), a dtype cast, applied in that order, as numpy would:
-  `source[index].transpose(transpose).reshape(shape).astype(cast)`.
+  `source[index].transpose(transpose).reshape(shape)`, then `* scale + offset`
+  (each in the source's dtype, as JAX computes `x * 0.125 + 1` on it; a number, or a
+  vector along axis `along` of the part), then `.astype(cast)`. The constants run in the
+  copy kernel (affine.py).
   Transposes and casts are applied by the sender to its whole source shard
   before any byte is copied; a reshape costs nothing on the wire (it only
   cuts the part into more pieces).
@@ -22,6 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .affine import Affine
+
 
 @dataclass(frozen=True)
 class Part:
@@ -30,6 +37,17 @@ class Part:
     transpose: tuple[int, ...] | None = None
     cast: str | None = None
     shape: tuple[int, ...] | None = None  # row-major reshape after index and transpose
+    scale: float | tuple[float, ...] | None = None   # multiplies the part (a number or a vector)
+    offset: float | tuple[float, ...] | None = None  # added after the scale
+    along: int = -1                                  # the part's axis a vector scale / offset runs along
+
+    def __post_init__(self):
+        for name in ("scale", "offset"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (int, float)):
+                # a vector (list, numpy array): a tuple of floats, so the part stays hashable
+                array = np.asarray(value, dtype=np.float64)
+                object.__setattr__(self, name, float(array) if array.ndim == 0 else tuple(array.reshape(-1).tolist()))
 
 
 @dataclass(frozen=True)
@@ -42,10 +60,11 @@ class Rule:
 
     @classmethod
     def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None,
-             shape=None) -> "Rule":
+             shape=None, scale=None, offset=None, along: int = -1) -> "Rule":
         """`dst` is one source tensor (by default the one of the same name), whole."""
         shape = tuple(shape) if shape is not None else None
-        return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast, shape),))
+        return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast, shape, scale, offset,
+                              along),))
 
     @classmethod
     def concat(cls, dst: str, parts, axis: int = 0, groups: int = 1, origin: str = "") -> "Rule":
@@ -59,7 +78,8 @@ class Piece:
     `size` has the destination's rank. The source region is `size` aligned to
     the source's trailing axes (extra leading axes on either side have extent 1),
     in the coordinates of the source after `perm` (numpy transpose order) and
-    cast to `dtype` (None: no cast).
+    cast to `dtype` (None: no cast). With `affine`, the elements go through its constant
+    steps (in source coordinates) and `dtype` is what they are sent in.
     """
 
     dst: str
@@ -70,3 +90,4 @@ class Piece:
     perm: tuple[int, ...] | None = None
     dtype: str | None = None
     origin: str = field(default="", compare=False)  # the rule / function that made it (for errors)
+    affine: Affine | None = None  # constant steps from the source's dtype to `dtype` (affine.py)

@@ -17,7 +17,7 @@ Traced rules are cached per (function, the plain values it reads: `_plain_state`
 tree structure, shapes, dtypes, cast): a second swap of the same model does no
 tracing (`trace_count()` says how many traces ran).
 
-Speed (docs/benchmarks.md, issue 13): JAX's own tracing of the user's Python costs
+Speed (docs/benchmarks.md, "Rules from a traced conversion function"): JAX's own tracing of the user's Python costs
 45 to 65 us per array operation, so a whole 70k-tensor model traced op by op (209k
 operations) costs several times the hand-written rules before any of this module runs.
 A function JAX traces once and calls many times (a layer converter under `jax.jit`)
@@ -40,7 +40,8 @@ import numpy as np
 from . import fragments as F
 from .from_jax import tree_names
 from .layout import LayoutError
-from .lowering import RuleError
+from ..errors import TraceError
+from .affine import AffineError
 from .rule_types import Piece
 
 # Primitives that only move elements; anything else touching a source is refused.
@@ -48,13 +49,14 @@ LAYOUT_PRIMITIVES = ("reshape", "transpose", "concatenate", "split", "slice (any
                      "dynamic_slice", "gather (constant indices along one axis: x[idx], jnp.take)", "squeeze",
                      "expand_dims", "broadcast_in_dim (broadcast_to, repeat)", "tile", "unstack",
                      "convert_element_type", "copy", "stack", "stop_gradient", "optimization_barrier",
-                     "sharding_constraint", "device_put", "pjit / jit / closed_call (inlined)")
+                     "sharding_constraint", "device_put", "pjit / jit / closed_call (inlined)",
+                     "mul / div / add / sub / neg by a constant (a scalar or a vector along one axis; floating dtypes)")
 
 # What to write instead of a refused primitive: the swap copies bytes, so anything that
 # computes new values belongs before the swap (in the trainer's tree) or after it.
 _ARITHMETIC = ("arithmetic makes new values, which a copy cannot: keep the weights as they are stored and "
-               "apply it in the trainer before the swap or in the rollout after (a norm's `1 + scale` belongs "
-               "in the model's forward)")
+               "apply it in the trainer before the swap or in the rollout after (a multiply, divide, add or "
+               "subtract by a constant, a scalar or a vector along one axis, is accepted: the copy applies it)")
 ADVICE = {
     **dict.fromkeys(("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "integer_pow",
                      "max", "min", "abs", "sign", "tanh", "logistic"), _ARITHMETIC),
@@ -88,10 +90,6 @@ ADVICE = {
 }
 GATHER_ELEMENTS = 1 << 24  # the largest operand of a gather traced element by element (64 MiB of int32)
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat", "remat2", "checkpoint")
-
-
-class TraceError(RuleError):
-    """The conversion function does something that is not a pure layout change."""
 
 
 class _Sym:
@@ -245,7 +243,8 @@ def from_layer_function(convert_layer, params, stack: str, prefix: str, *,
         perm = None if p.perm is None else (0,) + tuple(a + 1 for a in p.perm)
         for i in range(count):
             pieces.append(Piece(prefix.format(i) + p.dst, p.dst_start, p.size, f"{stack}/{p.src}",
-                                (i,) + p.src_start, perm, p.dtype, p.origin))
+                                (i,) + p.src_start, perm, p.dtype, p.origin,
+                                None if p.affine is None else p.affine.shifted(1)))
     if key is not None:
         _cache[key] = tuple(pieces)
     return pieces
@@ -255,7 +254,9 @@ _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
 
 def _plain(value) -> bool:
-    return isinstance(value, _PLAIN) or (type(value) is tuple and all(isinstance(v, _PLAIN) for v in value))
+    """Numbers, strings, tuples of them, and NumPy scalars (a scale like np.float32(8 ** 0.5))."""
+    plain = _PLAIN + (np.generic,)
+    return isinstance(value, plain) or (type(value) is tuple and all(isinstance(v, plain) for v in value))
 
 
 def _plain_state(convert) -> tuple:
@@ -350,7 +351,7 @@ class _Templates:
         bindings = value.bindings
         number = self.number_of.get(id(bindings))
         if number is None:
-            signature = tuple((k, g.src, g.axis_of, g.dtype) for k, g in bindings.items())
+            signature = tuple((k, g.src, g.axis_of, g.dtype, g.affine) for k, g in bindings.items())
             number = self.numbers.get(signature)
             if number is None:
                 number = self.numbers[signature] = len(self.zeroed)
@@ -370,11 +371,16 @@ def _jaxpr_and_output_names(convert, abstract):
     JAX names every result by its key path (debug information), and for 70k dict keys that
     cost a third of the trace; list positions are cheap. (`make_jaxpr(return_shape=True)`
     would also build a ShapeDtypeStruct per output.)"""
+    import collections.abc
+
     import jax
     found = []
 
     def flat(params):
         out = convert(params)
+        if not isinstance(out, collections.abc.Mapping):  # a bare array would be named '', a list '0', '1'...
+            raise TraceError(f"{_label(convert)} returned {type(out).__name__}, not a mapping of destination "
+                             "names to arrays: return {'model.embed_tokens.weight': ..., ...}")
         try:
             leaves, tree = jax.tree_util.tree_flatten(out)
         except Exception as error:  # e.g. a dict with keys 1 and "1": JAX cannot sort them
@@ -519,13 +525,17 @@ class _Interpreter:
                 outs = self.run(jaxpr, consts, placeholders)
             except _Refused:
                 outs = None
-            casts = outs is not None and any(f.dtype is not None for o in outs if isinstance(o, _Sym) for f in o.frags)
+            frags = [f for o in outs if isinstance(o, _Sym) for f in o.frags] if outs is not None else []
+            casts = any(map(_transformed, frags))
+            if any(map(_vector_steps, frags)):
+                outs = None  # vectors are in source coordinates: run the call on the real sources
             entry = self.converted[key] = (inner, outs, casts)  # holding `inner` keeps its id unique
         else:
             self.reused += 1
         outs, casts = entry[1], entry[2]
-        if outs is None or (casts and any(v.frags[0].dtype is not None for v in values)):
-            return None  # a cast on a cast: run the call to get the error with the real names
+        if outs is None or ((casts or any(_vector_steps(v.frags[0]) for v in values))
+                            and any(_transformed(v.frags[0]) for v in values)):
+            return None  # a cast on a cast, constants on either side: run the call with the real names
         bindings = {_placeholder(inner, k): v.frags[0] for k, v in enumerate(values)}
         return [_Sym(None, out.shape, out.dtype, out, bindings) if isinstance(out, _Sym) else out for out in outs]
 
@@ -700,10 +710,52 @@ class _Interpreter:
         (x,) = values
         dtype = np.dtype(new_dtype).name
         try:
-            frags = F.cast(x.frags, dtype, self.source_dtypes)
+            frags = F.cast(x.frags, dtype, self.source_dtypes, round_between=True)
         except ValueError as error:
             raise _Refused(str(error)) from None
         return [_Sym(frags, x.shape, dtype)]
+
+    def _constant_step(self, eqn, values, op):
+        """`value op constant` (or `constant op value`): a constant step the copy runs
+        (reshard/affine.py). Both operands from sources, or a constant that varies along more
+        than one axis, computes new values: refused as before."""
+        a, b = values
+        name = eqn.primitive.name
+        if isinstance(a, _Sym) == isinstance(b, _Sym):
+            raise _Refused(f"primitive {name!r} computes values from a source tensor "
+                           f"({self._source_of(values)}), which a weight swap cannot do", name)
+        x, constant = (a, b) if isinstance(a, _Sym) else (b, a)
+        if not isinstance(a, _Sym):
+            if op == "div":
+                raise _Refused(f"primitive 'div' divides a constant by a source tensor "
+                               f"({self._source_of(values)}), which a weight swap cannot do", name)
+            op = "rsub" if op == "sub" else op
+        constant = np.asarray(constant)
+        axis = _constant_axis(constant, x.shape)
+        if isinstance(axis, str):
+            raise _Refused(f"primitive {name!r} with a constant that {axis} ({self._source_of(values)})", name)
+        vector = None if axis is None else np.broadcast_to(constant, x.shape)[
+            tuple(slice(None) if j == axis else 0 for j in range(len(x.shape)))]
+        try:
+            frags = F.affine(x.frags, op, np.dtype(x.dtype).name, constant if axis is None else vector, axis)
+        except AffineError as error:
+            raise _Refused(f"primitive {name!r} on {self._source_of(values)}: {error}", name) from None
+        return [_Sym(frags, x.shape, x.dtype)]
+
+    def _mul(self, eqn, values, **_):
+        return self._constant_step(eqn, values, "mul")
+
+    def _div(self, eqn, values, **_):
+        return self._constant_step(eqn, values, "div")
+
+    def _add(self, eqn, values, **_):
+        return self._constant_step(eqn, values, "add")
+
+    def _sub(self, eqn, values, **_):
+        return self._constant_step(eqn, values, "sub")
+
+    def _neg(self, eqn, values, **_):
+        return self._constant_step(eqn, [values[0], np.asarray(-1, values[0].dtype)], "mul")
 
     def _copy(self, eqn, values, **_):
         """Primitives that return their inputs as they are (a copy, a gradient or scheduling
@@ -713,10 +765,39 @@ class _Interpreter:
     _copy_p = _stop_gradient = _optimization_barrier = _sharding_constraint = _device_put = _copy
 
 
+def _transformed(f) -> bool:
+    """Whether a fragment is cast or has constant steps."""
+    return f.dtype is not None or f.affine is not None
+
+
+def _vector_steps(f) -> bool:
+    return f.affine is not None and any(not step.is_scalar for step in f.affine.steps)
+
+
 def _placeholder(call, k: int) -> str:
     """The source name standing for argument k of a call while it is converted once (a NUL
     first: no tree name has one)."""
     return f"\0call {id(call)} argument {k}"
+
+
+def _constant_axis(constant: np.ndarray, shape) -> int | None | str:
+    """The one axis of `shape` a constant (broadcastable to it) varies along, None for one
+    value everywhere, or why it is neither (a str)."""
+    if constant.ndim > len(shape):
+        return f"has more axes than the value ({constant.shape} against {tuple(shape)})"
+    full = (1,) * (len(shape) - constant.ndim) + constant.shape
+    constant = constant.reshape(full)
+    if constant.size == 0:
+        return "is empty"
+    varying = []
+    for j, n in enumerate(full):
+        if n > 1 and not (constant == constant.take([0], axis=j)).all():
+            varying.append(j)
+    if not varying:
+        return None
+    if len(varying) > 1:
+        return f"varies along {len(varying)} axes {varying} (one axis at most: a scalar or a vector)"
+    return varying[0]
 
 
 def _common_dtype(values, what):
@@ -773,12 +854,9 @@ def _rows_gather(numbers, slice_sizes, shape, indices, fills):
 
 def _user_line(eqn) -> str | None:
     """'file:line (function)' of the user's code that made `eqn` (JAX's own frames skipped)."""
-    try:
-        from jax._src import source_info_util
-        frame = source_info_util.user_frame(eqn.source_info.traceback)
-    except Exception:  # noqa: BLE001 - a private API: the message only loses its line
-        return None
-    return f"{frame.file_name}:{frame.start_line} ({frame.function_name})" if frame else None
+    from .. import _jax_compat
+
+    return _jax_compat.user_line(eqn)
 
 
 class _Refused(Exception):

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from .. import _jax_compat
 from .errors import SwapError
 
 # ----------------------------------------------------------------------------- swap(...) arguments
@@ -25,6 +26,8 @@ def swap_arguments(rules, plan, verify, progress):
     Returns the rules as a list (a generator is read once, here)."""
     from ..reshard import Piece, Plan, Rule
 
+    if plan is not None and rules is not None:
+        raise SwapError("give rules or plan, not both: a plan already holds its rules (nothing was written)")
     if plan is not None and not isinstance(plan, Plan):
         raise SwapError(f"plan= must be a jax_amem.reshard.Plan (from jax_amem.reshard.plan(...)), got "
                         f"{_kind(plan)}: nothing was written")
@@ -65,7 +68,7 @@ def not_a_sequence_of_tensors(dst) -> None:
 
 def shards_of(array) -> list:
     """Every single-device array of `array`, in the order of `addressable_shards`."""
-    arrays = getattr(array, "_arrays", None)  # fast; the public fallback below
+    arrays = _jax_compat.shard_arrays(array)  # fast; the public fallback below
     return list(arrays) if arrays is not None else [s.data for s in array.addressable_shards]
 
 

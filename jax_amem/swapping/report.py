@@ -23,8 +23,8 @@ class SwapReport:
     bytes: int                      # destination bytes written (each once)
     seconds: float
     segments: int                   # (src_offset, dst_offset, bytes) rows copied
-    launches: int                   # copy custom calls: one segment_copy per transfer ("per-transfer"),
-                                    # one segment_copy_many / segment_copy_to_addresses per chunk otherwise
+    launches: int                   # copy custom calls: one segment_copy_many / segment_copy_to_addresses
+                                    # per chunk, and one per copy PyTorch makes
     calls: int                      # jitted calls dispatched (groups of destination buffers)
     buffers: int                    # destination buffers written
     transports: dict[str, int] = field(default_factory=dict)  # bytes per transport
@@ -32,7 +32,7 @@ class SwapReport:
     verified: bool = False
     plan_key: str = ""
     dst: Any = None                 # JAX destinations: the new pytree (the old arrays were donated)
-    route: str = "per-transfer"     # "addresses" (PyTorch), "per-transfer" or "batched" (JAX): in_process/routes.py
+    route: str = "batched"          # "addresses" (written by address) or "batched" (JAX, donated): in_process/routes.py
 
     @property
     def batched(self) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 
+from .. import _jax_compat
 from .errors import SwapError
 
 PREFIX = "jax_amem/swap"  # the keys' namespace on the wire, not a module path: both sides must agree on it
@@ -82,9 +83,7 @@ class JaxStore:
 
     def __init__(self, client=None):
         if client is None:
-            from jax._src.distributed import global_state
-
-            client = global_state.client
+            client = _jax_compat.distributed_client()
             if client is None:
                 raise SwapError("JaxStore: jax.distributed is not initialized in this process: call "
                                 "jax.distributed.initialize(...) first, or use TorchStore over a TCPStore")
@@ -113,10 +112,9 @@ class JaxStore:
 def default_store():
     """The jax.distributed store when this process runs under jax.distributed; else SwapError
     asking for a TorchStore."""
-    from jax._src.distributed import global_state
-
-    if global_state.client is not None:
-        return JaxStore(global_state.client)
+    client = _jax_compat.distributed_client()
+    if client is not None:
+        return JaxStore(client)
     raise SwapError("no store given and jax.distributed is not initialized: pass "
                     "store=TorchStore.connect(host, port) (the rollout's TCPStore)")
 

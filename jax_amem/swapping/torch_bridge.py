@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..reshard import Owner, tree_names
+from ..reshard import LayoutError, Owner, tree_names
 from .errors import SwapError
 
 
@@ -92,6 +92,29 @@ def check_writable(name: str, tensor) -> None:
                         f"{jax.dtypes.canonicalize_dtype(dtype)} unless 64-bit types are on: enable jax_enable_x64")
 
 
+class TensorFacts(NamedTuple):
+    """What the swap needs of one destination tensor besides its bytes."""
+    owner: Owner
+    device: Any          # the JAX device holding it
+    dtype: np.dtype
+    address: int
+    nbytes: int
+
+
+def facts(tensors: Mapping, check: bool = True) -> dict[str, TensorFacts]:
+    """{name: TensorFacts} of every tensor, each checked writable (check_writable) first
+    when `check`: one pass for the whole model."""
+    out = {}
+    for name, tensor in tensors.items():
+        if check:
+            check_writable(name, tensor)
+        device = jax_device(tensor)
+        owner = None if device is None else Owner(device.process_index, device.id)
+        out[name] = TensorFacts(owner, device, numpy_dtype(tensor), tensor.data_ptr(),
+                                tensor.numel() * tensor.element_size())
+    return out
+
+
 def wait_for_torch(devices) -> None:
     """Host wait for PyTorch's current stream on each CUDA device: work queued there (a
     rollout still reading the old weights) finishes before the swap writes."""
@@ -102,7 +125,7 @@ def wait_for_torch(devices) -> None:
 
 
 class TorchShard(NamedTuple):
-    tensor: Any                   # torch.Tensor, zero-copy, to be read only
+    tensor: Any                   # torch.Tensor (a ReadOnlyView), zero-copy: writes are refused
     index: tuple[slice, ...]      # where this shard sits in the global array
     device: Any                   # the JAX device
 
@@ -110,17 +133,27 @@ class TorchShard(NamedTuple):
 def to_torch(params) -> dict[str, list[TorchShard]]:
     """Zero-copy PyTorch views of every addressable shard of every array of `params`.
 
-    The views alias JAX's memory: read them, never write them (JAX exports DLPack
-    read-only; a write is undefined behaviour), and do not keep them past the arrays'
-    lifetime (a donated or deleted array frees the memory under the view).
+    The views alias JAX's memory, and a jax.Array is immutable: read them. An in-place write
+    through PyTorch (add_, v[...] = x, out=v, .numpy() then a write) raises ReadOnlyViewError
+    with nothing written; `.clone()` gives a tensor of your own. Do not keep the views past the
+    arrays' lifetime (a donated or deleted array frees the memory under the view). Raises
+    SwapError, naming the leaf, for a leaf that is not a live jax.Array or a tree whose leaves
+    cannot be named.
     """
     import torch
 
+    from .read_only_view import mark
+
+    try:
+        named = tree_names(params)
+    except LayoutError as error:
+        raise SwapError(f"to_torch: {error}") from None
     out = {}
-    for name, array in tree_names(params).items():
+    for name, array in named.items():
         if not isinstance(array, jax.Array):
             raise SwapError(f"to_torch: {name!r} is a {type(array).__name__}, not a jax.Array")
         if array.is_deleted():
             raise SwapError(f"to_torch: {name!r} was deleted (donated or freed)")
-        out[name] = [TorchShard(torch.from_dlpack(s.data), s.index, s.device) for s in array.addressable_shards]
+        out[name] = [TorchShard(mark(torch.from_dlpack(s.data), name), s.index, s.device)
+                     for s in array.addressable_shards]
     return out

@@ -8,6 +8,7 @@ namespace amem::bindings {
 
 void BindCuda(nanobind::module_& m);
 void BindCopy(nanobind::module_& m);
+void BindDirectCopy(nanobind::module_& copy_module);  // called by BindCopy
 void BindFfi(nanobind::module_& m);
 void BindReshard(nanobind::module_& m);
 void BindMemory(nanobind::module_& m);

@@ -93,6 +93,7 @@ void BindCopy(nb::module_& root) {
       "Splits rows that prepare_buffer_segments already validated into pieces of at most "
       "max_piece bytes, keeping their order; checks nothing else (a subset of a validated "
       "table is still valid, so it is not sorted and checked a second time).");
+  BindDirectCopy(m);
 }
 
 }  // namespace amem::bindings

@@ -1,4 +1,4 @@
-// jax_amem._core.ffi: the XLA FFI targets this build registered (src/ffi/target.h).
+// jax_amem._core.ffi: the XLA FFI targets of this build (the table in src/ffi/targets.cc).
 #include "bindings/bindings.h"
 #include "ffi/target.h"
 
@@ -14,8 +14,9 @@ void BindFfi(nb::module_& root) {
         nb::dict targets;
         for (const ffi_adapter::Target& target : ffi_adapter::Targets()) {
           nb::dict by_platform;
-          if (target.cpu != nullptr) by_platform["cpu"] = nb::capsule(reinterpret_cast<void*>(target.cpu));
-          if (target.cuda != nullptr) by_platform["CUDA"] = nb::capsule(reinterpret_cast<void*>(target.cuda));
+          const ffi_adapter::Handlers& handlers = target.handlers;
+          if (handlers.cpu != nullptr) by_platform["cpu"] = nb::capsule(reinterpret_cast<void*>(handlers.cpu));
+          if (handlers.cuda != nullptr) by_platform["CUDA"] = nb::capsule(reinterpret_cast<void*>(handlers.cuda));
           targets[target.name] = by_platform;
         }
         return targets;

@@ -7,6 +7,7 @@
 #include "bindings/bindings.h"
 #include "bindings/driver_helpers.h"
 #include "cuda/driver_api.h"
+#include "memory/numa.h"
 #include "memory/staging_pool.h"
 #include "memory/transfer.h"
 
@@ -71,6 +72,8 @@ nb::dict StatsDict(const memory::PoolStats& s) {
   d["chunk_allocations"] = s.chunk_allocations;
   d["method"] = s.method;
   d["grow_seconds"] = s.grow_seconds;
+  d["numa_node"] = s.numa_node;
+  d["placement_failures"] = s.placement_failures;
   return d;
 }
 
@@ -84,10 +87,12 @@ void BindMemory(nb::module_& root) {
 
   nb::class_<memory::StagingPool>(m, "StagingPool",
                                   "Reusable host staging memory (pinned on GPU machines).")
-      .def(nb::init<bool, const std::string&>(), nb::arg("pinned"), nb::arg("method") = "",
+      .def(nb::init<bool, const std::string&, int>(), nb::arg("pinned"), nb::arg("method") = "",
+           nb::arg("numa_node") = -1,
            "method: how pinned memory is made, 'registered' (mmap + huge pages + "
            "cuMemHostRegister) or 'hostalloc' (cuMemHostAlloc); '' = JAX_AMEM_PINNED_MEMORY "
-           "or 'registered'.")
+           "or 'registered'. numa_node: the NUMA node new blocks are placed on (-1: the "
+           "kernel's default; 'hostalloc' memory is the driver's to place).")
       .def(
           "place",
           [](memory::StagingPool& pool, const std::vector<size_t>& sizes) {
@@ -123,7 +128,17 @@ void BindMemory(nb::module_& root) {
       .def(
           "stats", [](const memory::StagingPool& pool) { return StatsDict(pool.Stats()); },
           "{pinned, reserved_bytes, in_use_bytes, high_water_bytes, chunk_count, "
-          "chunk_allocations, method, grow_seconds}");
+          "chunk_allocations, method, grow_seconds, numa_node, placement_failures}");
+  m.def("numa_node_count", [](const std::string& sysfs) { return memory::NumaNodeCount(sysfs); },
+        nb::arg("sysfs") = "/sys", "NUMA nodes online (1 where the kernel does not say).");
+  m.def(
+      "numa_node_of_pci_device",
+      [](const std::string& bus_id, const std::string& sysfs) { return memory::NumaNodeOfPciDevice(bus_id, sysfs); },
+      nb::arg("bus_id"), nb::arg("sysfs") = "/sys",
+      "The NUMA node of the PCI device with this bus id (pci_bus_id(ordinal)), -1 when unknown.");
+  m.def(
+      "node_of_address", [](uintptr_t address) { return memory::NodeOfAddress(reinterpret_cast<void*>(address)); },
+      nb::arg("address"), "The NUMA node of the (touched) page holding this host address, -1 when unknown.");
 
   m.def(
       "copy_to_host", [](TransferTable table) { Copy(table, memory::Direction::kToHost); },

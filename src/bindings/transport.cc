@@ -1,6 +1,6 @@
 // jax_amem._core.transport: the NCCL transport's communicators, staging pipes
 // and the receiver's per-bucket call (the sender's runs inside XLA, see
-// src/ffi/nccl_send_bucket.h). Handles travel to Python as integers.
+// src/ffi/nccl_send_bucket.cc). Handles travel to Python as integers.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 

@@ -78,6 +78,6 @@ XLA_FFI_DEFINE_HANDLER(kNcclRecvBucketCuda, NcclRecvBucketCuda,
 
 }  // namespace
 
-AMEM_FFI_TARGET(nccl_recv_bucket, nullptr, kNcclRecvBucketCuda);
+AMEM_FFI_HANDLERS(nccl_recv_bucket, nullptr, kNcclRecvBucketCuda)
 
 }  // namespace amem::ffi_adapter

@@ -57,6 +57,6 @@ XLA_FFI_DEFINE_HANDLER(kSegmentCopyCuda, SegmentCopyCuda,
 
 }  // namespace
 
-AMEM_FFI_TARGET(segment_copy, kSegmentCopyCpu, kSegmentCopyCuda);
+AMEM_FFI_HANDLERS(segment_copy, kSegmentCopyCpu, kSegmentCopyCuda)
 
 }  // namespace amem::ffi_adapter

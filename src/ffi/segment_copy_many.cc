@@ -87,6 +87,6 @@ XLA_FFI_DEFINE_HANDLER(kSegmentCopyManyCuda, SegmentCopyManyCuda,
 
 }  // namespace
 
-AMEM_FFI_TARGET(segment_copy_many, kSegmentCopyManyCpu, kSegmentCopyManyCuda);
+AMEM_FFI_HANDLERS(segment_copy_many, kSegmentCopyManyCpu, kSegmentCopyManyCuda)
 
 }  // namespace amem::ffi_adapter

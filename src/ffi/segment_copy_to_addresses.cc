@@ -13,9 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "copy/copy_cpu.h"
-#include "copy/copy_cuda.h"
-#include "cuda/driver_api.h"
+#include "copy/direct_launch.h"
 #include "ffi/rows.h"
 #include "ffi/target.h"
 
@@ -74,6 +72,15 @@ ffi::Error DecodeAddressCopy(ffi::RemainingArgs args, ffi::Span<const int64_t> a
   return InBounds(RowsOf(bulk), out->source_bytes, out->destination_bytes);
 }
 
+// The call's buffers as the copy takes them (src/copy/direct_launch.h, which the direct launch
+// of an eager swap runs too).
+copy::BufferPointers Pointers(const AddressCopy& call) {
+  copy::BufferPointers pointers{};
+  for (size_t s = 0; s < call.sources.size(); ++s) pointers.sources[s] = call.sources[s];
+  for (size_t d = 0; d < call.destinations.size(); ++d) pointers.destinations[d] = call.destinations[d];
+  return pointers;
+}
+
 // On the CPU the table operand is host memory: its rows are checked too, then both row sets
 // are copied. The addresses themselves cannot be checked here (see the Python docstring).
 ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::RemainingArgs args,
@@ -93,16 +100,14 @@ ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::Remain
     return bounded;
   }
   const auto long_rows = RowsOf(bulk);
-  copy::CopyBufferSegmentsOnHost(call.sources.data(), call.destinations.data(), long_rows.data,
-                                 long_rows.count);
-  copy::CopyBufferSegmentsOnHost(call.sources.data(), call.destinations.data(), rows.data, rows.count);
+  copy::CopyAddressRowsOnHost(Pointers(call), long_rows.data, long_rows.count, rows.data, rows.count);
   *token->typed_data() = 0;
   return ffi::Error::Success();
 }
 
 // Bulk rows: one cuMemcpyAsync each (the driver's device copy runs at the copy ceiling); the
-// table's rows: one kernel launch with every pointer passed by value. Both on XLA's stream,
-// so the copy is ordered after whatever produced the sources.
+// table's rows: one kernel launch with every pointer passed by value (copy::LaunchAddressCopy).
+// Both on XLA's stream, so the copy is ordered after whatever produced the sources.
 ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> segments,
                                       ffi::RemainingArgs args, ffi::Span<const int64_t> addresses,
                                       ffi::Span<const int64_t> destination_bytes,
@@ -115,26 +120,9 @@ ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> seg
     return decoded;
   }
   const auto long_rows = RowsOf(bulk);
-  if (long_rows.count > 0) {
-    std::string why;
-    const cuda::DriverApi* api = cuda::Driver(&why);
-    if (api == nullptr) return ffi::Error::Internal(why);
-    for (int64_t i = 0; i < long_rows.count; ++i) {
-      const copy::BufferSegment& row = long_rows.data[i];
-      Status copied = cuda::Check(
-          api->cuMemcpyAsync(
-              reinterpret_cast<CUdeviceptr>(call.destinations[row.dst_index] + row.dst_offset),
-              reinterpret_cast<CUdeviceptr>(call.sources[row.src_index] + row.src_offset),
-              static_cast<size_t>(row.bytes), stream),
-          "bulk copy to a destination address");
-      if (!copied.ok()) return ToFfiError(copied);
-    }
-  }
-  copy::BufferPointers pointers{};
-  for (size_t s = 0; s < call.sources.size(); ++s) pointers.sources[s] = call.sources[s];
-  for (size_t d = 0; d < call.destinations.size(); ++d) pointers.destinations[d] = call.destinations[d];
   const auto rows = RowsOf<copy::BufferSegment>(segments);
-  return ToFfiError(copy::LaunchBufferSegmentCopy(stream, pointers, rows.data, rows.count));
+  return ToFfiError(copy::LaunchAddressCopy(stream, Pointers(call), long_rows.data, long_rows.count, rows.data,
+                                            rows.count));
 }
 
 // The operands, attributes and result both handlers take, after what precedes them (CUDA: the stream).
@@ -155,6 +143,6 @@ XLA_FFI_DEFINE_HANDLER(kSegmentCopyToAddressesCuda, SegmentCopyToAddressesCuda,
 
 }  // namespace
 
-AMEM_FFI_TARGET(segment_copy_to_addresses, kSegmentCopyToAddressesCpu, kSegmentCopyToAddressesCuda);
+AMEM_FFI_HANDLERS(segment_copy_to_addresses, kSegmentCopyToAddressesCpu, kSegmentCopyToAddressesCuda)
 
 }  // namespace amem::ffi_adapter

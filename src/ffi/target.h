@@ -1,11 +1,10 @@
-// Self-registration of the XLA FFI targets. Each src/ffi/<target>.cc ends with
-//   AMEM_FFI_TARGET(segment_copy, kSegmentCopyCpu, kSegmentCopyCuda);
-// which adds "jax_amem_segment_copy" to the registry; the module lists the registry
-// (jax_amem._core.ffi.targets()) and jax_amem/_ffi.py registers what it is given with JAX.
-// So a target's name is written once, in its own file.
-//
-// The library holding the target files is a CMake OBJECT library: a static archive would let
-// the linker drop object files nothing refers to, and with them their registrars.
+// The XLA FFI targets, in one table (src/ffi/targets.cc). Each src/ffi/<target>.cc defines its
+// handlers and ends with
+//   AMEM_FFI_HANDLERS(segment_copy_many, kSegmentCopyManyCpu, kSegmentCopyManyCuda);
+// which defines `Handlers segment_copy_many_handlers()`; targets.cc lists every target by name
+// with its handlers, the module hands the table to Python (jax_amem._core.ffi.targets()), and
+// jax_amem/_ffi.py names each target literally and registers the table with JAX, checking that
+// the two lists agree.
 #pragma once
 
 #include <vector>
@@ -14,21 +13,29 @@
 
 namespace amem::ffi_adapter {
 
-struct Target {
-  const char* name;       // the custom call's name, "jax_amem_<name>"
+struct Handlers {
   XLA_FFI_Handler* cpu;   // nullptr: no handler for XLA:CPU (NCCL has no CPU path)
   XLA_FFI_Handler* cuda;  // nullptr: no handler for CUDA
 };
 
-// Every target registered so far, in registration order. Complete once static
-// initialisation of the module is done, i.e. whenever Python can ask.
+struct Target {
+  const char* name;       // the custom call's name, "jax_amem_<name>"
+  Handlers handlers;
+};
+
+// Every target of this build, in the order of the table.
 const std::vector<Target>& Targets();
 
-// Adds a target; returns true so that a namespace-scope constant can call it.
-bool AddTarget(const Target& target);
+// One per target file (AMEM_FFI_HANDLERS).
+Handlers segment_copy_handlers();
+Handlers segment_copy_many_handlers();
+Handlers segment_copy_to_addresses_handlers();
+Handlers nccl_send_bucket_handlers();
+Handlers nccl_recv_bucket_handlers();
+Handlers affine_copy_many_handlers();
+Handlers affine_copy_to_addresses_handlers();
 
 }  // namespace amem::ffi_adapter
 
-#define AMEM_FFI_TARGET(name, cpu_handler, cuda_handler)                         \
-  [[maybe_unused]] static const bool amem_ffi_target_##name =                    \
-      ::amem::ffi_adapter::AddTarget({"jax_amem_" #name, cpu_handler, cuda_handler})
+#define AMEM_FFI_HANDLERS(name, cpu_handler, cuda_handler) \
+  Handlers name##_handlers() { return {cpu_handler, cuda_handler}; }

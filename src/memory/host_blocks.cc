@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cuda/driver_api.h"
+#include "memory/numa.h"
 
 namespace amem::memory {
 namespace {
@@ -114,7 +115,10 @@ Status HostBlocks::MakeOne(size_t size, HostBlock* block) {
     return Status::Ok();
   }
   Status mapped = MapAligned(size, &block->base);
-  if (!mapped.ok() || kind_ == HostBlockKind::kPlain) return mapped;
+  if (!mapped.ok()) return mapped;
+  // Before the first touch (the driver's pinning faults the pages in): where they land is decided then.
+  if (numa_node_ >= 0 && !PreferNode(block->base, size, numa_node_).ok()) ++placement_failures_;
+  if (kind_ == HostBlockKind::kPlain) return mapped;
   Status status = cuda::Check(
       cuda::Driver()->cuMemHostRegister(block->base, size, cuda::kMemHostRegisterPortable),
       "cuMemHostRegister for the pinned staging pool");

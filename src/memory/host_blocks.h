@@ -1,7 +1,8 @@
 // Large blocks of host memory for the staging pool, made on worker threads.
 //
-// Why: pinning host memory on one thread runs at ~2 GB/s (FACTS.md), so the
-// first pause of a 17 GiB trainer state spent ~10 s there. Separate blocks are
+// Why: pinning host memory on one thread runs at ~2 GB/s (8 GiB took ~4.1 s on
+// an H200 host), so the first pause of a 17 GiB trainer state spent ~10 s
+// there. Separate blocks are
 // faulted in and registered with the driver concurrently, and transparent huge
 // pages make the kernel fault (and the driver walk) 512x fewer pages.
 //
@@ -14,6 +15,7 @@
 // 0's primary context retained while pinned blocks exist (HostBlocks does).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -37,8 +39,8 @@ struct HostBlock {
 
 // Makes and frees blocks of one kind, and holds device 0's primary context
 // while any pinned block exists: freeing memory the driver pinned after its
-// context died faults the process (issue 12: a GPU host with JAX on its CPU
-// platform, where nothing else retains the context).
+// context died faults the process (seen as SIGSEGV on a GPU host with JAX on
+// its CPU platform, where nothing else retains the context).
 class HostBlocks {
  public:
   explicit HostBlocks(HostBlockKind kind) : kind_(kind) {}
@@ -47,6 +49,12 @@ class HostBlocks {
   HostBlocks& operator=(const HostBlocks&) = delete;
 
   HostBlockKind kind() const { return kind_; }
+  // The NUMA node new blocks are placed on (memory/numa.h), -1 for the kernel's default;
+  // a block made before keeps its pages where they are. Best effort: a refused placement
+  // leaves the block where the kernel puts it and is counted (placement_failures()).
+  void set_numa_node(int node) { numa_node_ = node; }
+  int numa_node() const { return numa_node_; }
+  size_t placement_failures() const { return placement_failures_; }
   bool pinned() const { return kind_ != HostBlockKind::kPlain; }
 
   // One block per size (each a multiple of 2 MiB), made concurrently on up to
@@ -61,6 +69,8 @@ class HostBlocks {
   void ReleaseContextIfUnused();
 
   const HostBlockKind kind_;
+  int numa_node_ = -1;
+  std::atomic<size_t> placement_failures_{0};
   size_t live_pinned_blocks_ = 0;  // guarded by the owner's growth lock
   bool context_retained_ = false;
 };

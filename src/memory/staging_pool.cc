@@ -17,8 +17,10 @@ HostBlockKind ChooseKind(bool pinned, const std::string& method, Status* status)
 
 }  // namespace
 
-StagingPool::StagingPool(bool pinned, const std::string& method)
-    : pinned_(pinned), blocks_(ChooseKind(pinned, method, &method_status_)) {}
+StagingPool::StagingPool(bool pinned, const std::string& method, int numa_node)
+    : pinned_(pinned), blocks_(ChooseKind(pinned, method, &method_status_)) {
+  blocks_.set_numa_node(numa_node);
+}
 
 StagingPool::~StagingPool() {
   std::lock_guard<std::mutex> growth(growth_mutex_);
@@ -155,6 +157,8 @@ PoolStats StagingPool::Stats() const {
   stats.chunk_count = chunks_.size();
   stats.chunk_allocations = chunk_allocations_;
   stats.grow_seconds = grow_seconds_;
+  stats.numa_node = blocks_.numa_node();
+  stats.placement_failures = blocks_.placement_failures();
   return stats;
 }
 

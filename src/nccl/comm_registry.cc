@@ -7,6 +7,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "nccl/json_text.h"
+
 namespace amem::nccl {
 
 const char* StateName(CommState state) {
@@ -113,52 +115,32 @@ int Registry::ManagerSharers(const ProxyComm& comm) const {
   return others;
 }
 
-namespace {
-
-std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Registry::SnapshotJson() const {
+std::string Registry::RowJson(const ProxyComm& p) const {
   std::ostringstream out;
-  out << "[";
-  bool first = true;
-  for (const ProxyComm* p : Sorted()) {
-    if (!first) out << ",";
-    first = false;
-    out << "{\"id\":" << p->id << ",\"key\":\"" << Escape(p->key) << "\",\"owner\":\""
-        << Escape(p->owner) << "\",\"created_by\":\"" << Escape(p->created_by)
-        << "\",\"rank\":" << p->rank << ",\"nranks\":" << p->nranks << ",\"device\":" << p->device
-        << ",\"state\":\"" << StateName(p->state) << "\",\"split_share\":"
-        << (p->split_share ? "true" : "false") << ",\"parent_id\":" << p->parent_id
-        << ",\"shares_memory_manager\":" << (Get().ManagerSharers(*p) > 0 ? "true" : "false")
-        << ",\"registrations\":" << p->registrations
-        << ",\"windows\":" << p->windows << ",\"device_comms\":" << p->device_comms
-        << ",\"last_strategy\":\"" << Escape(p->last_strategy)
-        << "\",\"why\":\"" << Escape(p->strategy_why)
-        << "\",\"bytes_before_pause\":" << p->bytes_before_pause
-        << ",\"bytes_freed\":" << p->bytes_freed << ",\"bytes_kept\":" << p->bytes_kept
-        << ",\"suspendable_bytes\":" << p->suspendable_bytes
-        << ",\"refused_calls\":" << p->refused_calls.load() << ",\"pause_seconds\":" << p->pause_seconds
-        << ",\"resume_seconds\":" << p->resume_seconds << ",\"error\":\"" << Escape(p->error)
-        << "\"}";
-  }
-  out << "]";
+  out << "{\"id\":" << p.id << ",\"key\":" << JsonString(p.key) << ",\"owner\":" << JsonString(p.owner)
+      << ",\"created_by\":" << JsonString(p.created_by) << ",\"rank\":" << p.rank
+      << ",\"nranks\":" << p.nranks << ",\"device\":" << p.device
+      << ",\"state\":\"" << StateName(p.state) << "\",\"split_share\":"
+      << (p.split_share ? "true" : "false") << ",\"parent_id\":" << p.parent_id
+      << ",\"shares_memory_manager\":" << (ManagerSharers(p) > 0 ? "true" : "false")
+      << ",\"registrations\":" << p.registrations << ",\"windows\":" << p.windows
+      << ",\"device_comms\":" << p.device_comms << ",\"last_strategy\":" << JsonString(p.last_strategy)
+      << ",\"why\":" << JsonString(p.strategy_why) << ",\"bytes_before_pause\":" << p.bytes_before_pause
+      << ",\"bytes_freed\":" << p.bytes_freed << ",\"bytes_kept\":" << p.bytes_kept
+      << ",\"suspendable_bytes\":" << p.suspendable_bytes
+      << ",\"refused_calls\":" << p.refused_calls.load() << ",\"pause_seconds\":" << p.pause_seconds
+      << ",\"teardown_seconds\":" << p.teardown_seconds
+      << ",\"resume_seconds\":" << p.resume_seconds << ",\"error\":" << JsonString(p.error) << "}";
   return out.str();
 }
+
+std::string Registry::RowsJson(const std::vector<ProxyComm*>& comms) const {
+  std::string out = "[";
+  for (size_t i = 0; i < comms.size(); ++i) out += (i ? "," : "") + RowJson(*comms[i]);
+  return out + "]";
+}
+
+std::string Registry::SnapshotJson() const { return RowsJson(Sorted()); }
 
 std::string KeyFromUniqueIds(const ncclUniqueId* ids, int count, int nranks) {
   // FNV-1a over the id bytes: every rank received the same ids.

@@ -56,13 +56,16 @@ struct ProxyComm {
   // What the last pause/resume did.
   std::string last_strategy;
   ncclUniqueId next_id{};  // recreate: the id the new communicator will use
+  bool next_id_made = false;   // rank 0 made next_id for the plan of the pause to come
+  bool next_id_given = false;  // the pause was handed next_id (no exchange over the communicator)
   std::string strategy_why;  // why that strategy (why not suspend, for recreate)
   int64_t bytes_before_pause = -1;
   int64_t bytes_freed = -1;        // this communicator's own bytes; -1 unknown
   int64_t bytes_kept = -1;         // what stayed allocated while paused (ncclCommMemStats)
   int64_t suspendable_bytes = -1;  // ncclCommMemStats' suspendable bytes before the pause
   std::atomic<uint64_t> refused_calls{0};  // calls the guard turned away
-  double pause_seconds = 0;
+  double pause_seconds = 0;     // what its pause took (its share of a shared step included)
+  double teardown_seconds = 0;  // recreate: of that, ending the real communicator
   double resume_seconds = 0;
   std::string error;  // why the communicator is broken, if it is
 };
@@ -85,13 +88,18 @@ class Registry {
   // Other live communicators holding `comm`'s memory manager (0: NCCL can suspend it).
   int ManagerSharers(const ProxyComm& comm) const;
   uint64_t NewManager() { return next_manager_++; }
+  // Every tracked communicator as a JSON list (rows of communicators()), in key order.
   std::string SnapshotJson() const;
+  // Only these, in the order given.
+  std::string RowsJson(const std::vector<ProxyComm*>& comms) const;
 
   // Operations hold the lock shared; pause and resume hold it exclusively, so
   // the real communicator never changes under a running call.
   std::shared_mutex& lock() { return lock_; }
 
  private:
+  std::string RowJson(const ProxyComm& comm) const;
+
   mutable std::mutex map_mutex_;
   std::unordered_map<ncclComm_t, ProxyComm*> by_handle_;
   std::shared_mutex lock_;

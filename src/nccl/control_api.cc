@@ -1,4 +1,4 @@
-// The interposer's own C API, called from Python (jax_amem/nccl/_interposer.py)
+// The interposer's own C API, called from Python (jax_amem/nccl/_control.py)
 // through ctypes: the interposer is a separate shared object (it must carry the
 // SONAME libnccl.so.2), so its control surface is a small C ABI. Reports
 // travel as JSON text.
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "nccl/guard.h"
+#include "nccl/json_text.h"
 #include "nccl/keep_suspendable.h"
 #include "nccl/nccl_status.h"
 #include "nccl/pause_resume.h"
@@ -31,8 +32,9 @@ std::vector<uint64_t> Ids(const uint64_t* ids, int count) {
 
 }  // namespace
 
-// Bumped when this C API changes; Python checks it.
-AMEM_EXPORT int amem_nccl_abi_version() { return 2; }
+// Bumped when this C API changes: the number lives in jax_amem/nccl/_loader.py
+// (ABI_VERSION), which the build reads (src/nccl/CMakeLists.txt) and Python checks.
+AMEM_EXPORT int amem_nccl_abi_version() { return AMEM_NCCL_ABI_VERSION; }
 
 AMEM_EXPORT int amem_nccl_real_version() { return Real().version; }
 
@@ -57,31 +59,32 @@ AMEM_EXPORT const char* amem_nccl_snapshot() {
   return text.c_str();
 }
 
-// What pause(strategy) would do to each selected communicator, touching
-// nothing: {"plan": [...]} or {"error": "..."}. strategy: 0 auto, 1 suspend, 2 recreate.
+// What pause(strategy) would do to each selected communicator, touching nothing
+// but, with make_ids, the ids rank 0 makes for the communicators to recreate:
+// {"plan": [...]} or {"error": "..."}. strategy: 0 auto, 1 suspend, 2 recreate.
 // Valid until the next call on this thread.
-AMEM_EXPORT const char* amem_nccl_plan(const uint64_t* ids, int count, int strategy) {
+AMEM_EXPORT const char* amem_nccl_plan(const uint64_t* ids, int count, int strategy, int make_ids) {
   thread_local std::string text;
   std::vector<PlanEntry> plan;
-  std::shared_lock<std::shared_mutex> lock(Registry::Get().lock());
+  std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
   amem::Status status = strategy < 0 || strategy > 2
                             ? amem::Status::Error("strategy must be 0 (auto), 1 (suspend) or 2 (recreate)")
-                            : PlanPause(Ids(ids, count), static_cast<Strategy>(strategy), &plan);
-  if (status.ok()) {
-    text = "{\"plan\":" + PlanJson(plan) + "}";
-  } else {
-    std::string message;
-    for (char c : status.message()) message += (c == '"' || c == '\\' || c < 0x20) ? ' ' : c;
-    text = "{\"error\":\"" + message + "\"}";
-  }
+                            : PlanPause(Ids(ids, count), static_cast<Strategy>(strategy), &plan,
+                                        make_ids != 0);
+  text = status.ok() ? "{\"plan\":" + PlanJson(plan) + "}" : "{\"error\":" + JsonString(status.message()) + "}";
   return text.c_str();
 }
 
 // strategies: one per id, 1 suspend or 2 recreate (what every rank agreed on), or
 // null to decide here with `strategy` (0 auto, 1 suspend, 2 recreate).
+// next_ids: 128 bytes per id, the replacement's unique id of each communicator to
+// recreate as its rank 0 made it (all zero: unknown, sent over the communicator), or null.
 // teardown: 0 destroy, 1 abort, 2 parallel destroy.
-AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, const int* strategies, int count, int strategy,
-                                double timeout_seconds, int teardown, char* error, int error_bytes) {
+// rows: the paused communicators' rows (JSON), valid until the next call on this thread.
+AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, const int* strategies, const char* next_ids,
+                                int count, int strategy, double timeout_seconds, int teardown,
+                                const char** rows, char* error, int error_bytes) {
+  thread_local std::string text;
   PauseRequest request;
   request.ids = Ids(ids, count);
   if (strategy < 0 || strategy > 2) {
@@ -96,13 +99,22 @@ AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, const int* strategies, int 
     }
     request.strategies.push_back(static_cast<Strategy>(strategies[i]));
   }
+  for (int i = 0; next_ids != nullptr && i < count; ++i) {
+    ncclUniqueId id;
+    std::memcpy(id.internal, next_ids + static_cast<size_t>(i) * NCCL_UNIQUE_ID_BYTES, NCCL_UNIQUE_ID_BYTES);
+    request.next_ids.push_back(id);
+  }
   request.timeout_seconds = timeout_seconds;
   if (teardown < 0 || teardown > 2) {
     return Report(amem::Status::Error("teardown must be 0 (destroy), 1 (abort) or 2 (parallel destroy)"),
                   error, error_bytes);
   }
   request.teardown = static_cast<Teardown>(teardown);
-  return Report(PauseCommunicators(request), error, error_bytes);
+  std::vector<ProxyComm*> selected;
+  const amem::Status status = PauseCommunicators(request, &selected);
+  text = Registry::Get().RowsJson(selected);
+  if (rows != nullptr) *rows = text.c_str();
+  return Report(status, error, error_bytes);
 }
 
 // Calls waiting for a resume stop waiting (its agreement failed: still paused).
@@ -138,9 +150,15 @@ AMEM_EXPORT int amem_nccl_begin_resume(const uint64_t* ids, int count, char* err
   return Report(BeginResume(Ids(ids, count)), error, error_bytes);
 }
 
-AMEM_EXPORT int amem_nccl_resume(const uint64_t* ids, int count, double timeout_seconds, char* error,
-                                 int error_bytes) {
-  return Report(ResumeCommunicators(Ids(ids, count), timeout_seconds), error, error_bytes);
+// rows: the resumed communicators' rows (JSON), valid until the next call on this thread.
+AMEM_EXPORT int amem_nccl_resume(const uint64_t* ids, int count, double timeout_seconds,
+                                 const char** rows, char* error, int error_bytes) {
+  thread_local std::string text;
+  std::vector<ProxyComm*> selected;
+  const amem::Status status = ResumeCommunicators(Ids(ids, count), timeout_seconds, &selected);
+  text = Registry::Get().RowsJson(selected);
+  if (rows != nullptr) *rows = text.c_str();
+  return Report(status, error, error_bytes);
 }
 
 // The message the interposer gave the last refused call on this thread.

@@ -1,6 +1,8 @@
 #include "nccl/pause_resume.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -12,6 +14,7 @@
 
 #include "cuda/driver_api.h"
 #include "nccl/id_exchange.h"
+#include "nccl/json_text.h"
 #include "nccl/nccl_status.h"
 
 namespace amem::nccl {
@@ -53,13 +56,34 @@ void SynchronizeDevices(const std::vector<ProxyComm*>& comms) {
 
 bool GroupedSuspendSupported() { return Real().version >= 23003; }
 
-// JAX_AMEM_NCCL_OVERLAP=threads (default): independent work runs at once (the
-// suspends and the recreates; ungrouped suspends each on a thread); =serial:
-// one after another, in key order.
-bool Overlap() {
-  const char* value = std::getenv("JAX_AMEM_NCCL_OVERLAP");
-  return value == nullptr || std::strcmp(value, "serial") != 0;
+bool IsZero(const ncclUniqueId& id) {
+  for (char c : id.internal) {
+    if (c != 0) return false;
+  }
+  return true;
 }
+
+// How independent communicators are paused and resumed (JAX_AMEM_NCCL_OVERLAP):
+//   threads (default): each communicator's suspend / resume / teardown on a thread of
+//     its own, and the suspends beside the recreates. Needed when several ranks of one
+//     communicator live in this process: NCCL's suspend meets its peers at a barrier.
+//     (Not faster than a group for NCCL 2.30.7's suspend: it offloads every 2 MiB
+//     granule to a pinned host buffer it allocates then, 1.5 GB/s either way on the
+//     H200, docs/nccl.md. The teardowns do overlap: 32 destroys in 0.8-1.0 s against
+//     8.7-9.0 s in turn.)
+//   group: suspends and resumes inside one ncclGroupStart/End where NCCL allows it
+//     (>= 2.30.3), else threads.
+//   serial: one after another, in key order (for debugging).
+enum class Overlap { kThreads, kGroup, kSerial };
+
+Overlap OverlapMode() {
+  const char* value = std::getenv("JAX_AMEM_NCCL_OVERLAP");
+  if (value != nullptr && std::strcmp(value, "serial") == 0) return Overlap::kSerial;
+  if (value != nullptr && std::strcmp(value, "group") == 0) return Overlap::kGroup;
+  return Overlap::kThreads;
+}
+
+bool Concurrent() { return OverlapMode() != Overlap::kSerial; }
 
 // Runs `work` on every item, on threads of their own when `parallel`, each with
 // the item's device current; the first error in item order wins.
@@ -148,12 +172,14 @@ int64_t MemStat(ncclComm_t real, ncclCommMemStat_t stat) {
   return -1;
 }
 
-// `each` for every communicator: inside one NCCL group where suspend and resume
-// may be grouped (NCCL >= 2.30.3: NCCL overlaps them); otherwise each on its own
-// thread when overlapping, or in key order. The first error wins.
+// `each` for every communicator: inside one NCCL group when asked for and NCCL
+// allows it (>= 2.30.3); otherwise each on its own thread, or in key order
+// (serial). The first error wins.
 template <typename Each>
 Status GroupedOrEach(const std::vector<ProxyComm*>& comms, const char* what, Each each) {
-  if (!GroupedSuspendSupported()) return ForEach(comms, Overlap(), each);
+  if (OverlapMode() != Overlap::kGroup || !GroupedSuspendSupported()) {
+    return ForEach(comms, Concurrent(), each);
+  }
   Real().ncclGroupStart();
   Status status;
   for (ProxyComm* comm : comms) {
@@ -189,8 +215,9 @@ Status Suspend(const std::vector<ProxyComm*>& comms) {
   return Status::Ok();
 }
 
-void MarkPaused(ProxyComm* comm, int64_t bytes_freed, double seconds) {
+void MarkPaused(ProxyComm* comm, int64_t bytes_freed, double seconds, double teardown) {
   comm->real = nullptr;
+  comm->teardown_seconds = teardown;
   comm->state = CommState::kPaused;
   comm->last_strategy = "recreate";
   comm->bytes_freed = bytes_freed;
@@ -226,8 +253,9 @@ Status TearDownInTurn(const std::vector<ProxyComm*>& comms, const PauseRequest& 
     const int64_t free_after = FreeBytes(comm->device);
     if (!ended.ok()) return MarkBroken(comm, ended);
     const int64_t driver = (free_before >= 0 && free_after >= 0) ? free_after - free_before : -1;
-    MarkPaused(comm, driver >= 0 ? driver : comm->bytes_before_pause,
-               exchange_share + Since(teardown_start));
+    const double teardown = Since(teardown_start);
+    MarkPaused(comm, driver >= 0 ? driver : comm->bytes_before_pause, exchange_share + teardown,
+               teardown);
   }
   return Status::Ok();
 }
@@ -265,7 +293,8 @@ Status TearDownInParallel(const std::vector<ProxyComm*>& comms, double exchange_
     if (!free_after.count(comm->device)) free_after[comm->device] = FreeBytes(comm->device);
     const int64_t before = free_before[comm->device], after = free_after[comm->device];
     const bool alone = per_device[comm->device] == 1 && before >= 0 && after >= 0;
-    MarkPaused(comm, alone ? after - before : comm->bytes_before_pause, exchange_share + seconds);
+    MarkPaused(comm, alone ? after - before : comm->bytes_before_pause, exchange_share + seconds,
+               seconds);
   }
   return first_error;
 }
@@ -274,8 +303,13 @@ Status Recreate(const std::vector<ProxyComm*>& comms, const PauseRequest& reques
   if (comms.empty()) return Status::Ok();
   const auto start = Clock::now();
   RecordBeforeTeardown(comms);
-  std::vector<ProxyComm*> stuck;
-  Status exchanged = ExchangeNextIds(comms, request.timeout_seconds, &stuck);
+  // The ids every rank agreed on (made by rank 0 for the plan) are in next_id
+  // already; the others go over the communicator before it is ended.
+  std::vector<ProxyComm*> unknown, stuck;
+  for (ProxyComm* comm : comms) {
+    if (!comm->next_id_given) unknown.push_back(comm);
+  }
+  Status exchanged = ExchangeNextIds(unknown, request.timeout_seconds, &stuck);
   if (!exchanged.ok()) {
     // Peers that did not join leave our broadcast waiting forever: abort those
     // communicators so the GPU is not held, and say so on each of them.
@@ -352,6 +386,59 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
   return first_error;
 }
 
+// JAX_AMEM_NCCL_SUSPEND_LIMIT (opt-in; bytes, or with K, M, G): the most `auto` suspends in
+// one pause of this process before it recreates instead. -1: no limit (unset or unreadable).
+int64_t SuspendLimit() {
+  const char* value = std::getenv("JAX_AMEM_NCCL_SUSPEND_LIMIT");
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const double number = std::strtod(value, &end);
+  double unit = 1;
+  if (*end == 'K' || *end == 'k') unit = 1024.0, ++end;
+  else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, ++end;
+  else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, ++end;
+  if (*end != '\0' || !(number >= 0)) return -1;
+  return static_cast<int64_t>(number * unit);
+}
+
+std::string Size(int64_t bytes) {
+  char text[32];
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(text, sizeof(text), "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
+  }
+  return text;
+}
+
+// NCCL 2.30.7's suspend offloads every 2 MiB granule through a pinned host buffer it
+// allocates then: about 1 s per GiB for suspend plus resume on the H200, whatever the
+// overlap, where a recreate's teardown runs on every communicator at once (12 GiB: 12.1 s
+// against 2.1 s, docs/nccl.md). Above the limit, `auto` recreates what it can; the
+// communicators it recreates connect again at their next collective.
+void RecreateAboveLimit(std::vector<PlanEntry>* plan) {
+  const int64_t limit = SuspendLimit();
+  if (limit < 0) return;
+  int64_t total = 0;
+  for (const PlanEntry& entry : *plan) {
+    if (entry.strategy == Strategy::kSuspend) total += std::max<int64_t>(MemStat(entry.comm->real, kNcclStatGpuMemSuspend), 0);
+  }
+  if (total <= limit) return;
+  for (PlanEntry& entry : *plan) {
+    const ProxyComm& comm = *entry.comm;
+    if (entry.strategy != Strategy::kSuspend || entry.refused || comm.real == nullptr ||
+        comm.registrations + comm.windows + comm.device_comms > 0) {
+      continue;
+    }
+    entry.strategy = Strategy::kRecreate;
+    entry.why = "this process would suspend " + Size(total) + ", above JAX_AMEM_NCCL_SUSPEND_LIMIT (" +
+                Size(limit) + "): NCCL's suspend moves about 1 GiB/s, a recreate ends every "
+                "communicator at once";
+  }
+}
+
 Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
   if (comms.empty()) return Status::Ok();
   const auto start = Clock::now();
@@ -364,15 +451,6 @@ Status ResumeSuspended(const std::vector<ProxyComm*>& comms) {
     comm->resume_seconds = Since(start);
   }
   return Status::Ok();
-}
-
-std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -396,7 +474,8 @@ Strategy ChooseStrategy(const ProxyComm& comm, std::string* why) {
   return Strategy::kSuspend;
 }
 
-Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vector<PlanEntry>* plan) {
+Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vector<PlanEntry>* plan,
+                 bool make_ids) {
   std::vector<ProxyComm*> selected;
   Status status = Select(ids, CommState::kActive, &selected);
   if (!status.ok()) return status;
@@ -433,24 +512,48 @@ Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vect
     }
     plan->push_back(entry);
   }
+  if (requested == Strategy::kAuto) RecreateAboveLimit(plan);
+  bool refused = false;
+  for (const PlanEntry& entry : *plan) refused |= entry.refused;
+  for (PlanEntry& entry : *plan) {
+    ProxyComm* comm = entry.comm;
+    comm->next_id_made = false;
+    // Rank 0 makes the id of the communicator's replacement now, so that it travels
+    // in the agreement instead of over the communicator (a collective there is slow
+    // and allocates: on a communicator that never ran one, it connects it first).
+    // Not when this plan is refused already: an id that is never used leaves NCCL's
+    // bootstrap root waiting.
+    if (make_ids && !refused && entry.strategy == Strategy::kRecreate && comm->rank == 0 &&
+        comm->nranks > 1 && Real().ncclGetUniqueId != nullptr) {
+      comm->next_id_made = Real().ncclGetUniqueId(&comm->next_id) == ncclSuccess;
+    }
+  }
   return Status::Ok();
 }
 
 std::string PlanJson(const std::vector<PlanEntry>& plan) {
+  static const char kHex[] = "0123456789abcdef";
   std::ostringstream out;
   out << "[";
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlanEntry& entry = plan[i];
-    out << (i ? "," : "") << "{\"id\":" << entry.comm->id << ",\"key\":\"" << Escape(entry.comm->key)
-        << "\",\"rank\":" << entry.comm->rank << ",\"strategy\":\"" << StrategyName(entry.strategy)
-        << "\",\"refused\":" << (entry.refused ? "true" : "false") << ",\"why\":\""
-        << Escape(entry.why) << "\"}";
+    std::string next_id;  // hex, or empty: none made here
+    for (int b = 0; entry.comm->next_id_made && b < NCCL_UNIQUE_ID_BYTES; ++b) {
+      const auto byte = static_cast<unsigned char>(entry.comm->next_id.internal[b]);
+      next_id += kHex[byte >> 4];
+      next_id += kHex[byte & 15];
+    }
+    out << (i ? "," : "") << "{\"id\":" << entry.comm->id << ",\"key\":" << JsonString(entry.comm->key)
+        << ",\"rank\":" << entry.comm->rank << ",\"device\":" << entry.comm->device
+        << ",\"strategy\":\"" << StrategyName(entry.strategy)
+        << "\",\"refused\":" << (entry.refused ? "true" : "false") << ",\"why\":" << JsonString(entry.why)
+        << ",\"next_id\":\"" << next_id << "\"}";
   }
   out << "]";
   return out.str();
 }
 
-Status PauseCommunicators(const PauseRequest& request) {
+Status PauseCommunicators(const PauseRequest& request, std::vector<ProxyComm*>* selected) {
   std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
   std::vector<PlanEntry> plan;
   Status status = PlanPause(request.ids, request.strategy, &plan);
@@ -476,15 +579,22 @@ Status PauseCommunicators(const PauseRequest& request) {
   for (const PlanEntry& entry : plan) {
     if (entry.refused) return Status::Error(entry.why);
   }
-  std::vector<ProxyComm*> selected, suspend, recreate;
+  std::vector<ProxyComm*> suspend, recreate;
   for (const PlanEntry& entry : plan) {
-    entry.comm->strategy_why = entry.why;
-    selected.push_back(entry.comm);
-    (entry.strategy == Strategy::kSuspend ? suspend : recreate).push_back(entry.comm);
+    ProxyComm* comm = entry.comm;
+    comm->strategy_why = entry.why;
+    comm->next_id_given = false;
+    for (size_t i = 0; i < request.next_ids.size() && i < request.ids.size(); ++i) {
+      if (request.ids[i] != comm->id || IsZero(request.next_ids[i])) continue;
+      comm->next_id = request.next_ids[i];
+      comm->next_id_given = true;
+    }
+    selected->push_back(comm);
+    (entry.strategy == Strategy::kSuspend ? suspend : recreate).push_back(comm);
   }
-  SynchronizeDevices(selected);
+  SynchronizeDevices(*selected);
   // The suspends and the recreates touch different communicators: overlapped.
-  return Both(Overlap() && !suspend.empty() && !recreate.empty(),
+  return Both(Concurrent() && !suspend.empty() && !recreate.empty(),
               [&] { return Suspend(suspend); }, [&] { return Recreate(recreate, request); });
 }
 
@@ -503,18 +613,18 @@ void CancelResume() {
   }
 }
 
-Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seconds) {
-  std::vector<ProxyComm*> selected;
+Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seconds,
+                           std::vector<ProxyComm*>* selected) {
   Status status;
   {
     std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
-    status = Select(ids, CommState::kPaused, &selected);
+    status = Select(ids, CommState::kPaused, selected);
     if (status.ok()) {
       std::vector<ProxyComm*> suspended, recreated;
-      for (ProxyComm* comm : selected) {
+      for (ProxyComm* comm : *selected) {
         (comm->last_strategy == "suspend" ? suspended : recreated).push_back(comm);
       }
-      status = Both(Overlap() && !suspended.empty() && !recreated.empty(),
+      status = Both(Concurrent() && !suspended.empty() && !recreated.empty(),
                     [&] { return ResumeSuspended(suspended); },
                     [&] { return Reinitialise(recreated, timeout_seconds); });
     }

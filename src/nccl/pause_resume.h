@@ -31,7 +31,11 @@ struct PlanEntry {
 
 // Every selected communicator's strategy (ids: distinct, tracked, active; empty =
 // every active one). Fails only on a bad selection; refusals are in the entries.
-Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vector<PlanEntry>* plan);
+// make_ids: where this process holds rank 0 of a communicator to recreate, make the
+// unique id of its replacement now (it travels in the agreement, see PauseRequest).
+Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vector<PlanEntry>* plan,
+                 bool make_ids = false);
+// The plan as JSON: id, key, rank, device, strategy, refused, why, next_id (hex or "").
 std::string PlanJson(const std::vector<PlanEntry>& plan);
 
 struct PauseRequest {
@@ -39,19 +43,26 @@ struct PauseRequest {
   // One per id, suspend or recreate (what every rank agreed on); empty: decided here.
   std::vector<Strategy> strategies;
   Strategy strategy = Strategy::kAuto;  // used when `strategies` is empty
+  // One per id (or empty): the unique id the replacement of a recreated communicator
+  // will use, as its rank 0 made it for the plan and the agreement carried it. All
+  // zero: none is known here, and the id goes over the communicator before it is
+  // ended (a broadcast from rank 0).
+  std::vector<ncclUniqueId> next_ids;
   double timeout_seconds = 60;
   Teardown teardown = Teardown::kDestroy;
 };
 
 // Nothing changes unless every selected communicator can be paused with its
-// strategy (checked first). The message names the communicator.
-Status PauseCommunicators(const PauseRequest& request);
+// strategy (checked first). The message names the communicator. `selected`: the
+// communicators it paused (or tried to), for the report.
+Status PauseCommunicators(const PauseRequest& request, std::vector<ProxyComm*>* selected);
 
 // Marks the communicators as resuming so that calls arriving before
 // ResumeCommunicators finishes wait for it instead of failing.
 Status BeginResume(const std::vector<uint64_t>& ids);
 void CancelResume();  // every communicator: stop waiting (its resume will not come)
-Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seconds);
+Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seconds,
+                           std::vector<ProxyComm*>* selected);
 
 // Initialises broken communicators again behind the same handles, each with the
 // unique id its ranks agreed on (`unique_ids`: 128 bytes per id). A communicator

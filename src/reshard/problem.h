@@ -11,7 +11,7 @@
 namespace amem::reshard {
 
 constexpr int kRank = 8;
-constexpr int kBlockColumns = 9;     // see blocks.h
+constexpr int kBlockColumns = 9;     // see jax_amem/reshard/blocks.py
 constexpr int kTransferColumns = 7;  // src_owner, dst_owner, dst_tensor, view, begin, end, bytes
 
 struct Box {

@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "copy/affine_cuda.h"
 #include "transport/bucket_pipe.h"
 #include "transport/nccl_send_recv.h"
 
@@ -135,7 +136,7 @@ Status Handoff(cudaEvent_t event, cudaStream_t from, cudaStream_t to) {
 
 Status PipeSend(int64_t id, CUstream stream, int slot, const copy::BufferPointers& sources,
                 const copy::BufferSegment* device_rows, int64_t count, int64_t bytes, int peer,
-                ncclComm_t comm) {
+                ncclComm_t comm, const AffineGather& affine) {
   Status status;
   Pipe* pipe = Checked(id, slot, bytes, &status);
   if (pipe == nullptr) return status;
@@ -145,6 +146,7 @@ Status PipeSend(int64_t id, CUstream stream, int slot, const copy::BufferPointer
   copy::BufferPointers pointers = sources;
   pointers.destinations[0] = pipe->slots[slot];
   if (Status s = copy::LaunchBufferSegmentCopy(stream, pointers, device_rows, count); !s.ok()) return s;
+  if (Status s = copy::LaunchAffineCopy(stream, pointers, affine.rows, affine.count, affine.table); !s.ok()) return s;
   if (Status s = Handoff(pipe->filled[slot], main, pipe->stream); !s.ok()) return s;
   if (Status s = SendBytes(pipe->slots[slot], bytes, peer, comm, reinterpret_cast<CUstream>(pipe->stream)); !s.ok()) {
     return s;

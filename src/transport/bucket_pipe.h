@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "copy/affine.h"
 #include "copy/copy_cuda.h"
 #include "copy/segments.h"
 #include "cuda/driver_types.h"
@@ -31,11 +32,19 @@ Status DestroyPipe(int64_t id);
 int64_t PipeStagingBytes(int64_t id);
 int PipeDevice(int64_t id);
 
+// Rows of a bucket whose elements go through constant steps as they are gathered (copy/affine.h;
+// dst_index 0 = the slot), in device memory; none by default.
+struct AffineGather {
+  const copy::AffineRow* rows = nullptr;
+  int64_t count = 0;
+  copy::AffineTable table{};
+};
+
 // Gathers `count` rows (dst_index 0 = the slot) from `sources` into slot `slot` on
-// `stream`, then sends the slot's first `bytes` bytes to `peer`.
+// `stream`, and the affine rows too, then sends the slot's first `bytes` bytes to `peer`.
 Status PipeSend(int64_t id, CUstream stream, int slot, const copy::BufferPointers& sources,
                 const copy::BufferSegment* device_rows, int64_t count, int64_t bytes, int peer,
-                ncclComm_t comm);
+                ncclComm_t comm, const AffineGather& affine = {});
 
 // Receives `bytes` bytes from `peer` into slot `slot`, then unpacks `count` rows
 // (src_index 0 = the slot) into `destinations` on `stream`.

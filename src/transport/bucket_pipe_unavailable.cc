@@ -15,7 +15,7 @@ Status DestroyPipe(int64_t) { return NoCuda(); }
 int64_t PipeStagingBytes(int64_t) { return -1; }
 int PipeDevice(int64_t) { return -1; }
 Status PipeSend(int64_t, CUstream, int, const copy::BufferPointers&, const copy::BufferSegment*, int64_t,
-                int64_t, int, ncclComm_t) {
+                int64_t, int, ncclComm_t, const AffineGather&) {
   return NoCuda();
 }
 Status PipeRecv(int64_t, CUstream, int, const copy::BufferPointers&, const copy::BufferSegment*, int64_t,

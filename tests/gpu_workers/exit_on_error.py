@@ -2,7 +2,7 @@
 
 A worker that raised after `jax.distributed.initialize` would otherwise wait at exit in the
 distributed service's shutdown for a peer that is itself waiting for it, until run_pair's
-timeout: minutes of device time on a failure already known.
+timeout: minutes spent on a failure already known.
 """
 import os
 import sys

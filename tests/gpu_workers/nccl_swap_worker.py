@@ -11,6 +11,8 @@ resume between them; the arrays' buffers must stay where they were.
 usage: python -P nccl_swap_worker.py RANK PORT llama|jax
 """
 
+import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +37,12 @@ def plan_and_sources(seed, dst_layouts):
     tree = llama.flax_params(seed)
     named = reshard.tree_names(tree)
     src = {name: Layout.single(a.shape, a.dtype, common.TRAINER_OWNER) for name, a in named.items()}
-    plan = reshard.plan(src, dst_layouts, reshard.rules.hf_llama(llama.L))
+    rule_list = reshard.rules.hf_llama(llama.L)
+    scale = os.environ.get("JAX_AMEM_TEST_QUERY_SCALE")
+    if scale:  # the query projections scaled on the way (the sender's pack applies it)
+        rule_list = [dataclasses.replace(r, parts=tuple(dataclasses.replace(p, scale=float(scale)) for p in r.parts))
+                     if "q_proj" in r.dst else r for r in rule_list]
+    plan = reshard.plan(src, dst_layouts, rule_list)
     return plan, tree, {(name, reshard.Owner(*common.TRAINER_OWNER)): np.asarray(a) for name, a in named.items()}
 
 

@@ -26,7 +26,7 @@ def free_port() -> int:
 def collect(procs: list[subprocess.Popen], timeout: float, grace: float = 30) -> list[str]:
     """Each process's output (stdout, stderr merged into it). All are killed on `timeout`, and
     `grace` seconds after one of them fails: its peers would otherwise wait for it in a
-    collective or the store until the timeout, spending device time on a known failure."""
+    collective or the store until the timeout, spending minutes on a known failure."""
     chunks: list[list[str]] = [[] for _ in procs]
     readers = [threading.Thread(target=lambda p=p, out=out: out.append(p.stdout.read()), daemon=True)
                for p, out in zip(procs, chunks)]

@@ -651,6 +651,399 @@ def ipc_not_a_descriptor():
     return attempt(lambda: parse_descriptor(["tensors"]))
 
 
+# ----------------------------------------------------------------------------- issue 24: newer surfaces
+
+
+@case
+def to_torch_writes_are_refused_before_any_byte():
+    """A write into a to_torch view changed the immutable jax.Array. Every PyTorch way of
+    writing in place is now refused (ReadOnlyViewError) with the array's bytes as they were;
+    copies (.clone(), v + 1) stay ordinary tensors."""
+    import jax_amem
+    import torch
+    import torch.nn.functional as F
+
+    jax, _ = _jax()
+    writes = {
+        "add_": lambda t: t.add_(1), "setitem": lambda t: t.__setitem__(0, 5.0),
+        "out=": lambda t: torch.add(t, 1, out=t), "copy_": lambda t: t.copy_(torch.ones(6)),
+        "view then add_": lambda t: t.view(2, 3).add_(1), "slice fill_": lambda t: t[1:].fill_(7),
+        "detach then add_": lambda t: t.detach().add_(1), "+=": lambda t: t.__iadd__(1),
+        "split then mul_": lambda t: t.split(2)[1].mul_(3), "relu inplace": lambda t: F.relu(t, inplace=True),
+        "nn.init.zeros_": lambda t: torch.nn.init.zeros_(t), "out= of another op": lambda t: torch.mul(
+            torch.ones(6), 2, out=t), "under inference_mode": lambda t: _in_inference_mode(t.add_, 1),
+        "under no_grad": lambda t: _under(torch.no_grad(), t.sub_, 1),
+    }
+    errors = []
+    for name, write in writes.items():
+        x = jax.device_put(np.arange(6.0, dtype=np.float32) - 2)
+        view = jax_amem.to_torch({"w": x})["w"][0].tensor
+        error = attempt(lambda: write(view))
+        assert np.array_equal(np.asarray(x), np.arange(6.0, dtype=np.float32) - 2), f"{name} wrote the jax.Array"
+        assert type(error).__name__ == "ReadOnlyViewError", f"{name}: {error!r}"
+        errors.append(error)
+    x = jax.device_put(np.arange(6.0, dtype=np.float32))
+    view = jax_amem.to_torch({"w": x})["w"][0].tensor
+    if not view.is_cuda:
+        numpy_view = view.numpy()
+        assert not numpy_view.flags.writeable and attempt(lambda: numpy_view.__setitem__(0, 9)) is not None
+    import copy
+    import io
+    import pickle
+
+    saved = io.BytesIO()
+    torch.save(view, saved)
+    saved.seek(0)
+    # Copies are memory of their own: ordinary tensors a caller may write.
+    for mine in (view.clone(), copy.deepcopy(view), pickle.loads(pickle.dumps(view)), torch.load(saved)):
+        mine.add_(1)
+        assert type(mine) is torch.Tensor and torch.equal(mine.cpu(), torch.arange(6.0) + 1), mine
+    assert type(view + 1) is torch.Tensor and float(view.sum()) == 15.0
+    assert np.array_equal(np.asarray(x), np.arange(6.0))
+    return errors[0]
+
+
+def _under(context, call, *args):
+    with context:
+        return call(*args)
+
+
+def _in_inference_mode(call, *args):
+    import torch
+
+    return _under(torch.inference_mode(), call, *args)
+
+
+@case
+def to_torch_inference_mode_alone_writes_then_refuses():
+    """Why the views are not torch.inference_mode() tensors: PyTorch checks an inference tensor
+    after the kernel ran, so add_ writes the jax.Array's bytes and only then raises."""
+    import torch
+
+    jax, _ = _jax()
+    x = jax.device_put(np.zeros(4, np.float32))
+    with torch.inference_mode():
+        view = torch.from_dlpack(x)
+    error = attempt(lambda: view.add_(1))
+    assert isinstance(error, RuntimeError) and "Inplace update to inference tensor" in str(error), error
+    assert np.array_equal(np.asarray(x), np.ones(4)), "PyTorch now refuses before writing: see read_only_view.py"
+# ----------------------------------------------------------------------------- presets and from_function
+# (issues 23 and 24: preset options and tree layouts refused at preset(), from_function outputs)
+
+
+def _maxtext_llama(scan_axis=1, layers=2, d=16, heads=4, kv=2, hd=4, f=24, vocab=32):
+    """A MaxText Llama tree, every layer tensor stacked on `scan_axis` (MaxText's param_scan_axis)."""
+    from jax_amem.reshard import names_tree
+
+    def stacked(*shape):
+        return np.moveaxis(np.ones((layers, *shape), np.float32), 0, scan_axis)
+    a, m = "decoder/layers/self_attention/", "decoder/layers/mlp/"
+    return names_tree({a + "query/kernel": stacked(d, heads, hd), a + "key/kernel": stacked(d, kv, hd),
+                       a + "value/kernel": stacked(d, kv, hd), a + "out/kernel": stacked(heads, hd, d),
+                       a + "query_norm/scale": stacked(hd), a + "key_norm/scale": stacked(hd),
+                       "decoder/layers/pre_self_attention_layer_norm/scale": stacked(d),
+                       "decoder/layers/post_self_attention_layer_norm/scale": stacked(d),
+                       m + "wi_0/kernel": stacked(d, f), m + "wi_1/kernel": stacked(d, f), m + "wo/kernel": stacked(f, d),
+                       "token_embedder/embedding": np.ones((vocab, d), np.float32),
+                       "decoder/decoder_norm/scale": np.ones((d,), np.float32),
+                       "decoder/logits_dense/kernel": np.ones((d, vocab), np.float32)})
+
+
+def _preset(family="llama", tree=None, **options):
+    from jax_amem import rules
+
+    options.setdefault("source", "maxtext")
+    if family == "llama" and options["source"] == "maxtext":
+        options.setdefault("unscaled_queries", True)
+    return attempt(lambda: rules.preset(family, _maxtext_llama() if tree is None else tree, **options))
+
+
+@case
+def preset_tp_3_for_4_query_heads():
+    return _preset(layout="vllm", tp=3)
+
+
+@case
+def preset_tp_zero():
+    return _preset(layout="vllm", tp=0)
+
+
+@case
+def preset_tp_negative():
+    return _preset(layout="vllm", tp=-2)
+
+
+@case
+def preset_tp_a_string():
+    return _preset(layout="vllm", tp="2")
+
+
+@case
+def preset_tp_with_the_hf_layout():
+    return _preset(layout="hf", tp=3)
+
+
+@case
+def preset_qwen3_layers_on_axis_1():
+    """MaxText's default layout: the preset plans 2 layers (it read d_model=16 as the count before)."""
+    from jax_amem import rules
+
+    got = rules.qwen3(_maxtext_llama(scan_axis=1), source="maxtext")
+    layers = {r.dst.split(".")[2] for r in got if r.dst.startswith("model.layers.")}
+    assert layers == {"0", "1"}, layers
+    return None
+
+
+@case
+def to_torch_names_collide():
+    """to_torch refused colliding names with LayoutError, its other refusals with SwapError."""
+    import jax_amem
+
+    _, jnp = _jax()
+    return attempt(lambda: jax_amem.to_torch({"a/b": jnp.ones(2), "a": {"b": jnp.ones(2)}}))
+
+
+def _int_and_str_keys():
+    _, jnp = _jax()
+    return {0: jnp.ones(2), "0": jnp.full(2, 2.0)}
+
+
+@case
+def swap_source_keys_0_and_str_0():
+    """A source tree with keys 0 and '0': JAX's raw "Comparator raised exception while sorting"."""
+    import torch
+
+    return _torch_swap({"0": torch.zeros(2)}, _int_and_str_keys())
+
+
+@case
+def swap_source_keys_0_and_str_0_after_a_swap():
+    """The same after a good swap (the repeat path flattens the source first)."""
+    import jax_amem
+    import torch
+
+    _, jnp = _jax()
+    dst = {"0": torch.zeros(2)}
+    jax_amem.swap({"0": jnp.ones(2)}, dst)
+    jax_amem.swap({"0": jnp.ones(2)}, dst)
+    return _torch_swap(dst, _int_and_str_keys())
+
+
+@case
+def plan_keys_0_and_str_0():
+    import jax_amem
+
+    keys = _int_and_str_keys()
+    return attempt(lambda: jax_amem.plan(keys, keys))
+
+
+@case
+def pause_keep_keys_0_and_str_0():
+    import jax_amem
+
+    keep = _int_and_str_keys()
+    error = attempt(lambda: jax_amem.pause(keep=keep))
+    assert not jax_amem.is_paused() and not any(x.is_deleted() for x in keep.values())
+    return error
+
+
+@case
+def to_torch_keys_0_and_str_0():
+    import jax_amem
+
+    return attempt(lambda: jax_amem.to_torch(_int_and_str_keys()))
+
+
+@case
+def plan_sources_not_a_tree_of_arrays():
+    """plan(sources=a string): a raw TypeError, outside the family."""
+    import jax_amem
+
+    _, jnp = _jax()
+    return attempt(lambda: jax_amem.plan("weights", {"w": jnp.ones(4)}))
+
+
+@case
+def plan_split_bytes_a_string():
+    import jax_amem
+
+    _, jnp = _jax()
+    return attempt(lambda: jax_amem.plan({"w": jnp.ones(4)}, {"w": jnp.ones(4)}, split_bytes="1MB"))
+
+
+@case
+def plan_owner_not_a_pair():
+    import jax_amem
+
+    _, jnp = _jax()
+    return attempt(lambda: jax_amem.plan({"w": jnp.ones(4)}, {"w": jnp.ones(4)}, owner=3))
+
+
+@case
+def errors_one_family():
+    """RuleError, TraceError, LayoutError, PlanError were ValueErrors outside JaxAmemError; an NCCL
+    failure inside pause() was no PauseError."""
+    import jax_amem
+    from jax_amem.nccl import NcclPauseError
+    from jax_amem.reshard import LayoutError, PlanError, RuleError
+    from jax_amem.reshard.rules import TraceError
+
+    outside = [e.__name__ for e in (RuleError, TraceError, LayoutError, PlanError, NcclPauseError)
+               if not issubclass(e, jax_amem.JaxAmemError)]
+    assert not outside, f"outside the family: {outside}"
+    assert issubclass(NcclPauseError, jax_amem.PauseError)
+    assert all(issubclass(e, ValueError) for e in (RuleError, TraceError, LayoutError, PlanError))
+    return None
+
+
+@case
+def old_layout_segment_copy():
+    """jax_amem.segment_copy (moved to jax_amem.copy): a bare AttributeError before."""
+    import jax_amem
+
+    return attempt(lambda: jax_amem.segment_copy)
+
+
+@case
+def old_layout_swap_package():
+    """`from jax_amem.swap import to_torch`: "No module named 'jax_amem.swap'" before."""
+    def old():
+        from jax_amem.swap import to_torch  # noqa: F401
+    return attempt(old)
+
+
+def _demo(argv):
+    """The demo's command line up to the run: the run itself must not start (a run here would take
+    minutes and lose its figures at the end)."""
+    from jax_amem import __main__ as cli
+    from jax_amem.demo import cli as demo_cli
+
+    def started(*_args, **_kwargs):
+        raise AssertionError(f"demo {' '.join(map(repr, argv))} started the run instead of refusing")
+    demo_cli.main_real_size = started
+    import jax_amem.demo.loop as loop
+    loop.run = started
+    try:
+        cli.main(["demo", "--no-progress", *argv])
+    except SystemExit as error:
+        return error
+    return None
+
+
+@case
+def demo_json_empty_path():
+    """`demo --json ''` (an unset shell variable) ran and wrote no figures, and said nothing."""
+    error = _demo(["--preset", "qwen3-tiny", "--json", ""])
+    assert error is not None and error.code not in (0, None)
+    return error
+
+
+@case
+def demo_json_a_directory():
+    """`demo --json <folder>` passed the check; the run then ended in IsADirectoryError."""
+    import tempfile
+
+    folder = tempfile.mkdtemp()
+    error = _demo(["--preset", "qwen3-tiny", "--json", folder])
+    assert error is not None and error.code not in (0, None)
+    return error
+
+
+@case
+def demo_rollout_where_jax_can_write():
+    """JAX on its CPU platform where PyTorch sees CUDA (JAX_PLATFORMS=cpu on a GPU host): the
+    rollout went to cuda:0, which JAX cannot write. It must go where the trainer's JAX can.
+    (PyTorch's CUDA answer is set here: this host may have no GPU; on one, gpu_demo_* runs it.)"""
+    import torch
+
+    from jax_amem.demo import rollout
+
+    jax, _ = _jax()
+    assert jax.devices()[0].platform == "cpu"
+    torch.cuda.is_available = lambda: True
+    device = rollout.torch_device()
+    assert device.type == "cpu", f"the rollout goes to {device} while JAX runs on its CPU"
+    return None
+
+
+@case
+def gpu_demo_qwen3_tiny_with_jax_on_cpu():
+    """On a GPU host with JAX_PLATFORMS=cpu: the whole qwen3-tiny demo runs (it died with a SwapError)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-P", "-m", "jax_amem", "demo", "--preset", "qwen3-tiny", "--iterations",
+                           "1", "--no-progress"], capture_output=True, text=True, timeout=540,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert " on cpu, first swap" in done.stdout, done.stdout[-2000:]
+    return None
+
+
+@case
+def nccl_pause_whose_destroy_fails():
+    """A teardown that fails: the pause's error only said "ncclCommDestroy failed", then resume()
+    said "nothing to resume". It must name the broken communicator and recover()."""
+    nccl, cid = _nccl_with_one_communicator()
+    os.environ["FAKE_FAIL_DESTROY"] = "1"
+    try:
+        error = attempt(lambda: nccl.pause("recreate", teardown="destroy", agree=False))
+    finally:
+        del os.environ["FAKE_FAIL_DESTROY"]
+    assert [c.state for c in nccl.communicators()] == ["broken"]
+    assert f"id {cid}" in str(error), str(error)
+    assert [c.state for c in nccl.recover()] == ["active"]
+    return error
+
+
+@case
+def nccl_process_pause_whose_destroy_fails():
+    """The same through jax_amem.pause(): a PauseError (as its docstring says), arrays intact."""
+    import jax_amem
+
+    _nccl_with_one_communicator()
+    _, jnp = _jax()
+    x = jnp.arange(8.0)
+    os.environ["FAKE_FAIL_DESTROY"] = "1"
+    try:
+        error = attempt(lambda: jax_amem.pause(keep={"x": x}))
+    finally:
+        del os.environ["FAKE_FAIL_DESTROY"]
+    assert not jax_amem.is_paused() and not x.is_deleted()
+    assert np.array_equal(np.asarray(x), np.arange(8.0))
+    return error
+
+
+@case
+def preset_layer_axis_not_found():
+    tree = _maxtext_llama(scan_axis=1)
+    tree["decoder"]["layers"]["mlp"]["wo"]["kernel"] = np.ones((24, 3, 16), np.float32)
+    return _preset("qwen3", tree)
+
+
+@case
+def preset_llama_maxtext_query_scaling():
+    return _preset(unscaled_queries=False)
+
+
+@case
+def preset_gemma2_maxtext_norm_offsets():
+    return _preset("gemma2", _maxtext_llama())
+
+
+@case
+def from_function_returns_a_bare_array():
+    from jax_amem import rules
+
+    return attempt(lambda: rules.from_function(lambda p: p["w"].T, {"w": np.ones((2, 3), np.float32)}))
+
+
+@case
+def from_function_returns_a_list():
+    from jax_amem import rules
+
+    return attempt(lambda: rules.from_function(lambda p: [p["w"], p["w"]], {"w": np.ones((2, 3), np.float32)}))
+
+
 # ----------------------------------------------------------------------------- the child's main
 
 
@@ -659,6 +1052,12 @@ def describe(error) -> dict:
         return {"error": None, "classes": [], "message": ""}
     return {"error": type(error).__name__, "classes": [c.__name__ for c in type(error).__mro__],
             "message": str(error)}
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with -P: this folder is not on the path
+from generated import GENERATED  # noqa: E402 - hypothesis over trees, names, rules and layouts
+
+CASES.update(GENERATED)
 
 
 def main(names) -> int:

@@ -1,7 +1,7 @@
 """The rollout's receiver into JAX: the destinations are a pytree of
 jax.Arrays (any sharding over this process's devices). The link's owner's shard of every
 array it receives is donated to one jitted program that runs, per peer and bucket, the
-`jax_amem_nccl_recv_bucket` custom call on XLA's stream (src/ffi/nccl_recv_bucket_cuda.cc):
+`jax_amem_nccl_recv_bucket` custom call on XLA's stream (src/ffi/nccl_recv_bucket.cc):
 ncclRecv into a staging slot on the pipe's stream, then one LaunchBufferSegmentCopy that
 unpacks the bucket into the destination shards, each aliased to a result, so in place.
 
@@ -23,13 +23,13 @@ import functools
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ... import _ffi
+from ... import transport
 from ...reshard import Layout, Owner
 from .. import cache
-from ..destinations import JaxDestination, check_names
+from .. import names as destination_names
+from ..by_donation import JaxDestination
 from ..errors import SwapError
 from ..report import NcclSwapReport
 from ..sources import check_live_arrays, flat_named, layout_of, shard_data, shard_positions
@@ -56,7 +56,7 @@ def receive(tree, plan, link, version: int, start: float) -> NcclSwapReport:
         handshake.finish(link, packings, version)
         dst = destinations.assemble(written)
     except Exception as error:
-        raise destinations.writer.recover(destinations, list(written), error) from error
+        raise destinations.recover(written, error) from error
     return report("rollout", version, packings, link, start, dst=dst)
 
 
@@ -103,23 +103,18 @@ class Destinations:
 
     @property
     def order(self) -> list:
-        """(name, owner) per donated shard, as JaxDestination.assemble reads a program."""
+        """(name, owner) per donated shard."""
         return [(name, self.owner) for name in self.names]
-
-    @property
-    def dst_indices(self) -> list:
-        return list(self.indices)
-
-    @property
-    def buffers(self) -> int:
-        """How many shards the program donates (JaxDestination.recover reports it)."""
-        return len(self.shards)
 
     def assemble(self, outputs) -> object:
         """The new pytree: the written shards (the donated buffers' successors) in place of
         the old, the other shards as they were. The writer was made before the donation: made
         now it would find the donated single-device arrays deleted and refuse the tree."""
-        return self.writer.assemble(self, list(outputs))
+        return self.writer.assemble(self.order, self.indices, list(outputs))
+
+    def recover(self, outputs, error: BaseException):
+        """The PartialSwapError of a receive that failed after its shards were donated."""
+        return self.writer.recover(self.order, self.indices, list(outputs), len(self.shards), error)
 
 
 def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destinations:
@@ -128,7 +123,7 @@ def check_destinations(tree, plan, owner_id: int, owner, device: int) -> Destina
     given twice, two arrays sharing a buffer, or a shard off the link's GPU. Nothing is donated or sent before this passes."""
     writer = JaxDestination(tree)  # refuses a leaf that is no live jax.Array
     arrays = writer.arrays
-    check_names(plan.dst_layouts, arrays)
+    destination_names.check(plan.dst_layouts, arrays)
     owner = Owner(*owner)
     offset = process_offset(owner.process)
     for name, array in arrays.items():
@@ -207,28 +202,16 @@ def bucket_calls(plan, owner, packings: dict[int, PairPacking], pipe_of, ids) ->
     return calls
 
 
-def aliases(count: int) -> dict[int, int]:
-    """input_output_aliases of a call with `count` destinations: operands (token, table,
-    destinations...) -> results (token, destinations...)."""
-    return {2 + i: 1 + i for i in range(count)}
-
-
 def jitted(calls: list[RecvCall], comm: int):
     """fn(shards) -> the written shards, in place: `shards` (Destinations.shards) donated."""
-    token_type = jax.ShapeDtypeStruct((), np.uint8)
 
     def run(shards):
         buffers = list(shards)
-        token = jnp.zeros((), jnp.uint8)
+        token = transport.first_token()
         for call in calls:
-            operands = [buffers[b] for b in call.buffers]
-            receive = jax.ffi.ffi_call(
-                _ffi.NCCL_RECV_BUCKET, [token_type, *(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in operands)],
-                input_output_aliases=aliases(len(operands)), has_side_effect=True)
-            token, *written = receive(token, jnp.asarray(call.table.view(np.uint32)), *operands,
-                                      pipe=np.int64(call.pipe), comm=np.int64(comm), peer=np.int64(call.peer),
-                                      slot=np.int64(call.slot), bytes=np.int64(call.nbytes),
-                                      drain=np.int64(call.drain))
+            token, written = transport.recv_bucket(token, call.table, [buffers[b] for b in call.buffers],
+                                                   pipe=call.pipe, comm=comm, peer=call.peer, slot=call.slot,
+                                                   nbytes=call.nbytes, drain=call.drain)
             for b, new in zip(call.buffers, written):
                 buffers[b] = new
         return tuple(buffers)

@@ -11,18 +11,19 @@ byte left.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ... import _ffi
+from ... import transport
 from ..._native import core
+from ...affine_copy import prepare_rows
 from ...copy import prepare_buffer_segments
 from .. import cache
 from ..errors import SwapError
 from ..report import NcclSwapReport
+from ..affine_views import prepared_dtype, split_rows
 from ..sources import layout_of, named_arrays, prepare_view, shard_data, shard_positions
 from . import handshake
 from .packing import PairPacking
@@ -73,6 +74,9 @@ class BucketCall:
     drain: bool
     views: tuple[int, ...]   # plan view ids, by slot
     table: np.ndarray        # validated, split BufferSegment rows (n, 6)
+    affine_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), np.int64))  # views with constant
+    affine_table: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))    # steps: rows, programs
+    programs: int = 0
 
 
 def bucket_calls(plan, owner, packings: dict[int, PairPacking], link) -> list[BucketCall]:
@@ -83,8 +87,20 @@ def bucket_calls(plan, owner, packings: dict[int, PairPacking], link) -> list[Bu
         last = len(packing.buckets) - 1
         for k, bucket in enumerate(packing.buckets):
             sizes = [_view_bytes(plan, v, owner) for v in bucket.views]
-            table = prepare_buffer_segments(bucket.send_rows, sizes, [packing.bucket_bytes])
-            calls.append(BucketCall(peer, pipe, k % 2, bucket.nbytes, k == last, bucket.views, table))
+            prepare_buffer_segments(bucket.send_rows, sizes, [packing.bucket_bytes])  # every row checked
+            try:
+                split = split_rows(plan, [(v, owner) for v in bucket.views], bucket.send_rows)
+            except ValueError as error:
+                raise SwapError(f"constant steps over NCCL: {error} (the pair's views of several dtypes leave a "
+                                "piece unaligned in the bucket); nothing was sent") from None
+            table = prepare_buffer_segments(split.byte_rows, sizes, [packing.bucket_bytes])
+            affine = {}
+            if split.table is not None:
+                source_elements = [int(np.prod(plan.view_shard_shape(v, owner), dtype=np.int64)) for v in bucket.views]
+                affine = dict(affine_rows=prepare_rows(split.affine_rows, split.table, source_elements,
+                                                       [packing.bucket_bytes]),
+                              affine_table=split.table.words, programs=split.table.programs)
+            calls.append(BucketCall(peer, pipe, k % 2, bucket.nbytes, k == last, bucket.views, table, **affine))
     return calls
 
 
@@ -96,21 +112,20 @@ def _view_bytes(plan, view: int, owner) -> int:
 def jitted(plan, calls: list[BucketCall], comm: int, sources: list[str]):
     """fn(shards) -> tokens: `shards[i]` is this owner's shard of source `sources[i]`."""
     slot_of = {name: i for i, name in enumerate(sources)}
-    send = jax.ffi.ffi_call(_ffi.NCCL_SEND_BUCKET, jax.ShapeDtypeStruct((), np.uint8),
-                            has_side_effect=True)
 
     def run(shards):
         prepared = {}
-        token = jnp.zeros((), jnp.uint8)
+        token = transport.first_token()
         done = []
         for call in calls:
             for v in call.views:
                 if v not in prepared:
-                    name, perm, dtype = plan.views[v]
-                    prepared[v] = prepare_view(shards[slot_of[name]], perm, dtype)
-            token = send(token, jnp.asarray(call.table.view(np.uint32)), *[prepared[v] for v in call.views],
-                         pipe=np.int64(call.pipe), comm=np.int64(comm), peer=np.int64(call.peer),
-                         slot=np.int64(call.slot), bytes=np.int64(call.nbytes), drain=np.int64(call.drain))
+                    name, perm, _ = plan.views[v]
+                    prepared[v] = prepare_view(shards[slot_of[name]], perm, prepared_dtype(plan, v))
+            token = transport.send_bucket(token, call.table, call.affine_rows, call.affine_table,
+                                          [prepared[v] for v in call.views], pipe=call.pipe, comm=comm,
+                                          peer=call.peer, slot=call.slot, nbytes=call.nbytes, drain=call.drain,
+                                          programs=call.programs)
             if call.drain:
                 done.append(token)
         return tuple(done)

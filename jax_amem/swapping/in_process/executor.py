@@ -20,7 +20,7 @@ import jax
 
 from .. import report as R
 from ..sources import shard_data
-from . import torch_copies
+from . import direct, torch_copies
 from .programs import Program
 
 
@@ -28,7 +28,12 @@ def run(program: Program, sources, destination, show_progress: bool):
     """Returns (the written JAX arrays in `program.order`, or [] for a destination written by
     address; extra transports) once all work is done."""
     if destination.writes_by_address:
+        launch = direct.plan_for(program)  # eager swaps of plain copies: launched outside XLA
         destination.before_writing({g.device for g in program.groups})
+        if launch is not None:
+            launch.run([[sources.arrays[name] for name, _, _ in g.source_refs] for g in program.groups],
+                       destination, show_progress)
+            return [], {}
         if not program.torch_copies:
             _dispatch(program, sources, lambda k, shards, start: program.fns[k](shards), show_progress)
             return [], {}
@@ -36,7 +41,7 @@ def run(program: Program, sources, destination, show_progress: bool):
         def call(k, shards, start):  # the XLA call (if any is left), then PyTorch's copies beside it
             fn = program.fns[k]
             out = fn(shards) if fn is not None else ()
-            torch_copies.run(program.groups[k], shards, destination.tensors)
+            torch_copies.run(program.groups[k], shards, destination.torch_tensors)
             return out
 
         try:
@@ -58,7 +63,7 @@ def run(program: Program, sources, destination, show_progress: bool):
         if not outputs:
             raise  # nothing was donated: the arrays are as they were
         # Groups already ran: their donated buffers live on only in `outputs`; hand them back.
-        failure = destination.recover(program, outputs, error)
+        failure = destination.recover(program.order, program.dst_indices, outputs, program.buffers, error)
         if isinstance(error, Exception):
             raise failure from error
         error.partial_swap = failure  # KeyboardInterrupt and the like stay what they are

@@ -34,16 +34,13 @@ import weakref
 
 import jax
 
+from ... import _jax_compat
 from ..cache import Lru
 from . import torch_copies
 
 _entries = Lru("repeat swaps (in process)")
 
 _aval = operator.attrgetter("aval")
-_sharding = operator.attrgetter("sharding")
-# The attribute behind ArrayImpl's `sharding` property: read in C, no Python frame per leaf
-# (a third of the check for thousands of leaves); the property where it is missing.
-_stored_sharding = operator.attrgetter("_sharding")
 _is_deleted = operator.methodcaller("is_deleted")
 
 
@@ -61,11 +58,10 @@ class Repeat:
     def __init__(self, program, leaves, names, destination, how):
         self.program = program
         self.avals = tuple(map(_aval, leaves))
-        stored = all(getattr(leaf, "_sharding", None) is leaf.sharding for leaf in leaves)
-        self.read_sharding = _stored_sharding if stored else _sharding
+        self.read_sharding = _jax_compat.sharding_reader(leaves)  # fast where JAX allows
         self.shardings = tuple(map(self.read_sharding, leaves))
         self.how = how
-        values = tuple(destination.tensors.values())
+        values = tuple(destination.torch_tensors.values())
         self.ids = tuple(map(id, values))
         self.alive = [True]
         flag = self.alive
@@ -95,58 +91,61 @@ class Repeat:
 def direct_call(fn, shards):
     """The loaded executable's `execute_sharded` behind the jitted `fn` for these operands, or
     None where calling it plainly would skip something jit does (module docstring)."""
-    try:
-        executable = fn.lower(shards).compile()._executable
-        call = executable.unsafe_call
-        plain = (len(executable.in_avals) == len(shards) and len(call.kept_var_idx) == len(shards)
-                 and not call.ordered_effects and not call.has_unordered_effects
-                 and not call.has_host_callbacks and call.mut is None)
-        return executable.xla_executable.execute_sharded if plain else None
-    except Exception:  # noqa: BLE001 - another JAX's internals: keep the jitted call
-        return None
+    return _jax_compat.direct_call(fn, shards)
 
 
 def key_of(treedef, names, how) -> tuple:
     return (treedef, names, how)
 
 
-def remember(program, src_params, destination, how) -> None:
+def _repeats(destination) -> bool:
+    """Whether the destination is this process's PyTorch tensors, whose repeats are known by
+    identity and fingerprint (by_address.ByAddress.torch_tensors)."""
+    return destination.writes_by_address and destination.torch_tensors is not None
+
+
+def remember(program, sources, destination, how) -> None:
     """Keeps `program` for repeats when every group reads whole single-device sources already
-    on its device (no shard selection, no staging); else nothing is kept."""
+    on its device (no shard selection, no staging); else nothing is kept. `sources`: the
+    swap's Sources (the tree as it flattened it)."""
     global _ARRAY
-    if not destination.repeats_by_fingerprint or program.route != "addresses":
+    if not _repeats(destination) or program.route != "addresses":
         return
     for group in program.groups:
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return
-    from ..sources import flat_named
-
-    names, leaves, treedef = flat_named(src_params)
+    leaves = sources.leaves
     if _ARRAY is None:
         _ARRAY = _array_type()
     if any(type(leaf) is not _ARRAY for leaf in leaves):
         return
-    _entries.put(key_of(treedef, tuple(destination.tensors), how), Repeat(program, leaves, names, destination, how))
+    _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how),
+                 Repeat(program, leaves, sources.names, destination, how))
 
 
-def find(src_params, destination, how):
-    """(entry, leaves) when this swap repeats a remembered one exactly, else None."""
-    if not destination.repeats_by_fingerprint or _ARRAY is None:
+def find(leaves, treedef, destination, how):
+    """The remembered Repeat when this swap (its tree flattened: `leaves`, `treedef`) repeats
+    one exactly, else None."""
+    if _ARRAY is None or not _repeats(destination):
         return None
-    leaves, treedef = jax.tree_util.tree_flatten(src_params)
-    entry = _entries.get(key_of(treedef, tuple(destination.tensors), how))
+    tensors = destination.torch_tensors
+    entry = _entries.get(key_of(treedef, tuple(tensors), how))
     if entry is None or not entry.alive[0]:
         return None
     try:  # a leaf that is no ArrayImpl (a tracer, a numpy array) lacks one of these
-        if tuple(map(_aval, leaves)) != entry.avals or tuple(map(entry.read_sharding, leaves)) != entry.shardings:
+        avals, shardings = tuple(map(_aval, leaves)), tuple(map(entry.read_sharding, leaves))
+        if avals != entry.avals or shardings != entry.shardings:
             return None
     except AttributeError:
         return None
+    # Equal, but perhaps other objects (a jitted step's outputs after device_put's arrays): keep
+    # these, so that the next repeat compares identical objects (no Python __eq__ per leaf).
+    entry.avals, entry.shardings = avals, shardings
     if any(map(_is_deleted, leaves)):
         return None  # the full path names what is wrong
-    if tuple(map(id, destination.tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
+    if tuple(map(id, tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
         return None
-    return entry, leaves
+    return entry
 
 
 def run(entry: Repeat, leaves, destination) -> None:
@@ -155,13 +154,17 @@ def run(entry: Repeat, leaves, destination) -> None:
     `before_writing` first, as executor.run does)."""
     from .executor import _wait_quietly
 
-    if entry.calls is None:
+    program = entry.program
+    if entry.calls is None and not program.direct:
         entry.make_calls(leaves)
     destination.before_writing(entry.devices)
     # before_writing moved the tensors' version counters on (as copy_ does): the next repeat
     # compares against these (the addresses are as find() read them).
     entry.fingerprint = entry.fingerprint[0], destination.versions()
-    program = entry.program
+    if program.direct:  # launched outside XLA (direct.py): the groups' operands, one itemgetter each
+        program.direct.run([(get(leaves),) if single else get(leaves)
+                            for get, single in zip(entry.operands, entry.singles)], destination)
+        return
     outputs = []
     try:
         for group, fn, operands, single, direct in zip(program.groups, program.fns, entry.operands, entry.singles,
@@ -170,12 +173,12 @@ def run(entry: Repeat, leaves, destination) -> None:
             if single:
                 shards = (shards,)
             if direct is not None:  # one token per chunk, each a list of one per-device array
-                for per_device in direct(list(shards)).disassemble_into_single_device_arrays():
+                for per_device in direct(list(shards)):
                     outputs.extend(per_device)
             elif fn is not None:
                 outputs.extend(fn(shards))
             if group.torch_copies:
-                torch_copies.run(group, shards, destination.tensors)
+                torch_copies.run(group, shards, destination.torch_tensors)
     except BaseException:
         _wait_quietly(outputs)  # the calls already dispatched write until they are done
         raise

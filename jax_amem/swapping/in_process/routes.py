@@ -10,17 +10,13 @@ source views the group needs (transpose + cast, as the plan's `views` say) and c
   tensors that moved (a reloaded model) get a program of their own (the addresses are part of
   its cache key). The swap holds the tensors, checks every address against its tensor before
   the call, and blocks until the copy is done, so no address outlives its memory.
-- "per-transfer" (jax.Arrays, the default): one `segment_copy` per transfer into donated buffers.
-- "batched" (jax.Arrays, opt-in): one `segment_copy_many` per chunk into donated buffers
-  (one CUDA kernel launch each instead of one per transfer); the bytes written and the
-  in-place check are the per-transfer route's, only the number of launches changes.
+- "batched" (jax.Arrays): one `segment_copy_many` per chunk into donated buffers, one CUDA
+  kernel launch each, for up to 512 source views and 512 destination buffers (measured on the
+  H200: 2000 small arrays in 4 launches; docs/benchmarks.md).
 
-The batched route is chosen when a program is built (so the choice is part of the program
-cache key): JAX_AMEM_SWAP_BATCHED=1 turns it on, =0 off; unset, `BATCHED_DEFAULT` decides. It
-is off until the batched kernel is measured on a GPU:
-
-    from jax_amem.swapping.in_process import routes
-    routes.BATCHED_DEFAULT = True
+Views with constant steps (a plan's `affines`): XLA prepares them transposed only, in the
+source's dtype, and their rows run as affine rows (`affine_copy_to_addresses`,
+`affine_copy_many`) beside the byte rows of the same chunk (swapping/affine_views.py).
 """
 
 from __future__ import annotations
@@ -29,46 +25,83 @@ import os
 
 import jax
 
-from ...copy import segment_copy, segment_copy_many, segment_copy_to_addresses
+from ...affine_copy import affine_copy_many, affine_copy_to_addresses
+from ...copy import segment_copy_many, segment_copy_to_addresses
+from ..affine_views import prepared_views, split_rows
 from ..errors import SwapError
 from ..sources import prepare_view
 from .schedule import Group
-
-BATCHED_ENV = "JAX_AMEM_SWAP_BATCHED"
-BATCHED_DEFAULT = False
 
 
 def choose(destination) -> tuple:
     """The route for `destination`, as part of every program's cache key: ("addresses",
     its addresses) for a destination written by address (moved tensors get a program of
-    their own); else ("batched",) or ("per-transfer",), by the switch (read on every swap)."""
+    their own); else ("batched",)."""
     if destination.writes_by_address:
         return ("addresses", destination.addresses())
-    return ("batched" if batched_enabled() else "per-transfer",)
+    return ("batched",)
 
 
-def batched_enabled() -> bool:
-    """Whether programs built now use the batched route: the environment, else BATCHED_DEFAULT."""
-    value = os.environ.get(BATCHED_ENV, "").strip()
+def switch(env: str, default: bool, on: str, off: str, attribute: str) -> bool:
+    """An on/off switch: the variable `env` when set to 1 or 0, else `default` (the module
+    `attribute`); any other value is a SwapError saying what each value does."""
+    value = os.environ.get(env, "").strip()
     if value == "":
-        return bool(BATCHED_DEFAULT)
+        return bool(default)
     if value in ("0", "1"):
         return value == "1"
-    raise SwapError(f"{BATCHED_ENV}={value!r} is not understood: set it to 1 (batched segment_copy_many calls) or 0 "
-                    f"(one segment_copy per transfer), or unset it for "
-                    f"jax_amem.swapping.in_process.routes.BATCHED_DEFAULT ({bool(BATCHED_DEFAULT)}); nothing was written")
+    raise SwapError(f"{env}={value!r} is not understood: set it to 1 ({on}) or 0 ({off}), or unset it for "
+                    f"{attribute} ({bool(default)}); nothing was written")
 
 
-def jitted(group: Group, views, route: str):
+def jitted(group: Group, views, route: str, plan=None):
     """The jitted call of `group` on `route`: fn(source shards) -> tokens (addresses; None
     when PyTorch makes every copy of the group, torch_copies.py), or fn(source shards,
-    donated buffers) -> the written buffers (the donation routes). `views`: the plan's
-    (src name, perm, dtype) per view."""
+    donated buffers) -> the written buffers (batched). `views`: the plan's (src name, perm,
+    dtype) per view; `plan`: read for views with constant steps."""
+    affine = plan is not None and bool(plan.affines)
+    if affine:
+        views = prepared_views(plan)
     if route == "addresses":
-        return _to_addresses(group.chunks, views, group.targets) if group.chunks else None
-    if route == "batched":
-        return _batched(group.chunks, views)
-    return _per_transfer(group.steps, views)
+        if not group.chunks:
+            return None
+        if affine:
+            return _to_addresses_affine(group, views, plan)
+        return _to_addresses(group.chunks, views, group.targets)
+    return _batched(group.chunks, views, _chunk_splits(group, plan)) if affine else _batched(group.chunks, views)
+
+
+def _slots(group: Group, keys):
+    """(view, owner of the shard) per (source operand, view) key."""
+    return [(view, group.sources[operand][1]) for operand, view in keys]
+
+
+def _chunk_splits(group: Group, plan):
+    return [split_rows(plan, _slots(group, chunk.views), chunk.rows) for chunk in group.chunks]
+
+
+def _to_addresses_affine(group: Group, views, plan):
+    """The address route with views with constant steps: per chunk, the byte rows and the
+    affine rows as two custom calls on the same sources."""
+    chunks, targets = group.chunks, group.targets
+    splits = _chunk_splits(group, plan)
+    dtypes = [plan.dst_layouts[name].dtype for name, _ in group.buffers]
+
+    def run(sources):
+        prepared = _Views(sources, views)
+        tokens = []
+        for chunk, split in zip(chunks, splits):
+            srcs = [prepared[k] for k in chunk.views]
+            addresses = [targets[b][0] for b in chunk.buffers]
+            sizes = [targets[b][1] for b in chunk.buffers]
+            if len(split.byte_rows):
+                tokens.append(segment_copy_to_addresses(srcs, addresses, sizes, split.byte_rows))
+            if split.table is not None:
+                tokens.append(affine_copy_to_addresses(srcs, addresses, sizes, split.affine_rows, split.table,
+                                                       [dtypes[b] for b in chunk.buffers]))
+        return tuple(tokens)
+
+    return jax.jit(run)
 
 
 class _Views:
@@ -98,33 +131,26 @@ def _to_addresses(chunks, views, targets):
     return jax.jit(run)
 
 
-def _batched(chunks, views):
+def _batched(chunks, views, splits=None):
     """Sources in, destination buffers donated and returned written, one segment_copy_many
-    per chunk (a buffer continued in a later chunk is that chunk's operand as written so far)."""
+    per chunk (a buffer continued in a later chunk is that chunk's operand as written so far);
+    `splits`: per chunk, its rows split for views with constant steps (one affine_copy_many more)."""
 
     def run(sources, destinations):
         out = list(destinations)
         prepared = _Views(sources, views)
-        for chunk in chunks:
-            written = segment_copy_many([prepared[k] for k in chunk.views], [out[b] for b in chunk.buffers],
-                                        chunk.rows)
-            for position, array in zip(chunk.buffers, written):
-                out[position] = array
-        return tuple(out)
-
-    return jax.jit(run, donate_argnums=1)
-
-
-def _per_transfer(steps_per_buffer, views):
-    """Sources in, destination buffers donated and returned written, one segment_copy per step."""
-
-    def run(sources, destinations):
-        prepared = _Views(sources, views)
-        out = []
-        for buffer, steps in zip(destinations, steps_per_buffer):
-            for step in steps:
-                buffer = segment_copy(prepared[(step.source, step.view)], buffer, step.segments)
-            out.append(buffer)
+        for k, chunk in enumerate(chunks):
+            srcs = [prepared[key] for key in chunk.views]
+            split = splits[k] if splits is not None else None
+            rows = chunk.rows if split is None else split.byte_rows
+            if split is None or len(rows):
+                written = segment_copy_many(srcs, [out[b] for b in chunk.buffers], rows)
+                for position, array in zip(chunk.buffers, written):
+                    out[position] = array
+            if split is not None and split.table is not None:
+                written = affine_copy_many(srcs, [out[b] for b in chunk.buffers], split.affine_rows, split.table)
+                for position, array in zip(chunk.buffers, written):
+                    out[position] = array
         return tuple(out)
 
     return jax.jit(run, donate_argnums=1)

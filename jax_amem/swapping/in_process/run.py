@@ -12,10 +12,10 @@ import jax
 import numpy as np
 
 from ... import reshard
-from .. import cache
+from .. import by_address, cache, names, tied as tied_weights
 from ..errors import SwapError
 from ..report import SwapReport, number_version
-from ..sources import Sources
+from ..sources import Sources, flatten
 from . import executor, repeat, routes, schedule
 from .programs import Program
 from .verify import first_mismatch, raise_on_mismatch
@@ -23,9 +23,7 @@ from .verify import first_mismatch, raise_on_mismatch
 AUTO_PROGRESS_BYTES = 2 << 30    # first run of a program this large shows a bar
 AUTO_PROGRESS_SECONDS = 1.0      # so does any program whose last run took longer
 
-_plans = cache.Lru("in-process plans")
-_programs = cache.Lru("in-process programs")
-_ready = cache.Lru("in-process programs by swap inputs")  # one lookup per swap
+_programs = cache.Lru("in-process programs")  # by the swap's inputs: one lookup per swap
 
 
 def _rules_key(rules):
@@ -55,44 +53,48 @@ class _RulesKey:
         return isinstance(other, _RulesKey) and self.rules == other.rules
 
 
-def program_for(sources: Sources, destination, rules, plan):
-    """The compiled program for these inputs: cached; on a miss, planned, checked and compiled."""
-    if plan is not None and rules is not None:
-        raise SwapError("give rules or plan, not both: a plan already holds its rules")
+def prepare(sources: Sources, destination, rules, plan, how):
+    """The compiled program for these inputs: cached by them; on a miss, every check runs
+    once, before anything is planned or compiled: the destination's own (its `targets()` by
+    address), the names (folded tied twins counted once), the sources against the plan, the
+    buffers against the plan; then the plan (reshard's cache), the schedule and its calls.
+    The front door already refused rules and plan together (checks.swap_arguments)."""
     route = routes.choose(destination)
-    how = _how(rules, plan)
     key = (sources.signature, destination.signature, how, route)
-    found = _ready.get(key)
-    if found is not None and (plan is None or found.plan is plan):
+    found = _programs.get(key)
+    if found is not None and (plan is None or found.plan is plan):  # an id is reused once its plan is freed
         return found
-    return _ready.put(key, resolve_program(resolve_plan(sources, destination, rules, plan), sources, destination,
-                                           route))
+    process = jax.process_index()
+    targets = destination.targets() if destination.writes_by_address else None
+    if plan is None:
+        plan = _plan(sources, destination, rules)
+    else:
+        names.check(plan.dst_layouts, destination.names(), tied=destination.tied())
+    _check_sources(plan, sources)
+    if targets is not None:
+        buffers = by_address.check(targets, plan, process)
+        made = schedule.make(plan, sources, buffers, process, route[0], targets=targets,
+                             torch_copies=destination.torch_tensors is not None)
+    else:
+        buffers = destination.check(plan, process)
+        made = schedule.make(plan, sources, buffers, process, route[0], shard_index=destination.shard_index)
+    return _programs.put(key, Program.build(made))
 
 
-def _check_rule_names(sources: Sources, destination, rules) -> None:
-    wanted = list(dict.fromkeys(r.dst for r in rules)) if rules is not None else list(sources.arrays)
-    destination.check_written_names(wanted, "the rules write" if rules is not None
-                                    else "rules=None writes (one per source, same name)")
-
-
-def resolve_plan(sources: Sources, destination, rules, plan):
-    if plan is not None:
-        if rules is not None:
-            raise SwapError("give rules or plan, not both: a plan already holds its rules")
-        return plan
-    key = (sources.signature, destination.signature, _rules_key(rules))
-    found = _plans.get(key)
-    if found is not None:
-        return found
-    _check_rule_names(sources, destination, rules)
-    destination.validate()
+def _plan(sources: Sources, destination, rules):
+    """The plan of `rules` (None: same names) from the sources into the destination, tied
+    twins folded into one buffer, names checked first so that a missing or extra tensor is
+    named as such."""
+    src_layouts = sources.layouts()
+    tied = destination.tied()
     try:
-        src_layouts = sources.layouts()
-        rules, dst_layouts = destination.planned(rules, src_layouts)
-        made = reshard.plan(src_layouts, dst_layouts, rules)
+        folded, dst_layouts = tied_weights.fold(rules, tied, src_layouts, destination.layouts(), sources.same_array())
+        wanted = list(dict.fromkeys(r.dst for r in folded)) if folded is not None else list(src_layouts)
+        names.check(wanted, destination.names(), "the rules write" if rules is not None
+                    else "rules=None writes (one per source, same name)", tied=tied)
+        return reshard.plan(src_layouts, dst_layouts, folded)
     except (reshard.RuleError, reshard.LayoutError, reshard.PlanError) as error:
         raise SwapError(f"the swap cannot be planned (nothing was written): {error}") from error
-    return _plans.put(key, made)
 
 
 def _check_sources(plan, sources: Sources) -> None:
@@ -106,38 +108,28 @@ def _check_sources(plan, sources: Sources) -> None:
                             f"laid out as the plan says ({layout}): re-plan for these arrays (nothing was written)")
 
 
-def resolve_program(plan, sources: Sources, destination, route: tuple = ("per-transfer",)):
-    """The compiled program of `plan` for these inputs: cached; on a miss every input is
-    checked against the plan, then scheduled (schedule.py) and compiled (one jitted call per
-    group, routes.py). `route`: routes.choose's."""
-    key = (plan.key, plan.owner, plan.planner, sources.signature, destination.signature, route)
-    found = _programs.get(key)
-    if found is not None:
-        return found
-    destination.validate()
-    _check_sources(plan, sources)
-    made = schedule.make(plan, sources, destination, jax.process_index(), route[0])
-    return _programs.put(key, Program.build(made))
-
-
 def swap(src_params, destination, rules, plan, verify, version, progress) -> SwapReport:
     """The body of `jax_amem.swap` for a destination this process writes (its arguments as
-    there); the version is numbered once the program is ready, so a refusal numbers nothing."""
+    there); the version is numbered once the program is ready, so a refusal numbers nothing.
+    The source tree is flattened once, here."""
     start = time.perf_counter()
-    if not verify and progress is not True and (rules is None or plan is None):
-        found = repeat.find(src_params, destination, _how(rules, plan))
-        if found is not None and (progress is False or not _shows_progress(found[0].program)):
-            return _repeat(found, destination, version, start)
-    sources = Sources(src_params)
-    program = program_for(sources, destination, rules, plan)
+    how = _how(rules, plan)
+    leaves, treedef = flatten(src_params, "source tree")
+    if not verify and progress is not True:
+        found = repeat.find(leaves, treedef, destination, how)
+        if found is not None and (progress is False or not _shows_progress(found.program)):
+            return _repeat(found, leaves, destination, version, start)
+    sources = Sources(src_params, leaves, treedef)
+    program = prepare(sources, destination, rules, plan, how)
     number = number_version(version)
     show = progress if progress is not None else _shows_progress(program)
     written, extra = executor.run(program, sources, destination, bool(show))
     seconds = time.perf_counter() - start
     program.last_seconds = seconds
     if not verify:
-        repeat.remember(program, src_params, destination, _how(rules, plan))
-    new_tree = destination.assemble(program, written)
+        repeat.remember(program, sources, destination, how)
+    new_tree = None if destination.writes_by_address else destination.assemble(program.order, program.dst_indices,
+                                                                                 written)
     transports = dict(program.transports)
     for name, nbytes in extra.items():
         transports[name] = transports.get(name, 0) + nbytes
@@ -146,7 +138,7 @@ def swap(src_params, destination, rules, plan, verify, version, progress) -> Swa
                         transports=transports, staging_bytes=program.staging_bytes, plan_key=program.plan.key,
                         dst=new_tree, route=program.route)
     if verify:
-        _verify(program, sources, destination.after(new_tree))
+        _verify(program, sources, destination if new_tree is None else destination.after(new_tree))
         report.verified = True
     return report
 
@@ -163,9 +155,8 @@ def _how(rules, plan):
     return _rules_key(rules) if plan is None else (plan.key, plan.owner, plan.planner, id(plan))
 
 
-def _repeat(found, destination, version, start) -> SwapReport:
+def _repeat(entry, leaves, destination, version, start) -> SwapReport:
     """A swap that repeats a remembered one (repeat.py): the cached calls, the same report."""
-    entry, leaves = found
     number = number_version(version)
     repeat.run(entry, leaves, destination)
     program = entry.program
@@ -179,8 +170,9 @@ def _repeat(found, destination, version, start) -> SwapReport:
 
 def verify(src_params, destination, rules, plan) -> int:
     """The body of `jax_amem.swapping.verify` for a destination this process can read."""
-    sources = Sources(src_params)
-    return _verify(program_for(sources, destination, rules, plan), sources, destination)
+    leaves, treedef = flatten(src_params, "source tree")
+    sources = Sources(src_params, leaves, treedef)
+    return _verify(prepare(sources, destination, rules, plan, _how(rules, plan)), sources, destination)
 
 
 def _verify(program, sources: Sources, destination) -> int:

@@ -28,12 +28,12 @@ from ...reshard import Owner
 from ...reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from .. import report as R
 from ..errors import SwapError
-from . import torch_copies
+from .torch_copies import whole_copies
 
-ROUTES = ("addresses", "per-transfer", "batched")  # routes.py says what each one runs
+ROUTES = ("addresses", "batched")  # routes.py says what each one runs
 
 # One jitted call (a group) holds at most: this many destination buffers (compile time: the
-# donation routes run a custom call per transfer, the address route one per 512 buffers) ...
+# batched route donates every buffer of the group, the address route writes them by address) ...
 GROUP_BUFFERS = 1024
 ADDRESS_GROUP_BUFFERS = 4096
 # ... this many destination bytes (the progress bar's step; each call costs a dispatch, about
@@ -113,14 +113,18 @@ class Schedule:
         return [i for g in self.groups for i in g.dst_indices]
 
 
-def make(plan: Plan, sources, destination, process: int, route: str) -> Schedule:
+def make(plan: Plan, sources, buffers: dict, process: int, route: str, *, shard_index=None, targets=None,
+         torch_copies: bool = False) -> Schedule:
     """The schedule of `plan` for this process. `sources`: the swap's Sources (which shard of
-    which array each transfer reads); `destination`: the in-process destination (its buffers,
-    shard indices and, on the address route, addresses), already validated. SwapError for a
-    transfer that would cross processes (the IPC and NCCL transports take those: docs/swap.md)."""
+    which array each transfer reads); `buffers`: {(name, owner): JAX device} of every buffer
+    this process writes, checked against the plan (by_address.check, or the donated
+    destination's check); `shard_index(name, owner)`: a donated buffer's shard index in its
+    array (None: written by address); `targets`: {name: by_address.Target} on the address
+    route; `torch_copies`: whether PyTorch may make large whole copies (this process's tensors).
+    SwapError for a transfer that would cross processes (the IPC and NCCL transports take
+    those: docs/swap.md)."""
     if route not in ROUTES:
         raise ValueError(f"route {route!r} is not one of {ROUTES}")
-    buffers = destination.buffers(plan, process)
     names = plan.dst_names
     per_buffer = defaultdict(list)
     for i, row in enumerate(plan.transfers.tolist()):
@@ -138,9 +142,10 @@ def make(plan: Plan, sources, destination, process: int, route: str) -> Schedule
                             "destination holds (nothing was written)")
         per_buffer[(name, dst)].append((row[VIEW], src, plan.segments(i), row[BYTES]))
 
+    located = sources.locate_all({(plan.views[r[0]][0], r[1]) for rows in per_buffer.values() for r in rows})
     groups: dict[object, list[Group]] = defaultdict(list)
     transports: dict[str, int] = defaultdict(int)
-    segments = launches = staging = 0
+    segments = staging = 0
     order = {name: k for k, name in enumerate(names)}
     most_buffers = ADDRESS_GROUP_BUFFERS if route == "addresses" else GROUP_BUFFERS
     for buffer in sorted(per_buffer, key=lambda b: (_first_view_made(plan, per_buffer[b]), order[b[0]], b[1])):
@@ -157,7 +162,7 @@ def make(plan: Plan, sources, destination, process: int, route: str) -> Schedule
         steps = []
         for view, src_owner, table, nbytes_row in rows:
             src_name = plan.views[view][0]
-            index, src_device = sources.locate(src_name, src_owner)
+            index, src_device = located[(src_name, src_owner)]
             known = (src_name, src_owner) in group.slots
             slot = group.source_slot((src_name, src_owner), index, src_device)
             if src_device != device:
@@ -168,23 +173,19 @@ def make(plan: Plan, sources, destination, process: int, route: str) -> Schedule
                 transports[R.DEVICE_LOCAL] += nbytes_row
             steps.append(Step(slot, view, table))
             segments += len(table)
-            launches += 1
         group.buffers.append(buffer)
-        group.dst_indices.append(destination.shard_index(*buffer))
+        group.dst_indices.append(None if shard_index is None else shard_index(*buffer))
         group.steps.append(steps)
         group.nbytes += nbytes
     flat = [g for chain in groups.values() for g in chain]
     if route == "addresses":
-        targets = destination.targets([b for g in flat for b in g.buffers])
         for group in flat:
-            group.targets = [targets[b] for b in group.buffers]
-            if destination.copies_with_torch:  # large whole copies: PyTorch's, beside the call
-                group.torch_copies = torch_copies.whole_copies(plan, group)
-    if route != "per-transfer":  # one custom call per chunk (and one per PyTorch copy), not per transfer
-        for group in flat:
-            group.chunks = chunk_steps([[] if k in group.torch_copies else steps
-                                        for k, steps in enumerate(group.steps)])
-        launches = sum(len(g.chunks) + len(g.torch_copies) for g in flat)
+            group.targets = [(targets[name].address, targets[name].nbytes) for name, _ in group.buffers]
+            if torch_copies:  # large whole copies: PyTorch's, beside the call
+                group.torch_copies = whole_copies(plan, group)
+    for group in flat:  # one custom call per chunk (and one per PyTorch copy), not per transfer
+        group.chunks = chunk_steps([[] if k in group.torch_copies else steps for k, steps in enumerate(group.steps)])
+    launches = sum(len(g.chunks) + len(g.torch_copies) for g in flat)
     return Schedule(plan, route, flat, sum(g.nbytes for g in flat), segments, launches, dict(transports), staging)
 
 
@@ -227,9 +228,11 @@ def _first_view_made(plan: Plan, rows) -> str:
 
 
 def _transforms(plan: Plan, view: int) -> bool:
-    """Whether the view is a new array (transposed or cast), not the source shard itself."""
+    """Whether the view is a new array (transposed or cast), not the source shard itself. A view
+    with constant steps is cast by the copy kernel: a new array only when transposed."""
     name, perm, dtype = plan.views[view]
-    return tuple(perm) != tuple(range(len(perm))) or np.dtype(dtype) != plan.src_layouts[name].dtype
+    cast = np.dtype(dtype) != plan.src_layouts[name].dtype and plan.affine(view) is None
+    return tuple(perm) != tuple(range(len(perm))) or cast
 
 
 def _temporaries(plan: Plan, views) -> int:

@@ -38,6 +38,7 @@ def whole_copies(plan: Plan, group) -> dict[int, int]:
         layout = plan.src_layouts[name]
         table = np.asarray(step.segments).reshape(-1, 3)
         if (index is None and device == group.device and tuple(perm) == tuple(range(len(perm)))
+                and plan.affine(step.view) is None
                 and np.dtype(dtype) == layout.dtype and len(table) == 1 and tuple(table[0]) == (0, 0, nbytes)
                 and int(np.prod(layout.shape, dtype=np.int64)) * layout.dtype.itemsize == nbytes):
             out[position] = step.source

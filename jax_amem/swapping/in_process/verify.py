@@ -69,7 +69,9 @@ def first_mismatch(program, sources, destination, process: int):
         src_name, perm, dtype = plan.views[row[VIEW]]
         key = (row[VIEW], src_owner)
         if key not in prepared:
-            prepared[key] = prepare_view(np.asarray(sources.shard(src_name, src_owner)), perm, dtype).reshape(-1).view(np.uint8)
+            box_start, _ = plan.src_layouts[src_name].shard_box(src_owner)
+            prepared[key] = prepare_view(np.asarray(sources.shard(src_name, src_owner)), perm, dtype,
+                                         plan.affine(row[VIEW]), box_start).reshape(-1).view(np.uint8)
         src, dst = prepared[key], destination.host_bytes(name, dst_owner)
         rows = _split(plan.segments(i))
         bounds = np.cumsum(rows[:, 2])

@@ -31,7 +31,8 @@ import numpy as np
 from ..._native import core
 from ...reshard import Layout, Owner
 from ..checks import shape_field, whole_number
-from ..destinations import WrittenHere, _check_shard, check_disjoint, check_names
+from ..by_address import Target
+from ..destinations import WrittenHere
 from ..errors import SwapError
 
 FORMAT = 1
@@ -200,9 +201,10 @@ class CudaIpcMapper:
 
 class RemoteTensors(WrittenHere):
     """Another process's tensors, mapped here: a swap destination written by address like a
-    mapping of tensors (destinations.InProcessDestination). Close it (or use `with`) to unmap."""
+    mapping of tensors (by_address.ByAddress). Close it (or use `with`) to unmap."""
 
     writes_by_address = True
+    torch_tensors = None  # the exporter's memory: no PyTorch copies, no repeat by fingerprint
 
     def __init__(self, descriptor, mapper=None):
         self.tensors = parse_descriptor(descriptor)
@@ -273,53 +275,37 @@ class RemoteTensors(WrittenHere):
             raise SwapError("these RemoteTensors were closed (unmapped): open the descriptor again with "
                             "open_remote(descriptor)")
 
-    # The in-process destination of the address route (destinations.InProcessDestination).
-    def signature_names(self):
+    # The contract of a destination written by address (by_address.ByAddress).
+    def names(self) -> list[str]:
         return list(self.tensors)
 
-    def validate(self) -> None:
-        self._require_open()
-        check_disjoint((str(self.devices[name]), address, t.nbytes, name)
-                       for (name, t), address in zip(self.tensors.items(), self._addresses))
+    def tied(self) -> list[tuple[str, ...]]:
+        return []  # two names of one exported buffer are refused as overlapping (by_address.check)
 
     def layouts(self) -> dict:
         return {name: Layout.single(t.shape, t.dtype, self.owners[name]) for name, t in self.tensors.items()}
 
-    def buffers(self, plan, process: int) -> dict:
+    def targets(self) -> dict[str, Target]:
         self._require_open()
-        check_names(plan.dst_layouts, self.tensors)
-        out = {}
-        for name, t in self.tensors.items():
-            layout, owner = plan.dst_layouts[name], self.owners[name]
-            _check_shard(name, layout, owner, t.shape, t.dtype, f"the exporter's cuda:{t.ordinal}")
-            if any(o.process == process and o != owner for o in layout.owners):
-                raise SwapError(f"the plan also puts shards of remote {name!r} on other devices of this process; a "
-                                "remote destination is one tensor on one device")
-            out[(name, owner)] = self.devices[name]
-        return out
+        return {name: Target(name, self.owners[name], self.devices[name], t.shape, t.dtype, address, t.nbytes,
+                             f"the exporter's cuda:{t.ordinal}")
+                for (name, t), address in zip(self.tensors.items(), self._addresses)}
 
     def addresses(self) -> tuple:
         """The mapped address of every tensor (a cache key: read on every swap)."""
         self._require_open()
         return self._addresses
 
-    def targets(self, buffers) -> dict:
-        at = dict(zip(self.tensors, self._addresses))
-        return {(name, owner): (at[name], self.tensors[name].nbytes) for name, owner in buffers}
+    def fingerprint(self) -> tuple:
+        return self.addresses(), ()
+
+    def versions(self) -> tuple:
+        return ()
 
     def before_writing(self, devices) -> None:
         pass  # the rollout said it is idle (same_host/ready_done.py) before the trainer writes
 
-    def assemble(self, program, outputs: list):
-        return None  # written in place by address: nothing new to hand back
-
-    def after(self, new_tree):
-        return self
-
-    def shard_index(self, name: str, owner):
-        return None
-
-    def host_bytes(self, name: str, owner) -> np.ndarray:
+    def host_bytes(self, name: str, owner=None) -> np.ndarray:
         """The remote tensor's bytes, read with a driver copy (verify=True)."""
         self._require_open()
         t = self.tensors[name]

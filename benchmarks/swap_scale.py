@@ -1,0 +1,101 @@
+"""The cost of a constant scale fused into the swap's copy (JAX arrays -> PyTorch tensors, in
+place), against the same swap without it and the device copy of the same bytes, all measured
+in the same run.
+
+    python -P benchmarks/swap_scale.py [--count 4] [--mib 512] [--repeats 20]
+
+Pairs (each: the swap without the constant, then with it; same sources, same destinations):
+  f32 -> f32          plain copy (bulk driver copies / PyTorch's copy_) vs `x * 0.125` (affine rows)
+  bf16 -> bf16        the same in bfloat16 (the kernel computes in float32, rounds once)
+  f32 -> bf16         a cast (XLA makes the cast view, bytes copied) vs `(x * 0.125).astype(bf16)`
+                      (the kernel reads float32 and writes bfloat16: no temporary)
+Goal (issue 23, H200, 4 x 512 MiB): the scaled swap within 5% of the plain one (ratio <= 1.05).
+Each scaled swap's first and last 2^20 elements are checked bit for bit against the numpy reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+import jax_amem  # noqa: F401  (before JAX starts)
+import jax
+
+from jax_amem.reshard import Rule
+from jax_amem.reshard.affine import Affine, Step
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from swap import median_seconds  # noqa: E402  (benchmarks/swap.py: the same timing)
+
+GOAL = 1.05
+SCALE = 0.125
+
+
+def run_pair(name, src_dtype, dst_dtype, count, elements, device, torch_device, repeats, sync):
+    import torch
+
+    keys = jax.random.split(jax.random.key(0), count)
+    src = {f"t{i}": jax.device_put(jax.random.normal(k, (elements,), np.float32).astype(src_dtype), device)
+           for i, k in enumerate(keys)}
+    jax.block_until_ready(src)
+    torch_dtype = getattr(torch, np.dtype(dst_dtype).name)
+    dst = {k: torch.empty(elements, dtype=torch_dtype, device=torch_device) for k in src}
+    cast = None if np.dtype(src_dtype) == np.dtype(dst_dtype) else np.dtype(dst_dtype).name
+    plain = [Rule.copy(k, cast=cast) for k in src]
+    scaled = [Rule.copy(k, cast=cast, scale=SCALE) for k in src]
+    jax_amem.swap(src, dst, rules=scaled, progress=False)
+    sync()
+    step = Step("mul", np.dtype(src_dtype).name, (SCALE,))
+    head = 1 << 20  # checked against the numpy reference: the first MiB-worth of elements, and the last
+    for part in (slice(0, head), slice(elements - head, elements)):
+        want = Affine((step,)).apply_numpy(np.asarray(src["t0"][part]), dst_dtype)
+        got = dst["t0"][part].cpu().view(torch.uint8).numpy()
+        assert np.array_equal(got, want.view(np.uint8)), f"{name}: the scaled swap is not bit-exact"
+    plain_s = median_seconds(lambda: jax_amem.swap(src, dst, rules=plain, progress=False), repeats, sync)
+    scaled_s = median_seconds(lambda: jax_amem.swap(src, dst, rules=scaled, progress=False), repeats, sync)
+    nbytes = count * elements * np.dtype(dst_dtype).itemsize
+    flat = torch.empty(nbytes // 4, dtype=torch.float32, device=torch_device)
+    flat_dst = torch.empty_like(flat)
+    copy_s = median_seconds(lambda: flat_dst.copy_(flat), repeats, sync)
+    del flat, flat_dst, src, dst
+    jax_amem.swapping.forget()
+    return dict(name=name, bytes=nbytes, plain_s=plain_s, scaled_s=scaled_s, copy_s=copy_s)
+
+
+def main(argv=None):
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=4)
+    parser.add_argument("--mib", type=float, default=None, help="MiB per source tensor (GPU 512, CPU 8)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per figure (GPU 20, CPU 3)")
+    args = parser.parse_args(argv)
+    device = jax.devices()[0]
+    gpu = device.platform == "gpu"
+    torch_device = torch.device("cuda", device.local_hardware_id) if gpu else torch.device("cpu")
+    sync = (lambda: torch.cuda.synchronize(torch_device)) if gpu else (lambda: None)
+    mib = args.mib if args.mib is not None else (512 if gpu else 8)
+    repeats = args.repeats if args.repeats is not None else (20 if gpu else 3)
+    elements = int(mib * 2**20) // 4
+    rows = [run_pair(name, s, d, args.count, elements, device, torch_device, repeats, sync)
+            for name, s, d in (("f32 -> f32", np.float32, np.float32),
+                               ("bf16 -> bf16", ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+                               ("f32 -> bf16", np.float32, ml_dtypes.bfloat16))]
+    print(f"swap with a fused constant scale on {device.platform} ({device.device_kind}), "
+          f"{args.count} x {mib:g} MiB sources, medians of {repeats} (ms)")
+    print(f"{'pair':>14} {'dst MiB':>8} {'plain':>9} {'scaled':>9} {'scaled/plain':>13} {'dev copy':>9} "
+          f"{'scaled of copy':>15}  goal <= {GOAL} -> met?")
+    for r in rows:
+        ratio = r["scaled_s"] / r["plain_s"]
+        met = ("yes" if ratio <= GOAL else "NO") if gpu else "n/a (CPU)"
+        print(f"{r['name']:>14} {r['bytes'] / 2**20:>8.0f} {r['plain_s'] * 1e3:>9.3f} {r['scaled_s'] * 1e3:>9.3f} "
+              f"{ratio:>13.3f} {r['copy_s'] * 1e3:>9.3f} {r['copy_s'] / r['scaled_s']:>15.0%}  {met}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""The direct launch: an eager swap into destinations written by address (this process's
+PyTorch tensors, another process's tensors mapped through CUDA IPC) runs its copies from C++
+on a CUDA stream, outside XLA's dispatch.
+
+Why: one XLA call costs a fixed host time a copy of a few hundred microseconds cannot hide
+(on the H200 about 140 us to dispatch 64 operands and 100 us more to see it done than a device
+sync; 1.4 ms for 2000 operands: docs/benchmarks.md), while the copy kernel alone runs at the
+device copy's speed. Launched from here, what a swap adds to its copy is its own host work: the
+checks before it (run.py, repeat.py), the wait for new sources and the reading of their addresses.
+
+What runs is what the custom call would run: the schedule's chunks (schedule.chunk_steps), their
+rows checked by the same function (jax_amem.copy.address_rows: bounds, overlaps, alignment,
+each destination inside its device allocation) and launched by the same C++ function
+(src/copy/direct_launch.h: rows of at least jax_amem.copy.BULK_BYTES as one driver copy each,
+the others as one kernel launch per chunk). A program's rows are checked and put on the device
+once, on its first run (`core.copy.DirectCopy`, one per group); a swap passes only the sources'
+addresses, which travel with the kernel launch (nothing uploaded per swap). The addresses are
+kept between swaps: a source that is the same live array as last time keeps its entry, and
+only the sources JAX gave new buffers (a training step's outputs, new LoRA adapters beside
+frozen weights) are awaited and read again, with `unsafe_buffer_pointer()` in C-level map()
+calls: no Python per array.
+
+Ordering: before, the new sources are awaited on the host, all at once (one batched
+block_until_ready); their addresses are read after. The copies run on PyTorch's current stream
+of the destination device (work PyTorch queued there, a rollout still reading the old weights,
+comes first; its next kernels come after), or, for destinations PyTorch does not own here (CUDA
+IPC, where the rollout said it is idle), on a stream of this process. After, the swap waits for
+that stream before returning, as it waited for XLA's: PyTorch work issued after `swap` returns,
+on any stream, sees the new values, and the sources stay referenced until the copy is done.
+On the CPU the same rows run in the CPU loop, synchronously.
+
+Which programs: the address route, whose every group reads whole single-device sources on
+its own device through plain views (no transpose, no cast: those views are arrays XLA must
+make, so their groups keep the XLA call), on a GPU of a build with the CUDA kernels, or on the
+CPU. The choice is made once per program, on its first run: JAX_AMEM_SWAP_DIRECT=0 (or
+`ENABLED = False` here) keeps programs made after it in XLA; any other value than 0 or 1 is a
+SwapError. The custom calls stay for everything else (transforms, JAX destinations by donation,
+staged sources).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import weakref
+
+import jax
+import numpy as np
+
+from ... import _jax_compat
+from ..._native import core
+from ...copy import address_rows
+from .routes import switch
+from .schedule import _transforms, chunk_steps
+
+ENV = "JAX_AMEM_SWAP_DIRECT"
+ENABLED = True
+
+_pointer = None  # jax.Array's unsafe_buffer_pointer, the C method itself (no attribute lookup per leaf)
+_call = weakref.ReferenceType.__call__
+
+
+class _Gone:
+    pass
+
+
+_DEAD = weakref.ref(_Gone())  # a reference whose array is gone: what a group knows before its first run
+
+
+_await = _jax_compat.batched_wait()  # one C call that waits for many arrays
+
+
+def enabled() -> bool:
+    return switch(ENV, ENABLED, "launch eager swaps by address outside XLA", "always through XLA's custom calls",
+                  "jax_amem.swapping.in_process.direct.ENABLED")
+
+
+def plan_for(program):
+    """The program's DirectProgram, made on its first run and kept on it, or None where it runs
+    in XLA (module docstring). A refusal of its rows raises before anything is written."""
+    if program.direct is None:
+        program.direct = DirectProgram.make(program) if eligible(program) else False
+    return program.direct or None
+
+
+def eligible(program) -> bool:
+    if program.route != "addresses" or not enabled():
+        return False
+    plan = program.plan
+    for group in program.groups:
+        platform = group.device.platform
+        if platform not in ("cpu", "gpu") or (platform == "gpu" and not core.copy.have_cuda_kernels()):
+            return False
+        if any(index is not None or device != group.device for _, index, device in group.source_refs):
+            return False  # a shard of a sharded array, or a source staged from another device first
+        if any(_transforms(plan, step.view) for steps in group.steps for step in steps):
+            return False
+    return True
+
+
+class DirectProgram:
+    """Per group of a program: its DirectCopy (rows on the device) and where it runs."""
+
+    def __init__(self, copies: list, ordinals: list, nbytes: list):
+        self.copies = copies       # per group, core.copy.DirectCopy
+        self.ordinals = ordinals   # per group, the CUDA ordinal, or -1 on the CPU
+        self.nbytes = nbytes       # per group, destination bytes (the progress bar's steps)
+        # Per group, the sources' addresses as the last swap read them (int64, one per operand)
+        # and weak references to the arrays they belong to: an operand that is the same live
+        # array keeps its address (a jax.Array's buffer never moves, and the callers refuse
+        # deleted arrays before this runs), so only the others are awaited and read again.
+        self.pointers = [np.zeros(c.sources, np.int64) for c in copies]
+        self.arrays = [np.full(c.sources, _DEAD, object) for c in copies]
+
+    @classmethod
+    def make(cls, program) -> "DirectProgram":
+        plan = program.plan
+        copies, ordinals = [], []
+        for group in program.groups:
+            gpu = group.device.platform == "gpu"
+            ordinal = group.device.local_hardware_id if gpu else -1
+            # Whole single-device sources: each operand is its source's whole layout.
+            shapes = [jax.ShapeDtypeStruct(plan.src_layouts[name].shape, plan.src_layouts[name].dtype)
+                      for name, _ in group.sources]
+            chunks = []
+            # Every buffer, those the XLA route leaves to PyTorch's copy_ too: here they are bulk rows.
+            for chunk in chunk_steps(group.steps):
+                operands = [operand for operand, _ in chunk.views]
+                addresses, sizes, bulk, rows = address_rows(
+                    [shapes[k] for k in operands], [group.targets[b][0] for b in chunk.buffers],
+                    [group.targets[b][1] for b in chunk.buffers], chunk.rows, platform=group.device.platform)
+                chunks.append((operands, addresses, sizes, bulk, rows))
+            source_bytes = [int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in shapes]
+            copies.append(core.copy.DirectCopy(ordinal, source_bytes, chunks))
+            ordinals.append(ordinal)
+        return cls(copies, ordinals, [g.nbytes for g in program.groups])
+
+    def run(self, operands, destination, show_progress: bool = False) -> None:
+        """Copies every group: `operands[k]` holds group k's source arrays in operand order.
+        Returns when the copies are done; their failure to launch or run raises after every
+        copy already launched has finished (nothing still writes when the error leaves)."""
+        self._refresh(operands)  # every address read before the first launch
+        streams = self._streams(destination)
+        bar = _progress(sum(self.nbytes)) if show_progress else None
+        launched = []
+        try:
+            for copy, addresses, ordinal, nbytes in zip(self.copies, self.pointers, self.ordinals, self.nbytes):
+                stream = streams.get(ordinal, 0)
+                copy.run(addresses, stream)
+                launched.append((ordinal, stream))
+                if bar is not None:
+                    _synchronize([(ordinal, stream)])
+                    bar.update(nbytes)
+        except BaseException:
+            try:
+                _synchronize(launched)
+            except Exception:  # noqa: BLE001 - the error being raised already says what went wrong
+                pass
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        _synchronize(launched)
+
+    def _refresh(self, operands) -> None:
+        """Awaits the operands that are not the arrays of the last swap (one batched wait) and
+        reads their addresses; C-level map() calls, no Python per array."""
+        stale, fresh = [], []
+        for arrays, known in zip(operands, self.arrays):
+            changed = np.fromiter(map(operator.is_not, map(_call, known), arrays), bool, len(known))
+            stale.append(np.flatnonzero(changed))
+            fresh.append(list(itertools.compress(arrays, changed)))
+        waited = list(itertools.chain.from_iterable(fresh))
+        if waited:
+            _await(waited)
+        addresses = [_pointers(new) for new in fresh]
+        for positions, new, read, pointers, known in zip(stale, fresh, addresses, self.pointers, self.arrays):
+            if len(positions):
+                pointers[positions] = read
+                references = np.empty(len(new), object)
+                references[:] = list(map(weakref.ref, new))
+                known[positions] = references
+
+    def _streams(self, destination) -> dict:
+        """{CUDA ordinal: stream}: PyTorch's current stream for this process's tensors, else ours."""
+        ordinals = sorted({o for o in self.ordinals if o >= 0})
+        if not ordinals:
+            return {}
+        if getattr(destination, "copies_with_torch", False):  # this process's PyTorch tensors
+            import torch
+
+            return {o: torch.cuda.current_stream(o).cuda_stream for o in ordinals}
+        return {o: core.copy.direct_stream(o) for o in ordinals}
+
+
+def _pointers(arrays: list) -> np.ndarray:
+    """The arrays' device addresses (jax.Array's C method mapped over them: no Python per array)."""
+    global _pointer
+    if _pointer is None:
+        _pointer = type(jax.numpy.zeros(())).unsafe_buffer_pointer
+    try:
+        return np.fromiter(map(_pointer, arrays), np.int64, len(arrays))
+    except TypeError:  # an array of another class than JAX's own: its method, looked up per array
+        return np.fromiter(map(operator.methodcaller("unsafe_buffer_pointer"), arrays), np.int64, len(arrays))
+
+
+def _synchronize(launched) -> None:
+    for ordinal, stream in dict.fromkeys(launched):
+        if ordinal >= 0:
+            core.transport.synchronize_stream(stream, ordinal)
+
+
+def _progress(total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="swap", leave=False)

@@ -1,0 +1,100 @@
+"""Host cost of a repeated swap launched directly (swapping/in_process/direct.py), piece by
+piece (a development aid): where the microseconds go besides the copy.
+
+    python -P scripts/profile_direct.py [--cases 2000x0.015625 64x4] [--repeats 50]
+
+Per case (COUNT tensors of MiB each, float32, on the first device; PyTorch tensors on the
+same GPU), medians in microseconds: the whole repeated swap until the device is idle, the
+device copy of the same bytes (one torch copy_), and the pieces of the swap's host work:
+describing the destination, the repeat check (tree flatten, the leaves' avals and shardings,
+is_deleted, the tensors' fingerprint), before_writing (the wait for PyTorch's stream and the
+version bump), the batched wait for the sources, reading their addresses, the launch, and the
+wait for the stream.
+"""
+import argparse
+import itertools
+import statistics
+import time
+
+import jax_amem
+import jax
+import jax.numpy as jnp
+import torch
+from jax_amem.swapping.destinations import describe
+from jax_amem.swapping.in_process import direct, repeat, run
+
+
+def median_us(fn, repeats, sync=lambda: None):
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def profile(count: int, mib: float, repeats: int) -> None:
+    device = jax.devices()[0]
+    gpu = device.platform == "gpu"
+    cuda = torch.device("cuda", device.local_hardware_id) if gpu else torch.device("cpu")
+    sync = (lambda: torch.cuda.synchronize(cuda)) if gpu else (lambda: None)
+    n = max(1, int(mib * 2**18))
+    src = {f"t{i:04d}": jax.device_put(jnp.full(n, i, jnp.float32), device) for i in range(count)}
+    dst = {k: torch.empty(n, device=cuda) for k in src}
+    jax.block_until_ready(src)
+    jax_amem.swap(src, dst, progress=False)
+    jax_amem.swap(src, dst, progress=False)
+    how = run._how(None, None)
+    d = describe(dst)
+    entry, leaves = repeat.find(src, d, how)
+    program = entry.program
+    launch = program.direct
+    operands = [(get(leaves),) if single else get(leaves) for get, single in zip(entry.operands, entry.singles)]
+    flat = list(itertools.chain.from_iterable(operands))
+    pointers = direct._pointers(operands)
+    streams = launch._streams(d) if launch else {}
+    flat_src = torch.empty(count * n, device=cuda)
+    flat_dst = torch.empty_like(flat_src)
+    rows = [
+        ("whole repeated swap", median_us(lambda: jax_amem.swap(src, dst, progress=False), repeats, sync)),
+        ("device copy (torch copy_)", median_us(lambda: flat_dst.copy_(flat_src), repeats, sync)),
+        ("describe(dst)", median_us(lambda: describe(dst), repeats)),
+        ("repeat.find", median_us(lambda: repeat.find(src, d, how), repeats)),
+        ("  tree_flatten", median_us(lambda: jax.tree_util.tree_flatten(src), repeats)),
+        ("  fingerprint()", median_us(lambda: d.fingerprint(), repeats)),
+        ("  is_deleted", median_us(lambda: any(map(type(leaves[0]).is_deleted, leaves)), repeats)),
+        ("before_writing", median_us(lambda: d.before_writing(entry.devices), repeats)),
+        ("batched wait", median_us(lambda: direct._await(flat), repeats)),
+        ("read addresses", median_us(lambda: direct._pointers(operands), repeats)),
+        ("streams", median_us(lambda: launch._streams(d), repeats)),
+    ]
+    if launch:
+        def launch_only():
+            for copy, addresses, ordinal in zip(launch.copies, pointers, launch.ordinals):
+                copy.run(addresses, streams.get(ordinal, 0))
+        rows.append(("launch (host)", median_us(launch_only, repeats)))
+        sync()
+        rows.append(("launch + wait", median_us(lambda: (launch_only(), direct._synchronize(
+            [(o, streams.get(o, 0)) for o in launch.ordinals])), repeats)))
+    print(f"{count} x {mib:g} MiB on {device.platform} ({device.device_kind}); direct: {bool(launch)}; "
+          f"microseconds, medians of {repeats}")
+    for name, us in rows:
+        print(f"  {name:<28} {us:10.1f}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", nargs="+", default=["2000x0.015625", "64x4"])
+    p.add_argument("--repeats", type=int, default=50)
+    a = p.parse_args()
+    for case in a.cases:
+        count, mib = case.lower().split("x")
+        profile(int(count), float(mib), a.repeats)
+        jax_amem.swapping.forget()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+// The arithmetic of constant steps (affine.h), one definition for the CPU loop and the CUDA
+// kernel: bit-exact conversions between float32 and bfloat16 / float16 (round to nearest even,
+// float16 subnormals kept, overflow to infinity, NaN kept NaN), and the four operations
+// rounded once each. On the GPU the operations are the _rn intrinsics, which nvcc never
+// contracts into a fused multiply-add; the CPU file is compiled with -ffp-contract=off.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "copy/affine.h"
+
+#if defined(__CUDACC__)
+#define AMEM_HD __host__ __device__ __forceinline__
+#else
+#define AMEM_HD inline
+#endif
+
+namespace amem::copy::affine_math {
+
+// Storage types: the bits of one element.
+struct Bf16 { uint16_t bits; };
+struct F16 { uint16_t bits; };
+
+AMEM_HD uint32_t BitsOf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+AMEM_HD float FloatOf(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+AMEM_HD float ToFloat(Bf16 x) { return FloatOf(static_cast<uint32_t>(x.bits) << 16); }
+
+AMEM_HD Bf16 ToBf16(float f) {
+  uint32_t u = BitsOf(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return Bf16{static_cast<uint16_t>(u >> 16)};
+}
+
+AMEM_HD float ToFloat(F16 x) {
+  const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
+  const uint32_t exponent = (x.bits >> 10) & 0x1fu;
+  const uint32_t mantissa = x.bits & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float32
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return FloatOf(sign | 0x7f800000u | (mantissa << 13));
+  return FloatOf(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+AMEM_HD F16 ToF16(float f) {
+  const uint32_t u = BitsOf(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t x = u & 0x7fffffffu;
+  if (x > 0x7f800000u) return F16{static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu))};  // NaN
+  if (x >= 0x477ff000u) return F16{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520: infinity
+  if (x < 0x38800000u) {  // below 2^-14: a subnormal (or zero), mantissa * 2^-24
+    if (x < 0x33000000u) return F16{sign};  // at most 2^-25: rounds to zero (the tie to even)
+    const uint32_t m = (x & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - (x >> 23);  // 14 .. 24
+    uint32_t r = m >> shift;
+    const uint32_t rest = m & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    if (rest > half || (rest == half && (r & 1u))) ++r;
+    return F16{static_cast<uint16_t>(sign | r)};
+  }
+  uint32_t v = x - (112u << 23);  // exponent rebased from 127 to 15
+  v += 0xfffu + ((v >> 13) & 1u);
+  return F16{static_cast<uint16_t>(sign | (v >> 13))};
+}
+
+// Element type -> compute type C (float or double), and back with one rounding.
+template <typename C> AMEM_HD C Load(float x) { return static_cast<C>(x); }
+template <typename C> AMEM_HD C Load(double x) { return static_cast<C>(x); }
+template <typename C> AMEM_HD C Load(Bf16 x) { return static_cast<C>(ToFloat(x)); }
+template <typename C> AMEM_HD C Load(F16 x) { return static_cast<C>(ToFloat(x)); }
+
+// Narrowing from double to the 16-bit types goes through float32, as ml_dtypes converts.
+template <typename D, typename C> struct Store;
+template <typename C> struct Store<float, C> { static AMEM_HD float Of(C v) { return static_cast<float>(v); } };
+template <typename C> struct Store<double, C> { static AMEM_HD double Of(C v) { return static_cast<double>(v); } };
+template <typename C> struct Store<Bf16, C> { static AMEM_HD Bf16 Of(C v) { return ToBf16(static_cast<float>(v)); } };
+template <typename C> struct Store<F16, C> { static AMEM_HD F16 Of(C v) { return ToF16(static_cast<float>(v)); } };
+
+// `a op b` (op: AffineOp) rounded once: on the GPU the _rn intrinsics, never contracted.
+template <typename T>
+AMEM_HD T Operate(int64_t op, T a, T b) {
+#if defined(__CUDA_ARCH__)
+  constexpr bool single = sizeof(T) == sizeof(float);
+  switch (op) {
+    case kAffineMul: return single ? __fmul_rn(a, b) : __dmul_rn(a, b);
+    case kAffineDiv: return single ? __fdiv_rn(a, b) : __ddiv_rn(a, b);
+    case kAffineAdd: return single ? __fadd_rn(a, b) : __dadd_rn(a, b);
+    case kAffineSub: return single ? __fsub_rn(a, b) : __dsub_rn(a, b);
+    default: return single ? __fsub_rn(b, a) : __dsub_rn(b, a);  // kAffineRsub
+  }
+#else
+  switch (op) {
+    case kAffineMul: return a * b;
+    case kAffineDiv: return a / b;
+    case kAffineAdd: return a + b;
+    case kAffineSub: return a - b;
+    default: return b - a;  // kAffineRsub
+  }
+#endif
+}
+
+}  // namespace amem::copy::affine_math

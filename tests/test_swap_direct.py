@@ -1,0 +1,363 @@
+"""The direct launch of eager swaps by address (swapping/in_process/direct.py): the rows of the
+address route launched from C++ outside XLA's dispatch. On the CPU the same rows run in the CPU
+loop, so the logic is checked here: the bytes equal the XLA route's, which programs take it,
+that a repeated swap costs the same Python work for 8 tensors as for 300, new source buffers,
+chunks and groups, every refusal of core.copy.DirectCopy, and failures that leave nothing
+written or nothing still writing. GPU (`gpu`): the same on CUDA, ordering with PyTorch's
+stream and with sources still being computed."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import jax_amem
+from jax_amem import copy as amem_copy
+from jax_amem import reshard
+from jax_amem._native import core
+from jax_amem.swapping import SwapError, forget
+from jax_amem.swapping.in_process import direct, repeat, run, schedule
+
+torch = pytest.importorskip("torch")
+
+step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    forget()
+    yield
+    forget()
+
+
+def the_program():
+    (program,) = run._programs.values()
+    return program
+
+
+def sources(count, shape=(8, 5), dtype=jnp.float32, device=None):
+    device = device or jax.devices()[0]
+    return {f"t{i:04d}": jax.device_put((jnp.arange(np.prod(shape)) + 1000 * i).reshape(shape).astype(dtype), device)
+            for i in range(count)}
+
+
+def empty_like(src, device="cpu", fill=7):
+    return {name: torch.full(a.shape, fill, dtype=getattr(torch, np.dtype(a.dtype).name), device=device)
+            for name, a in src.items()}
+
+
+def raw(tensor) -> np.ndarray:
+    return tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy()
+
+
+def assert_holds(dst, src):
+    for name, array in src.items():
+        want = np.ascontiguousarray(np.asarray(array)).reshape(-1).view(np.uint8)
+        assert np.array_equal(raw(dst[name]), want), name
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.int8, jnp.uint16])
+def test_plain_copies_are_launched_directly_and_equal_the_xla_route(monkeypatch, dtype):
+    src = sources(20, (16, 9), dtype)
+    dst = empty_like(src)
+    pointers = [t.data_ptr() for t in dst.values()]
+    report = jax_amem.swap(src, dst, progress=False)
+    program = the_program()
+    assert isinstance(program.direct, direct.DirectProgram) and program.direct.ordinals == [-1]
+    assert report.route == "addresses" and report.bytes == sum(a.nbytes for a in src.values())
+    assert [t.data_ptr() for t in dst.values()] == pointers
+    assert_holds(dst, src)
+    monkeypatch.setattr(direct, "ENABLED", False)
+    forget()
+    by_xla = empty_like(src)
+    jax_amem.swap(src, by_xla, progress=False)
+    assert the_program().direct is False
+    assert all(np.array_equal(raw(dst[k]), raw(by_xla[k])) for k in src)
+
+
+def test_fused_and_sliced_destinations_with_bulk_and_kernel_rows(monkeypatch):
+    """Destinations written from several sources (a fused qkv; gate and up interleaved row by
+    row) and slices of a stacked source (one layer each): every row a driver copy, then no row
+    one: the same bytes, the numpy oracle's."""
+    rng = np.random.default_rng(0)
+    host = {"q": rng.standard_normal((4, 6), np.float32), "k": rng.standard_normal((2, 6), np.float32),
+            "v": rng.standard_normal((2, 6), np.float32), "g": rng.standard_normal((4, 3), np.float32),
+            "u": rng.standard_normal((4, 3), np.float32), "layers": rng.standard_normal((3, 5, 7), np.float32)}
+    src = {name: jax.device_put(value, jax.devices()[0]) for name, value in host.items()}
+    Rule, Part = reshard.Rule, reshard.Part
+    rules = [Rule.concat("qkv", [Part("q"), Part("k"), Part("v")]), Rule.concat("gate_up", [Part("g"), Part("u")], axis=1)]
+    rules += [Rule.copy(f"layer{i}", "layers", index=(i,)) for i in range(3)]
+    want = {"qkv": np.concatenate([host["q"], host["k"], host["v"]]),
+            "gate_up": np.concatenate([host["g"], host["u"]], axis=1)}
+    want.update({f"layer{i}": host["layers"][i] for i in range(3)})
+    for bulk in (1, 1 << 40):
+        monkeypatch.setattr(amem_copy, "BULK_BYTES", bulk)  # read when a program first runs
+        forget()
+        dst = {name: torch.full(w.shape, float("nan")) for name, w in want.items()}
+        jax_amem.swap(src, dst, rules=rules, progress=False)
+        copies = the_program().direct.copies
+        assert (sum(c.bulk_rows for c in copies) > 0, sum(c.rows for c in copies) > 0) == (bulk == 1, bulk != 1)
+        for name, w in want.items():
+            assert np.array_equal(raw(dst[name]), w.reshape(-1).view(np.uint8)), (bulk, name)
+
+
+def test_transposed_or_cast_views_stay_in_xla():
+    src = {"w": jax.device_put(jnp.arange(12.0).reshape(3, 4), jax.devices()[0])}
+    dst = {"w": torch.zeros(4, 3, dtype=torch.bfloat16)}
+    rules = [reshard.Rule.copy("w", transpose=(1, 0), cast="bfloat16")]
+    jax_amem.swap(src, dst, rules=rules, progress=False)
+    assert the_program().direct is False
+    assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T.to(torch.bfloat16))
+
+
+def test_sharded_sources_stay_in_xla():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+    src = {"w": jax.device_put(jnp.arange(16.0).reshape(4, 4), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x")))}
+    dst = {"w": torch.zeros(4, 4)}
+    jax_amem.swap(src, dst, progress=False)
+    assert the_program().direct is False
+    assert torch.equal(dst["w"], torch.arange(16.0).reshape(4, 4))
+
+
+def test_many_buffers_in_several_chunks_and_groups(monkeypatch):
+    monkeypatch.setattr(schedule, "ADDRESS_GROUP_BUFFERS", 700)  # groups of 700 and 300 buffers, chunks of 512
+    src = sources(1000, (3,))
+    dst = empty_like(src)
+    report = jax_amem.swap(src, dst, progress=False)
+    assert report.calls == 2 and len(the_program().direct.copies) == 2
+    assert [c.sources for c in the_program().direct.copies] == [700, 300]
+    assert_holds(dst, src)
+
+
+def test_a_training_loop_refreshes_the_source_addresses():
+    src = sources(30)
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    program = the_program()
+    for _ in range(3):
+        src = step(src)  # new buffers
+        jax_amem.swap(src, dst, progress=False)
+        assert_holds(dst, src)
+    entry = next(iter(repeat._entries.values()))
+    assert entry.program is program and entry.calls is None  # no XLA executable was made for the repeats
+    assert [t._version for t in dst.values()] == [4] * 30  # bumped once per swap, as copy_ would
+
+
+def test_only_the_sources_with_new_buffers_are_awaited_and_read_again(monkeypatch):
+    """Frozen weights beside trained ones (LoRA): the same arrays keep their addresses."""
+    src = sources(30)
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    read = []
+    real = direct._pointers
+    monkeypatch.setattr(direct, "_pointers", lambda arrays: read.append(len(arrays)) or real(arrays))
+    jax_amem.swap(src, dst, progress=False)  # the same arrays: nothing read
+    trained = {k: v + 1 for k, v in list(src.items())[:3]}
+    src = {**src, **trained}
+    jax_amem.swap(src, dst, progress=False)
+    assert read == [0, 3]
+    assert_holds(dst, src)
+    src = step(src)  # every buffer new
+    jax_amem.swap(src, dst, progress=False)
+    assert read == [0, 3, 30]
+    assert_holds(dst, src)
+
+
+def python_work_per_repeat(count: int) -> dict:
+    """Python function calls and C calls made from Python during one repeated swap of `count`
+    tensors (sys.setprofile sees every Python frame, and every C call made from Python code;
+    C calls inside map() are not seen: that is the per-tensor work allowed)."""
+    forget()
+    src = sources(count, (4,))
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    src = step(src)
+    jax_amem.swap(src, dst, progress=False)  # the first repeat makes what later repeats reuse
+    src = step(src)
+    seen = {"call": 0, "c_call": 0}
+
+    def count_events(frame, event, arg):
+        if event in seen:
+            seen[event] += 1
+
+    sys.setprofile(count_events)
+    try:
+        jax_amem.swap(src, dst, progress=False)
+    finally:
+        sys.setprofile(None)
+    assert_holds(dst, src)
+    assert isinstance(the_program().direct, direct.DirectProgram)
+    return seen
+
+
+def test_a_repeated_swap_does_no_python_work_per_tensor():
+    few, many = python_work_per_repeat(8), python_work_per_repeat(300)
+    assert few == many, (few, many)
+    assert few["call"] < 100, few  # and not much per swap either
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.setenv(direct.ENV, "yes")
+    with pytest.raises(SwapError, match="JAX_AMEM_SWAP_DIRECT='yes'"):
+        jax_amem.swap(sources(2), empty_like(sources(2)), progress=False)
+    monkeypatch.setenv(direct.ENV, "0")
+    forget()
+    src = sources(2)
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    assert the_program().direct is False
+    assert_holds(dst, src)
+
+
+def test_a_deleted_source_on_a_repeat_is_refused_untouched():
+    src = sources(4)
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    src = step(src)
+    before = {k: raw(t) for k, t in dst.items()}
+    src["t0002"].delete()
+    with pytest.raises(SwapError, match="t0002"):
+        jax_amem.swap(src, dst, progress=False)
+    assert all(np.array_equal(raw(t), before[k]) for k, t in dst.items())
+
+
+def test_a_failing_group_leaves_after_the_launched_ones_finished(monkeypatch):
+    """A launch that fails (a device error, say) raises only after the groups already launched
+    were waited for; with every pointer read before the first launch, a deleted source fails
+    before any group writes."""
+    monkeypatch.setattr(schedule, "ADDRESS_GROUP_BUFFERS", 1)
+    src = sources(3)
+    dst = empty_like(src)
+    jax_amem.swap(src, dst, progress=False)
+    launch = the_program().direct
+    waited = []
+    monkeypatch.setattr(direct, "_synchronize", lambda launched: waited.append(list(launched)))
+
+    class Failing:
+        def run(self, pointers, stream):
+            raise RuntimeError("launch failed (injected)")
+
+    copies = list(launch.copies)
+    monkeypatch.setattr(launch, "copies", [copies[0], Failing(), copies[2]])
+    fresh = {k: v + 1 for k, v in src.items()}
+    with pytest.raises(RuntimeError, match="injected"):
+        jax_amem.swap(fresh, dst, progress=False)
+    assert waited == [[(-1, 0)]]  # the first group's launch, waited for before the error left
+    assert np.array_equal(raw(dst["t0000"]), np.asarray(fresh["t0000"]).reshape(-1).view(np.uint8))
+    assert np.array_equal(raw(dst["t0002"]), np.asarray(src["t0002"]).reshape(-1).view(np.uint8))
+
+
+# core.copy.DirectCopy refuses what would copy outside its buffers; nothing is written.
+
+def _buffers():
+    src = np.arange(64, dtype=np.uint8)
+    dst = np.zeros(64, np.uint8)
+    return src, dst
+
+
+def _rows(*rows):
+    return np.array(rows, np.int64).reshape(-1, 6)
+
+
+@pytest.mark.parametrize("chunk, match", [
+    (([1], "dst", [64], _rows(), _rows((0, 0, 0, 0, 8, 0))), "source slot 1 is not one of the 1 sources"),
+    (([0], "dst", [64], _rows(), _rows((0, 0, 60, 0, 8, 0))), "reads outside source buffer 0 of 64 bytes"),
+    (([0], "dst", [64], _rows((0, 0, 0, 60, 8, 0)), _rows()), "bulk .*writes outside destination buffer 0"),
+    (([0], "dst", [64], _rows(), _rows((0, 1, 0, 0, 8, 0))), "buffer index out of range"),
+    (([0], "dst", [64], _rows(), _rows((0, 0, 0, 0, 8, 1))), "sixth column must be 0"),
+    (([0], 0x1000, [64], _rows(), _rows((0, 0, 0, 0, 8, 0))), "is not memory this process can have"),
+    (([0], "dst", [64, 8], _rows(), _rows()), "1 destinations but 2 sizes"),
+])
+def test_direct_copy_refuses_rows_outside_their_buffers(chunk, match):
+    src, dst = _buffers()
+    slots, address, sizes, bulk, rows = chunk
+    address = dst.ctypes.data if address == "dst" else address
+    with pytest.raises(ValueError, match=match):
+        core.copy.DirectCopy(-1, [64], [(slots, [address], sizes, bulk, rows)])
+    assert not dst.any()
+
+
+def test_direct_copy_refuses_pointers_it_cannot_use():
+    src, dst = _buffers()
+    copy = core.copy.DirectCopy(-1, [64], [([0], [dst.ctypes.data], [64], _rows(), _rows((0, 0, 8, 16, 8, 0)))])
+    with pytest.raises(RuntimeError, match="2 source addresses for 1 sources"):
+        copy.run(np.array([src.ctypes.data, src.ctypes.data]))
+    with pytest.raises(RuntimeError, match="no memory of this process"):
+        copy.run(np.array([0]))
+    assert not dst.any()
+    copy.run(np.array([src.ctypes.data]))
+    assert dst[16:24].tolist() == list(range(8, 16)) and not dst[:16].any() and not dst[24:].any()
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+def _cuda_sources(count, elements, device):
+    return {f"t{i:04d}": jax.device_put(jnp.arange(elements, dtype=jnp.float32) * (i + 1), device) for i in range(count)}
+
+
+@pytest.mark.gpu
+def test_gpu_small_and_bulk_tensors_direct_and_bit_exact():
+    gpu = jax.devices("gpu")[0]
+    cuda = torch.device("cuda", gpu.local_hardware_id)
+    for count, elements in ((2000, 4096), (3, (64 << 20) // 4 + 3)):  # 16 KiB kernel rows; bulk rows
+        forget()
+        src = _cuda_sources(count, elements, gpu)
+        dst = {k: torch.full((elements,), float("nan"), device=cuda) for k in src}
+        pointers = [t.data_ptr() for t in dst.values()]
+        for k in range(3):
+            jax_amem.swap(src, dst, progress=False)
+            assert isinstance(the_program().direct, direct.DirectProgram)
+            assert_holds(dst, src)
+            src = step(src)
+        assert [t.data_ptr() for t in dst.values()] == pointers
+        assert (sum(c.bulk_rows for c in the_program().direct.copies) > 0) == (count == 3)
+
+
+@pytest.mark.gpu
+def test_gpu_copy_waits_for_sources_still_being_computed():
+    """Sources from a long jitted computation still running when swap is called: the copy
+    reads its results, not the buffers before they were written."""
+    gpu = jax.devices("gpu")[0]
+    cuda = torch.device("cuda", gpu.local_hardware_id)
+    x = jax.device_put(jnp.ones((4096, 4096), jnp.float32) / 4096, gpu)
+
+    @jax.jit
+    def slow(x):
+        y = x
+        for _ in range(40):
+            y = y @ x
+        return {"a": y[0] + 1.0, "b": y[1] + 2.0}
+
+    src = slow(x)
+    dst = {k: torch.zeros(4096, device=cuda) for k in src}
+    jax_amem.swap(src, dst, progress=False)  # learn the program
+    for _ in range(3):
+        x = x * 1.0001
+        src = slow(x)  # dispatched, not awaited
+        jax_amem.swap(src, dst, progress=False)
+        assert_holds(dst, src)
+
+
+@pytest.mark.gpu
+def test_gpu_copy_runs_on_pytorchs_current_stream():
+    """On a side stream made current: the swap's copy is ordered after what PyTorch queued
+    there (a long sleep, then a fill of the destination) and before what it queues next."""
+    gpu = jax.devices("gpu")[0]
+    cuda = torch.device("cuda", gpu.local_hardware_id)
+    src = _cuda_sources(64, 1 << 16, gpu)
+    dst = {k: torch.zeros(1 << 16, device=cuda) for k in src}
+    jax_amem.swap(src, dst, progress=False)
+    side = torch.cuda.Stream(cuda)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # tens of milliseconds of the side stream
+        for t in dst.values():
+            t.fill_(-1.0)
+        jax_amem.swap(src, dst, progress=False)
+        after = {k: t.clone() for k, t in dst.items()}  # queued after the swap on the same stream
+    torch.cuda.synchronize(cuda)
+    assert_holds(after, src)
+    assert_holds(dst, src)
