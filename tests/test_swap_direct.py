@@ -113,6 +113,17 @@ def test_transposed_or_cast_views_stay_in_xla():
     assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T.to(torch.bfloat16))
 
 
+def test_views_with_constant_steps_stay_with_the_affine_kernel():
+    """A plain view (no transpose, no cast) with a constant step is no byte copy: the direct
+    launch copies bytes, so such a view keeps the route that runs the affine rows."""
+    src = {"w": jax.device_put(jnp.arange(12.0).reshape(3, 4), jax.devices()[0])}
+    dst = {"w": torch.zeros(3, 4)}
+    rules = [reshard.Rule.copy("w", scale=0.125)]
+    jax_amem.swap(src, dst, rules=rules, progress=False)
+    assert the_program().direct is False
+    assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4) * 0.125)
+
+
 def test_sharded_sources_stay_in_xla():
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
     src = {"w": jax.device_put(jnp.arange(16.0).reshape(4, 4), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x")))}

@@ -93,8 +93,9 @@ def eligible(program) -> bool:
             return False
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return False  # a shard of a sharded array, or a source staged from another device first
-        if any(_transforms(plan, step.view) for steps in group.steps for step in steps):
-            return False
+        if any(_transforms(plan, step.view) or plan.affine(step.view) is not None
+               for steps in group.steps for step in steps):
+            return False  # a view XLA makes, or one with constant steps (the affine kernel's rows)
     return True
 
 
