@@ -114,7 +114,8 @@ def test_an_integer_query_kernel_that_the_exporter_would_scale(family):
     query = tree["decoder"]["layers"]["self_attention"]["query"]
     query["kernel"] = query["kernel"].astype(np.int32)
     with pytest.raises(rules.RuleError, match=r"preset '%s' \(source='maxtext', layout='hf'\): MaxText's exporter "
-                                              r"\(\w+, scale_query_layer\) multiplies the query kernel "
+                                              r"\(\w+'s scale_query_layer, .*param_mapping.py at a429848a0a51\) "
+                                              r"multiplies the query kernel "
                                               r"'decoder/layers/self_attention/query/kernel' by sqrt\(head_dim\).*it "
                                               r"is int32.*unscaled_queries=True" % family):
         rules.preset(family, tree, source="maxtext")

@@ -251,7 +251,8 @@ def _transform(kind: str, source: str, conv: bool, shape) -> tuple[tuple | None,
 class _Spec:
     """One source tensor as a destination part: `layer` on `layer_axis` removed, the first
     `cut[1]` rows of axis `cut[0]` kept (a vocabulary cut), the `rope` axis reordered evens
-    then odds, then `transpose`, `shape` (a reshape) and `cast`, in that order."""
+    then odds, then `transpose`, `shape` (a reshape) and `cast`, in that order; the elements
+    go through `affine`'s scalar steps (the query scaling) before the cast."""
     path: str
     layer: int | None
     layer_axis: int
@@ -369,10 +370,11 @@ def _check_options(who: str, family: str, source: str, layout: str, tp, scan_axi
 def _scaled_query(who: str, family: str, path: str, dtype: str, one: tuple) -> Affine:
     """The query scaling of MaxText's exporter for the query kernel `path` (one layer: (D, N, hd))."""
     if dtype not in FLOATS:
-        raise RuleError(f"{who}: MaxText's exporter ({EXPORTERS[family]}, scale_query_layer) multiplies the query "
-                        f"kernel {path!r} by sqrt(head_dim) in floating point, and it is {dtype}: the copy scales "
-                        f"floating values only ({', '.join(FLOATS)}). Pass unscaled_queries=True if its values "
-                        "are already plain, or write the conversion with rules.from_function")
+        raise RuleError(f"{who}: MaxText's exporter ({EXPORTERS[family]}'s scale_query_layer, {MAXTEXT_HOOKS} at "
+                        f"{MAXTEXT_COMMIT[:12]}) multiplies the query kernel {path!r} by sqrt(head_dim) in floating "
+                        f"point, and it is {dtype}: the copy scales floating values only ({', '.join(FLOATS)}). "
+                        "Pass unscaled_queries=True if its values are already plain, or write the conversion with "
+                        "rules.from_function")
     return query_scale(family, dtype, one[-1])
 
 
@@ -419,7 +421,8 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
            cast: str | None = None, tie_embeddings: bool = False, scan_axis: int | None = None,
            vocab_size: int | None = None, unscaled_queries: bool = False) -> list:
     """Rules from a trainer tree (`params`: arrays, ShapeDtypeStructs or Layouts; names and shapes
-    are read, and a scaled query kernel's dtype) of `family` in `source` naming into the rollout's `layout`.
+    are read, and a scaled query kernel's dtype) of `family` in `source` naming into the
+    rollout's `layout`.
 
     `scan_axis`: the axis every layer tensor is stacked on (None: found from the shapes).
     `vocab_size`: keep the first rows of a padded embedding (and lm_head), as MaxText's
