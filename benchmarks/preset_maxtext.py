@@ -1,5 +1,6 @@
 """The cost of following MaxText's exporter: a Llama-8B preset from MaxText's tree (layers on
-axis 1, its default; the RoPE reorder of q and k, one piece per rotary row) against the same model
+axis 1, its default; the RoPE reorder of q and k, one piece per rotary row, and the query scaling
+as constant steps on the q pieces) against the same model
 from the 'flax' naming (layers on axis 0, no reorder: whole-tensor rules), in one run.
 
     python -P benchmarks/preset_maxtext.py [--layers N]
@@ -66,8 +67,7 @@ def destinations(layers: int, owners):
 def measure(source: str, layers: int) -> dict:
     params = tree(source, layers)
     clock = time.process_time()
-    options = {"unscaled_queries": True} if source == "maxtext" else {}
-    made = rules.llama(params, source=source, cast="bfloat16", **options)
+    made = rules.llama(params, source=source, cast="bfloat16")   # maxtext: with its query scaling
     preset_s = time.process_time() - clock
     trainer = Owner(0, 0)
     src = {n: Layout.single(tuple(x.shape), "float32", trainer) for n, x in reshard.tree_names(params).items()}

@@ -141,13 +141,11 @@ def hf_shape(family, name):
     return table.get(module, (D,))
 
 
-def hooks(family, scale_queries=True, xp=np):
+def hooks(family, scale_queries=True, xp=np, head_dim=HD):
     """MaxText key -> the hook functions applied in order (saving_to_hf=True); `xp`: numpy, or
-    jax.numpy to trace them."""
+    jax.numpy to trace them; `head_dim`: the config's, which scale_query_layer reads."""
     def scale_query_layer(x, target_shape):
-        if family == "mixtral":
-            return (x * np.float32(np.sqrt(HD))).astype(x.dtype)
-        return (x.astype(np.float32) * np.float32(np.sqrt(HD))).astype(x.dtype)
+        return query_scaled(family, x, head_dim)
 
     def adjust_rope(x, target_shape):
         return xp.concatenate((x[..., ::2], x[..., 1::2]), axis=x.ndim - 1)
@@ -185,15 +183,25 @@ def hooks(family, scale_queries=True, xp=np):
     return out
 
 
+def query_scaled(family, x, head_dim):
+    """scale_query_layer (saving_to_hf=True): Llama's casts to float32 first, Mixtral's multiplies
+    the kernel as it is (numpy promotes it with the float32 scalar); both cast back."""
+    depth_scale = np.float32(np.sqrt(head_dim))
+    if family == "mixtral":
+        return (x * depth_scale).astype(x.dtype)
+    return (x.astype(np.float32) * depth_scale).astype(x.dtype)
+
+
 def _flat(tree, prefix="params"):
     for k, v in tree.items():
         yield from (_flat(v, f"{prefix}-{k}") if isinstance(v, dict) else [(f"{prefix}-{k}", v)])
 
 
-def export(family, tree, scan_axis, *, vocab=V, scale_queries=True, xp=np):
+def export(family, tree, scan_axis, *, vocab=V, scale_queries=True, xp=np, head_dim=HD):
     """MaxText's to_huggingface on `tree` (maxtext_tree): {Hugging Face name: numpy array}.
-    `scale_queries=False` leaves out scale_query_layer (for a tree whose queries are unscaled)."""
-    mapping, chain = param_map(family), hooks(family, scale_queries, xp)
+    `scale_queries=False` leaves out scale_query_layer (for a tree whose queries are unscaled);
+    `head_dim`: the model's (HD, or another for a tree whose heads are regrouped)."""
+    mapping, chain = param_map(family), hooks(family, scale_queries, xp, head_dim)
     out = {}
     for key, x in _flat(tree):
         x = np.asarray(x) if xp is np else x

@@ -154,8 +154,10 @@ PRESET_EXPECTED = {
     "preset_qwen3_layers_on_axis_1": (None, ""),
     "preset_layer_axis_not_found": ("RuleError", r"preset 'qwen3' .*the layer stack 'decoder/layers' has no layer "
                                                  r"axis"),
-    "preset_llama_maxtext_query_scaling": ("RuleError", r"refused: MaxText's exporter .*scale_query_layer.*"
-                                                        r"unscaled_queries=True"),
+    "preset_llama_maxtext_query_scaling": (None, ""),
+    "preset_llama_maxtext_integer_queries": ("RuleError", r"preset 'llama' .*scale_query_layer.* query kernel "
+                                                          r"'decoder/layers/self_attention/query/kernel' .*it is "
+                                                          r"int32.*unscaled_queries=True"),
     "preset_gemma2_maxtext_norm_offsets": ("RuleError", r"preset 'gemma2' .*refused: .*scale_rmsnorm_layer"),
     "from_function_returns_a_bare_array": ("TraceError", r"returned \w+, not a mapping of destination names"),
     "from_function_returns_a_list": ("TraceError", r"returned list, not a mapping of destination names"),

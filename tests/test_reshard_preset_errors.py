@@ -18,7 +18,7 @@ def _maxtext(family="llama", scan_axis=1):
 
 
 def _llama(tree, **options):
-    return rules.preset("llama", tree, source="maxtext", unscaled_queries=True, **options)
+    return rules.preset("llama", tree, source="maxtext", **options)
 
 
 @pytest.mark.parametrize("tp", [0, -2, "2", 2.0, True, None])
@@ -106,6 +106,22 @@ def test_maxtext_presets_that_cannot_follow_the_exporter_refuse(family, step):
         rules.preset(family, tree, source="maxtext")
 
 
+@pytest.mark.parametrize("family", X.SCALES_QUERIES)
+def test_an_integer_query_kernel_that_the_exporter_would_scale(family):
+    """The copy scales floating values only: an int32 query kernel is refused at preset(), named,
+    unless unscaled_queries=True says it is copied as it is."""
+    tree = _maxtext(family)
+    query = tree["decoder"]["layers"]["self_attention"]["query"]
+    query["kernel"] = query["kernel"].astype(np.int32)
+    with pytest.raises(rules.RuleError, match=r"preset '%s' \(source='maxtext', layout='hf'\): MaxText's exporter "
+                                              r"\(\w+'s scale_query_layer, .*param_mapping.py at a429848a0a51\) "
+                                              r"multiplies the query kernel "
+                                              r"'decoder/layers/self_attention/query/kernel' by sqrt\(head_dim\).*it "
+                                              r"is int32.*unscaled_queries=True" % family):
+        rules.preset(family, tree, source="maxtext")
+    assert rules.preset(family, tree, source="maxtext", unscaled_queries=True)
+
+
 def test_options_that_do_not_apply_are_refused():
     with pytest.raises(rules.RuleError, match=r"unscaled_queries=True applies only to trees whose exporter scales"):
         rules.qwen3(_maxtext("qwen3"), source="maxtext", unscaled_queries=True)
@@ -146,7 +162,7 @@ def test_a_piece_covered_twice_among_thousands_is_found():
     """The coverage check sweeps the pieces (a RoPE reorder makes one per row): a duplicate among
     them is still named."""
     tree = _maxtext("llama")
-    made = rules.llama(tree, source="maxtext", unscaled_queries=True)
+    made = rules.llama(tree, source="maxtext")
     q = [p for p in made if isinstance(p, reshard.Piece) and p.dst == "model.layers.1.self_attn.q_proj.weight"]
     assert len(q) == M.H * M.HD                               # one piece per rotary row
     dst = {n: reshard.Layout.single(s, "float32", reshard.Owner(0, 1)) for n, s in

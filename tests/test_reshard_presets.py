@@ -142,18 +142,17 @@ def test_flax_naming_follows_transformers_flax_exporter():
         assert np.array_equal(got[name], want[name]), name
 
 
-def _maxtext_state(family, layout, scan_axis, seed=0):
-    """A MaxText tree with layers on `scan_axis` and what MaxText's exporter makes of it (its
-    queries taken as already unscaled where the exporter scales them: see the test below)."""
+def _maxtext_state(family, layout, scan_axis, seed=0, scale_queries=True):
+    """A MaxText tree with layers on `scan_axis` and what MaxText's exporter makes of it
+    (Llama's and Mixtral's query scaling included unless `scale_queries=False`)."""
     weights = M.logical(family, np.random.default_rng(seed))
     tree = X.maxtext_tree(family, weights, scan_axis)
-    hf = X.to_transformers(family, X.export(family, tree, scan_axis, scale_queries=False))
+    hf = X.to_transformers(family, X.export(family, tree, scan_axis, scale_queries=scale_queries))
     return tree, (hf if layout == "hf" else X.to_vllm(family, hf, TP))
 
 
-def _maxtext_rules(family, arrays, layout, cast=None):
-    return rules.preset(family, arrays, source="maxtext", layout=layout, tp=_tp(layout), cast=cast,
-                        unscaled_queries=family in X.SCALES_QUERIES)
+def _maxtext_rules(family, arrays, layout, cast=None, **options):
+    return rules.preset(family, arrays, source="maxtext", layout=layout, tp=_tp(layout), cast=cast, **options)
 
 
 MAXTEXT_CASES = [(f, a, l) for f in X.FAMILIES for a in (0, 1) for l in ("hf", "vllm")]
@@ -162,8 +161,9 @@ MAXTEXT_CASES = [(f, a, l) for f in X.FAMILIES for a in (0, 1) for l in ("hf", "
 @pytest.mark.parametrize("family,scan_axis,layout", MAXTEXT_CASES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_maxtext_preset_equals_maxtexts_exporter(family, scan_axis, layout, dtype):
-    """source='maxtext' writes what MaxText's own to_huggingface writes (Llama's RoPE reorder
-    included), with layers on axis 0 or on axis 1 (MaxText's default), bit for bit."""
+    """source='maxtext' writes what MaxText's own to_huggingface writes (Llama's RoPE reorder and
+    Llama's and Mixtral's query scaling included), with layers on axis 0 or on axis 1 (MaxText's
+    default), bit for bit."""
     tree, want = _maxtext_state(family, layout, scan_axis)
     arrays = shard_tree(tree)
     model = _destination(family, layout, want, dtype)
@@ -175,26 +175,70 @@ def test_maxtext_preset_equals_maxtexts_exporter(family, scan_axis, layout, dtyp
 
 
 @pytest.mark.parametrize("family", X.SCALES_QUERIES)
-def test_maxtext_query_scaling_is_refused_and_the_rest_equals_the_exporter(family):
+def test_unscaled_queries_copies_the_query_kernels_as_they_are(family):
     """MaxText's Llama and Mixtral exporters multiply the query kernel by sqrt(head_dim): the
-    preset refuses by default (naming the step), and with unscaled_queries=True differs from the
-    full exporter in the q_proj tensors only (the old preset also missed every k_proj: the RoPE
-    reorder, now done)."""
-    tree, _ = _maxtext_state(family, "hf", 1)
-    with pytest.raises(rules.RuleError, match=r"preset '%s' \(source='maxtext', layout='hf'\): refused: MaxText's "
-                                              r"exporter .*scale_query_layer.*unscaled_queries=True" % family):
-        rules.preset(family, tree, source="maxtext")
+    preset does too (above); unscaled_queries=True says the tree's query kernels are already
+    plain and writes the exporter's output without scale_query_layer, which differs from the
+    full exporter's in the q_proj tensors only."""
+    tree, unscaled = _maxtext_state(family, "hf", 1, scale_queries=False)
     full = X.to_transformers(family, X.export(family, tree, 1))
-    unscaled = X.to_transformers(family, X.export(family, tree, 1, scale_queries=False))
     differ = sorted(n for n in full if not np.array_equal(full[n], unscaled[n]))
     assert differ == [f"model.layers.{i}.self_attn.q_proj.weight" for i in range(M.L)]
-    np.testing.assert_allclose(full[differ[0]], unscaled[differ[0]] * np.sqrt(M.HD), rtol=1e-6)
-    model = _destination(family, "hf", unscaled, "float32")
+    np.testing.assert_array_equal(full[differ[0]], unscaled[differ[0]] * np.float32(np.sqrt(M.HD)))
     arrays = shard_tree(tree)
-    jax_amem.swap(arrays, _tensors(model, unscaled), rules=rules.preset(family, arrays, source="maxtext",
-                                                                        unscaled_queries=True))
-    got = _tensors(model, unscaled)
-    assert [n for n in full if not np.array_equal(got[n].numpy(), full[n])] == differ
+    for options, want in (({"unscaled_queries": True}, unscaled), ({}, full)):
+        model = _destination(family, "hf", want, "float32")
+        jax_amem.swap(arrays, _tensors(model, want), rules=_maxtext_rules(family, arrays, "hf", **options))
+        _check_params(model, want, "float32")
+
+
+def _heads_regrouped(family, scan_axis, dtype, head_dim):
+    """A MaxText tree whose attention has head_dim `head_dim` (the same total widths as the test
+    models: fewer, wider heads), in `dtype`: sqrt(head_dim) is not a power of two, so the
+    scaled kernels are rounded (in float32, then to `dtype`) as the exporter rounds them."""
+    weights = M.logical(family, np.random.default_rng(3))
+    layers = weights["layers"]
+    for logical in ("q", "k", "v"):
+        count, d, heads, hd = layers[logical].shape
+        layers[logical] = layers[logical].reshape(count, d, heads * hd // head_dim, head_dim)
+    count, heads, hd, d = layers["o"].shape
+    layers["o"] = layers["o"].reshape(count, heads * hd // head_dim, head_dim, d)
+    cast = {"bfloat16": ml_dtypes.bfloat16}.get(dtype, dtype)
+    weights = jax.tree.map(lambda x: np.asarray(x).astype(cast), weights)
+    return X.maxtext_tree(family, weights, scan_axis)
+
+
+@pytest.mark.parametrize("family", X.SCALES_QUERIES)
+@pytest.mark.parametrize("scan_axis", [0, 1])
+@pytest.mark.parametrize("source_dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_query_scaling_rounds_as_the_exporter(family, scan_axis, source_dtype, dtype):
+    """head_dim 8 (sqrt(8) is exact in none of these dtypes): the kernels times float32(sqrt(8))
+    in float32, rounded back to the tree's dtype, then cast to the rollout's: every q_proj bit
+    equals the exporter's."""
+    head_dim = 8
+    tree = _heads_regrouped(family, scan_axis, source_dtype, head_dim)
+    want = X.to_transformers(family, X.export(family, tree, scan_axis, head_dim=head_dim))
+    arrays = shard_tree(tree)
+    model = _destination(family, "hf", want, dtype)
+    jax_amem.swap(arrays, _tensors(model, want),
+                  rules=_maxtext_rules(family, arrays, "hf", None if dtype == source_dtype else dtype))
+    _check_params(model, want, dtype)
+
+
+@pytest.mark.parametrize("family", X.SCALES_QUERIES)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
+def test_query_scale_steps_are_the_exporters_arithmetic(family, dtype):
+    """The steps the preset runs (checked against the copy kernel by test_reshard_affine) give
+    scale_query_layer's values for every floating dtype, float64 included (Mixtral's multiply
+    stays in float64 there, Llama's goes through float32)."""
+    from jax_amem.reshard.presets import query_scale
+
+    cast = {"bfloat16": ml_dtypes.bfloat16}.get(dtype, dtype)
+    x = (np.random.default_rng(4).standard_normal((M.D, 2, 8)) * 3).astype(cast)
+    got = query_scale(family, dtype, 8).apply_numpy(x, dtype)
+    want = X.query_scaled(family, x, 8)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 def test_maxtext_vocabulary_cut_equals_the_exporters():
@@ -216,9 +260,9 @@ def test_maxtext_vocabulary_cut_equals_the_exporters():
 
 def _exporter_as_function(family, layout, scan_axis):
     """MaxText's hooks written with jnp, the way a MaxText user's exporter reads (unstacking with
-    x[:, i], RoPE by strided slices, reshape then .T), without the query scaling."""
+    x[:, i], RoPE by strided slices, reshape then .T, the query scaling)."""
     def convert(tree):
-        hf = X.to_transformers(family, X.export(family, tree, scan_axis, scale_queries=False, xp=jnp), xp=jnp)
+        hf = X.to_transformers(family, X.export(family, tree, scan_axis, xp=jnp), xp=jnp)
         return hf if layout == "hf" else X.to_vllm(family, hf, TP, xp=jnp)
     return convert
 

@@ -6,6 +6,7 @@ Every error names the destination tensor and the region at fault.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections import defaultdict
 from typing import Iterable, Mapping
 
@@ -208,6 +209,17 @@ def check_coverage(dst: str, layout: Layout, pieces: list[Piece]) -> None:
         raise RuleError(f"destination {dst!r}: region {region_text(start, size)} is not covered by any rule")
 
 
+@functools.lru_cache(maxsize=1024)
+def _affine_runs(affine, source: str, sent: str) -> bool:
+    """Whether the copy runs `affine` from `source` to `sent`: checked once per chain and dtypes,
+    not per piece (a preset's RoPE reorder gives every scaled query row a piece of one chain)."""
+    try:
+        affine.check(source, sent, "")
+    except AffineError:
+        return False
+    return True
+
+
 def _check_piece_source(p: Piece, sources: Mapping[str, Layout], dst_layout: Layout) -> None:
     if p.src not in sources:
         raise RuleError(f"destination {p.dst!r}{_by(p.origin)}: a piece reads source {p.src!r}, which does not "
@@ -226,7 +238,7 @@ def _check_piece_source(p: Piece, sources: Mapping[str, Layout], dst_layout: Lay
         raise RuleError(f"destination {p.dst!r}: source region {region_text(p.src_start, size)} is outside "
                         f"source {p.src!r} of (transformed) shape {view_shape}")
     sent = np.dtype(p.dtype) if p.dtype is not None else src.dtype
-    if p.affine is not None:
+    if p.affine is not None and not _affine_runs(p.affine, src.dtype.name, sent.name):
         try:
             p.affine.check(src.dtype.name, sent.name, f"destination {p.dst!r}{_by(p.origin)}, source {p.src!r}")
         except AffineError as error:

@@ -18,8 +18,10 @@ the shapes when not given):
   (in, out) `mlp/wi_0`, `wi_1`, `wo`, experts (E, D, I) (`moe_block/` for Qwen3-MoE,
   `MoeBlock_0/` for Mixtral, `DeepSeekMoeBlock_0/MoeBlock_0/` for DeepSeek), layers on
   MaxText's `param_scan_axis` (1 by default, or 0). Llama's RoPE reorder (even then odd
-  rotary features) is done; an exporter step that rules cannot do (a constant multiply: query
-  scaling, Gemma's norm offsets) is refused at `preset()` with the step named (`REFUSED`).
+  rotary features) is done, and Llama's and Mixtral's query scaling (`scale_query_layer`: the
+  query kernel times float32(sqrt(head_dim))) runs in the copy as constant steps, rounded as
+  the exporter rounds it (`query_scale`); an exporter the presets do not follow (Gemma2's norm
+  offsets and split layers) is refused at `preset()` with the step named (`REFUSED`).
 
 Layouts (the rollout's names and shapes):
 
@@ -36,9 +38,12 @@ from __future__ import annotations
 
 import difflib
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from . import fragments as F
+from .affine import FLOATS, Affine, Step, step_for
 from .from_jax import tree_names
 from .lowering import RuleError, closest
 from .rule_types import Part, Piece, Rule
@@ -194,8 +199,11 @@ EXPORTERS = {"llama": "LLAMA31_MAXTEXT_TO_HF_PARAM_HOOK_FN", "qwen3": "QWEN3_MAX
 # x[..., ::2] then x[..., 1::2]): a permutation, done by the preset.
 MAXTEXT_ROPE = {"llama": ("q", "k")}
 # Families whose MaxText exporter multiplies the query kernel by sqrt(head_dim) (MaxText folds
-# 1/sqrt(head_dim) into it): a constant multiply, which rules do not do.
-MAXTEXT_QUERY_SCALE = ("llama", "mixtral")
+# 1/sqrt(head_dim) into it), and the dtype the multiply runs in: Llama's hook casts to float32
+# first (`x.astype(float32) * c`), Mixtral's multiplies the kernel as it is by a float32 scalar
+# (`x * c`, numpy's promotion: float32 for bfloat16 / float16 / float32, float64 for float64).
+# Both cast the product back to the kernel's dtype. `query_scale` writes that as constant steps.
+MAXTEXT_QUERY_SCALE = {"llama": "float32", "mixtral": "promoted"}
 # source="maxtext" presets refused whole, with the reason.
 REFUSED = {
     "gemma2": ("MaxText's Gemma2 exporter (GEMMA2_MAXTEXT_TO_HF_PARAM_HOOK_FN) subtracts 1 from every RMSNorm scale "
@@ -243,7 +251,8 @@ def _transform(kind: str, source: str, conv: bool, shape) -> tuple[tuple | None,
 class _Spec:
     """One source tensor as a destination part: `layer` on `layer_axis` removed, the first
     `cut[1]` rows of axis `cut[0]` kept (a vocabulary cut), the `rope` axis reordered evens
-    then odds, then `transpose`, `shape` (a reshape) and `cast`, in that order."""
+    then odds, then `transpose`, `shape` (a reshape) and `cast`, in that order; the elements
+    go through `affine`'s scalar steps (the query scaling) before the cast."""
     path: str
     layer: int | None
     layer_axis: int
@@ -252,15 +261,19 @@ class _Spec:
     cast: str | None
     rope: int | None = None
     cut: tuple[int, int] | None = None
+    affine: Affine | None = None   # constant steps every element goes through before the cast
 
     def part(self) -> Part | None:
-        """The same as a `Part`, when a Part can say it (layers on axis 0, no reorder, no cut)."""
-        if self.rope is not None or self.cut is not None or (self.layer is not None and self.layer_axis != 0):
+        """The same as a `Part`, when a Part can say it (layers on axis 0, no reorder, no cut, no
+        constant steps: a Part's scale runs in the source's dtype, MaxText's in float32)."""
+        if self.rope is not None or self.cut is not None or self.affine is not None or \
+                (self.layer is not None and self.layer_axis != 0):
             return None
         return Part(self.path, () if self.layer is None else (self.layer,), self.transpose, self.cast, self.shape)
 
     def fragments(self, full_shape) -> tuple[list, tuple]:
-        frags, value = [F.whole(self.path, full_shape, dtype=self.cast)], list(full_shape)
+        # the steps are scalars: where they sit among the slices and moves below changes nothing
+        frags, value = [replace(F.whole(self.path, full_shape, dtype=self.cast), affine=self.affine)], list(full_shape)
         if self.layer is not None:
             start, limit = [0] * len(value), list(value)
             start[self.layer_axis], limit[self.layer_axis] = self.layer, self.layer + 1
@@ -304,8 +317,21 @@ def _moved(pieces: list[Piece], dst: str, layer_axis: int, layer: int) -> list[P
     for p in pieces:
         at = layer_axis if p.perm is None else p.perm.index(layer_axis)
         start = p.src_start[:at] + (p.src_start[at] + layer,) + p.src_start[at + 1:]
-        out.append(Piece(dst, p.dst_start, p.size, p.src, start, p.perm, p.dtype, p.origin))
+        out.append(replace(p, dst=dst, src_start=start))
     return out
+
+
+def query_scale(family: str, dtype, head_dim: int) -> Affine:
+    """MaxText's `scale_query_layer` (saving to Hugging Face) on a query kernel of `dtype`, as
+    constant steps: the multiply by float32(sqrt(head_dim)) in the dtype the hook computes in
+    (`MAXTEXT_QUERY_SCALE`), then the product rounded back to the kernel's dtype (its
+    `.astype(original_dtype)`, a multiply by 1 in that dtype) where the two differ."""
+    source = np.dtype(dtype)
+    compute = np.dtype(np.float32) if MAXTEXT_QUERY_SCALE[family] == "float32" else np.result_type(source, np.float32)
+    steps = [step_for("mul", compute.name, np.float32(np.sqrt(head_dim)))]
+    if compute != source:
+        steps.append(Step("mul", source.name, (1.0,)))
+    return Affine(tuple(steps))
 
 
 def _whole_number(value) -> bool:
@@ -335,18 +361,21 @@ def _check_options(who: str, family: str, source: str, layout: str, tp, scan_axi
                         "jax_amem.rules.from_function (docs/reshard.md shows MaxText's hooks used that way), "
                         "or use source='flax' with a tree in that naming")
     scaled = source == "maxtext" and family in MAXTEXT_QUERY_SCALE
-    if scaled and not unscaled_queries:
-        raise RuleError(
-            f"{who}: refused: MaxText's exporter ({EXPORTERS[family]} in {MAXTEXT_HOOKS} at {MAXTEXT_COMMIT[:12]}) "
-            "multiplies every query kernel by sqrt(head_dim) (scale_query_layer: MaxText folds 1/sqrt(head_dim) "
-            "into the query kernel), and the swap's rules copy values without arithmetic. Copying the "
-            "kernel as stored would make Hugging Face's queries sqrt(head_dim) times too small. Either pass "
-            "unscaled_queries=True if this tree's query kernels hold the plain, unscaled values, or scale "
-            "them in the trainer before the swap, or write the conversion with rules.from_function")
     if unscaled_queries and not scaled:
         raise RuleError(f"{who}: unscaled_queries=True applies only to trees whose exporter scales the queries "
                         f"(source='maxtext' with {' or '.join(map(repr, MAXTEXT_QUERY_SCALE))}); this preset copies "
                         "the query kernels as they are: leave it False")
+
+
+def _scaled_query(who: str, family: str, path: str, dtype: str, one: tuple) -> Affine:
+    """The query scaling of MaxText's exporter for the query kernel `path` (one layer: (D, N, hd))."""
+    if dtype not in FLOATS:
+        raise RuleError(f"{who}: MaxText's exporter ({EXPORTERS[family]}'s scale_query_layer, {MAXTEXT_HOOKS} at "
+                        f"{MAXTEXT_COMMIT[:12]}) multiplies the query kernel {path!r} by sqrt(head_dim) in floating "
+                        f"point, and it is {dtype}: the copy scales floating values only ({', '.join(FLOATS)}). "
+                        "Pass unscaled_queries=True if its values are already plain, or write the conversion with "
+                        "rules.from_function")
+    return query_scale(family, dtype, one[-1])
 
 
 def _source_path(family: str, source: str, logical: str) -> str:
@@ -391,15 +420,18 @@ def _layer_axis(who: str, stack: str, leaves: dict, norm: str, width: int | None
 def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp: int = 1,
            cast: str | None = None, tie_embeddings: bool = False, scan_axis: int | None = None,
            vocab_size: int | None = None, unscaled_queries: bool = False) -> list:
-    """Rules from a trainer tree (`params`: arrays, ShapeDtypeStructs or Layouts; only names and
-    shapes are read) of `family` in `source` naming into the rollout's `layout`.
+    """Rules from a trainer tree (`params`: arrays, ShapeDtypeStructs or Layouts; names and shapes
+    are read, and a scaled query kernel's dtype) of `family` in `source` naming into the
+    rollout's `layout`.
 
     `scan_axis`: the axis every layer tensor is stacked on (None: found from the shapes).
     `vocab_size`: keep the first rows of a padded embedding (and lm_head), as MaxText's
     exporter cuts its padded vocabulary. `unscaled_queries`: for MaxText's Llama and Mixtral,
-    whose exporter multiplies the query kernel by sqrt(head_dim): True says this tree's query
-    kernels are already plain (copied as they are); otherwise the preset refuses.
-    Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder)."""
+    whose exporter multiplies the query kernel by sqrt(head_dim): by default the copy does the
+    same (in the dtype the exporter computes in, read from the query kernel's dtype); True
+    says this tree's query kernels are already plain, and they are copied as they are.
+    Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder,
+    the query scaling)."""
     if not isinstance(family, str) or family not in FAMILIES:
         near = difflib.get_close_matches(family, FAMILIES, 1) if isinstance(family, str) else []
         raise RuleError(f"preset: unknown family {family!r}; known: {', '.join(FAMILIES)}"
@@ -409,10 +441,12 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
                         f"got source={source!r}, layout={layout!r}")
     who = f"preset {family!r} (source={source!r}, layout={layout!r})"
     _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries)
-    shapes = {n: tuple(int(s) for s in leaf.shape) for n, leaf in tree_names(params).items()}
+    leaves_by_name = tree_names(params)
+    shapes = {n: tuple(int(s) for s in leaf.shape) for n, leaf in leaves_by_name.items()}
     conv = family == "gpt2" and layout == "hf"
     maxtext = source == "maxtext"
     rope = MAXTEXT_ROPE.get(family, ()) if maxtext else ()
+    scale_queries = maxtext and family in MAXTEXT_QUERY_SCALE and not unscaled_queries
     embed = _source_path(family, source, "embed")
     width = shapes[embed][1] if len(shapes.get(embed, ())) == 2 else None
     if vocab_size is not None and embed in shapes and vocab_size > shapes[embed][0]:
@@ -437,12 +471,16 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
                             + (" (in, heads, head_dim) / (heads, head_dim, out)" if maxtext and "heads" in kind
                                else "") + ": is the tree this family's, in this naming?")
         transpose, reshape = _transform(kind, source, conv, one)
+        affine = _scaled_query(who, family, path, params_dtype(path), one) if scale_queries and logical == "q" else None
         cut = None
         if vocab_size is not None and logical in ("embed", "lm_head"):
             vocab_axis = 0 if logical == "embed" else 1       # embedding (V, D), lm_head kernel (D, V)
             if shape[vocab_axis] != vocab_size:
                 cut = (vocab_axis, vocab_size)
-        return _Spec(path, layer, axis, transpose, reshape, cast, 2 if logical in rope else None, cut)
+        return _Spec(path, layer, axis, transpose, reshape, cast, 2 if logical in rope else None, cut, affine)
+
+    def params_dtype(path: str) -> str:
+        return np.dtype(leaves_by_name[path].dtype).name
 
     def check_split(dst: str, logicals, specs: list[_Spec], axis: int) -> None:
         """A fused tensor is cut into tp rank blocks: each part's split axis must divide."""

@@ -753,8 +753,6 @@ def _preset(family="llama", tree=None, **options):
     from jax_amem import rules
 
     options.setdefault("source", "maxtext")
-    if family == "llama" and options["source"] == "maxtext":
-        options.setdefault("unscaled_queries", True)
     return attempt(lambda: rules.preset(family, _maxtext_llama() if tree is None else tree, **options))
 
 
@@ -1022,7 +1020,44 @@ def preset_layer_axis_not_found():
 
 @case
 def preset_llama_maxtext_query_scaling():
-    return _preset(unscaled_queries=False)
+    """MaxText's Llama exporter scales the query kernel (x.astype(float32) * float32(sqrt(8)),
+    cast back to bfloat16) before its RoPE reorder and reshape: the preset does it in the copy.
+    Zeros of both signs, infinities, NaN, values that overflow to infinity once scaled and the
+    smallest normals come out as the exporter's bits (subnormals are flushed on the CPU, as
+    XLA:CPU flushes them: docs/reshard.md)."""
+    import jax
+    import ml_dtypes
+    import torch
+
+    import jax_amem
+    from jax_amem import rules
+
+    tree = _maxtext_llama(heads=2, kv=1, hd=8)
+    query = tree["decoder"]["layers"]["self_attention"]["query"]
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3e38, -3e38, 1.2e-38, 1.5, -2.0, 1e38], np.float32)
+    query["kernel"] = np.resize(edges, query["kernel"].shape).astype(ml_dtypes.bfloat16)
+    tree = jax.tree.map(lambda x: np.asarray(x).astype(ml_dtypes.bfloat16), tree)
+    name = "model.layers.1.self_attn.q_proj.weight"
+    pieces = [p for p in rules.llama(tree, source="maxtext") if getattr(p, "dst", None) == name]
+    destination = {name: torch.zeros(16, 16, dtype=torch.bfloat16)}
+    jax_amem.swap(jax.device_put(tree), destination, rules=pieces)
+    x = query["kernel"][:, 1]                                      # layer 1 (layers on axis 1)
+    with np.errstate(over="ignore"):
+        x = (x.astype(np.float32) * np.float32(np.sqrt(8))).astype(x.dtype)
+    x = np.concatenate((x[..., ::2], x[..., 1::2]), axis=-1).reshape(16, 16).T
+    got = destination[name].view(torch.int16).numpy()
+    assert np.array_equal(got, x.view(np.int16)), (got, x.view(np.int16))
+    assert np.isinf(x.astype(np.float32)).sum() > np.isinf(query["kernel"][:, 1].astype(np.float32)).sum()
+    return None
+
+
+@case
+def preset_llama_maxtext_integer_queries():
+    """An integer query kernel cannot be scaled in the copy: refused at preset(), naming it."""
+    tree = _maxtext_llama()
+    query = tree["decoder"]["layers"]["self_attention"]["query"]
+    query["kernel"] = query["kernel"].astype(np.int32)
+    return _preset(tree=tree)
 
 
 @case
