@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # Where names are read: the docs, the sources, the tests and the build files.
-SCANNED = ["README.md", "docs", "jax_amem", "src", "tests", "benchmarks", "scripts", "notebooks", "ci", ".ci",
+SCANNED = ["README.md", "docs", "jax_amem", "jax_amem_vllm", "src", "tests", "benchmarks", "scripts", "notebooks", "ci", ".ci",
            "Makefile", "CMakeLists.txt", "pyproject.toml"]
 TEXT_SUFFIXES = {".md", ".py", ".cc", ".h", ".cu", ".sh", ".inc", ".ipynb", ".toml", ".txt", ".map", ".c"}
 SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", "figures"}
@@ -41,7 +41,7 @@ NOT_OURS = {
     "hf_shape.py": "MaxText's checkpoint conversion (the tables of Hugging Face shapes)",
     "conversion_mapping.py": "transformers' load-time conversion of per-expert tensors",
 }
-NOT_OURS_PREFIXES = ("xla/", "vllm/", "nccl/src/", "src/maxtext/", "transformers/", "src/transformers/")
+NOT_OURS_PREFIXES = ("xla/", "vllm/", "model_loader/", "nccl/src/", "src/maxtext/", "transformers/", "src/transformers/")
 
 
 def scanned_files(repo: Path = REPO) -> list[Path]:
