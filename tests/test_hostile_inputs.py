@@ -202,11 +202,13 @@ def _judge(name: str, expected_name: str, lines: dict, done) -> None:
 
 
 _NO_TORCH = importlib.util.find_spec("torch") is None
+TORCH_DESTINATIONS = {"preset_llama_maxtext_query_scaling"}  # cases that swap into PyTorch tensors
 
 
 def _marks(name: str, *extra) -> list:
     marks = list(extra)
-    needs_torch = name.startswith(("torch_", "to_torch_", "swap_", "demo_", "gpu_demo_", "gpu_to_torch_", "generated_"))
+    needs_torch = (name.startswith(("torch_", "to_torch_", "swap_", "demo_", "gpu_demo_", "gpu_to_torch_", "generated_"))
+                   or name in TORCH_DESTINATIONS)
     if needs_torch and _NO_TORCH:  # CI's Python 3.12 leg has no torch build
         marks.append(pytest.mark.skip(reason="the case needs torch, which is not installed here"))
     return marks
