@@ -88,7 +88,7 @@ def time_swap_new_arrays(src, dst, repeats: int, sync) -> float:
 
 def time_xla_route(src, dst, repeats: int, sync) -> float:
     """Median seconds of the same swap with the direct launch off (XLA's custom calls, the
-    route before issue 26), for the comparison in the same run."""
+    route before the direct launch), for the comparison in the same run."""
     from jax_amem.swapping.in_process import direct
 
     was = direct.ENABLED

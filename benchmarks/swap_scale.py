@@ -9,7 +9,7 @@ Pairs (each: the swap without the constant, then with it; same sources, same des
   bf16 -> bf16        the same in bfloat16 (the kernel computes in float32, rounds once)
   f32 -> bf16         a cast (XLA makes the cast view, bytes copied) vs `(x * 0.125).astype(bf16)`
                       (the kernel reads float32 and writes bfloat16: no temporary)
-Goal (issue 23, H200, 4 x 512 MiB): the scaled swap within 5% of the plain one (ratio <= 1.05).
+Goal (H200, 4 x 512 MiB): the scaled swap within 5% of the plain one (ratio <= 1.05).
 Each scaled swap's first and last 2^20 elements are checked bit for bit against the numpy reference.
 """
 
