@@ -81,7 +81,7 @@ EXPECTED = {
     "ipc_allocation_bytes_lots": ("SwapError", r"entry 'w': allocation_bytes is str 'lots', not an int"),
     "ipc_bytes_outside_the_allocation": ("SwapError", r"outside its allocation"),
     "ipc_not_a_descriptor": ("SwapError", r"must be the dict export_tensors returned"),
-    # issue 24: the newer surfaces, one error family
+    # the newer surfaces (rules, presets, reserve, recover, to_torch, tied weights, the command line), one error family
     "to_torch_writes_are_refused_before_any_byte": ("ReadOnlyViewError", r"add_ would write into to_torch's view of "
                                                                           r"'w'.*Nothing was written.*clone\(\)"),
     "to_torch_inference_mode_alone_writes_then_refuses": (None, ""),
