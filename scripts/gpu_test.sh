@@ -22,6 +22,8 @@
 #                  default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
+#   hostile_demo   the hostile suite's case that runs the whole tiny demo with JAX on CPU on a GPU host
+#                  (about 9 minutes; not in the default list)
 #   multigpu       the multi-GPU group (2+ GPUs; skips on one): swaps across GPUs, the pause on every
 #                  GPU, XLA's communicators with one process per GPU (nccl_pause.py --gpus), NUMA placement
 #   numa           benchmarks/staging_numa.py: the pinned copy through a pool on the GPU's own NUMA node
@@ -90,14 +92,19 @@ for name in $STEPS; do
       step build 300 $PY -m pip install -q --no-build-isolation --no-deps . ;;
     gpu)
       # shellcheck disable=SC2046
-      step gpu 540 $PY -P -m pytest -q -m "gpu or multigpu" tests $(ignore_multi) ;;
+      # Two tests are not for this process: the affine NCCL test starts two processes (run by
+      # swap_nccl), and the hostile suite's whole-demo case takes most of a call (hostile_demo).
+      step gpu 540 $PY -P -m pytest -q -m "gpu or multigpu" tests $(ignore_multi) \
+        -k "not over_nccl and not gpu_demo" ;;
+    hostile_demo)
+      step hostile_demo 560 $PY -P -m pytest -q -rs -m gpu tests/test_hostile_inputs.py -k gpu_demo ;;
     swap_ipc)
       step swap_ipc 300 $PY -P -m pytest -q tests/test_swap_ipc.py ;;
     swap_nccl)
       # Only its GPU tests: the others stand CPU devices in for the link's GPU (CI runs them), and
       # on the GPU machine they would start JAX's GPU backend in this pytest process, which the
       # two-process GPU tests after them cannot share (they hung there).
-      step swap_nccl 400 $PY -P -m pytest -q -rs -m gpu tests/test_swap_nccl.py ;;
+      step swap_nccl 400 $PY -P -m pytest -q -rs -m gpu tests/test_swap_nccl.py tests/test_swap_affine.py -k "not test_gpu_ or over_nccl" ;;
     swap_multigpu)
       step swap_multigpu 540 $PY -P -m pytest -q -rs -m multigpu tests/test_swap_multigpu.py ;;
     nccl)
@@ -154,7 +161,7 @@ for name in $STEPS; do
       TAIL=${TAIL:-20} step swap_cases 200 $PY -P benchmarks/swap.py --repeats 20
       TAIL=${TAIL:-20} step swap_sweep 300 $PY -P benchmarks/swap.py --sweep --repeats 15 --json "$O/h200_swap_sweep.json" ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep numa multigpu)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep numa multigpu hostile_demo)"; exit 2 ;;
   esac
 done
 
