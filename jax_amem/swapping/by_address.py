@@ -49,7 +49,9 @@ class ByAddress(Protocol):
     def layouts(self) -> dict: ...                  # {name: reshard.Layout}: what to plan for
     def targets(self) -> dict[str, Target]: ...     # checked (writable, open, not JAX memory)
     def addresses(self) -> tuple: ...               # cheap, read on every swap (a cache key)
-    def fingerprint(self) -> tuple: ...             # (addresses(), versions()): torch_tensors only
+    # Where torch_tensors is not None (repeats are recognised only then): (addresses(),
+    # versions()), and each tensor's version counter.
+    def fingerprint(self) -> tuple: ...
     def versions(self) -> tuple: ...
     def before_writing(self, devices) -> None: ...  # what must finish before the first write
     def host_bytes(self, name: str, owner) -> np.ndarray: ...  # uint8, for verify=True

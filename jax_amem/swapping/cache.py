@@ -24,9 +24,8 @@ class Lru:
     """A bounded mapping: `get` marks an entry recently used, `put` evicts the least recently
     used once there are more than `ENTRIES`. `name` says what it holds (in `sizes()`)."""
 
-    def __init__(self, name: str, entries: int | None = None):
+    def __init__(self, name: str):
         self.name = name
-        self.entries = entries  # None: ENTRIES (read at each put, so tests can shrink it)
         self._entries: OrderedDict = OrderedDict()
         _every.append(self)
 
@@ -41,7 +40,7 @@ class Lru:
         """Stores and returns `value`."""
         self._entries[key] = value
         self._entries.move_to_end(key)
-        while len(self._entries) > (ENTRIES if self.entries is None else self.entries):
+        while len(self._entries) > ENTRIES:
             self._entries.popitem(last=False)
         return value
 
@@ -55,7 +54,7 @@ class Lru:
         return len(self._entries)
 
     def __repr__(self):
-        return f"Lru({self.name!r}, {len(self)} of {ENTRIES if self.entries is None else self.entries})"
+        return f"Lru({self.name!r}, {len(self)} of {ENTRIES})"
 
 
 def sizes() -> dict[str, int]:
@@ -81,9 +80,6 @@ class Memoized:
         self.name = name
         self.call = functools.lru_cache(maxsize=entries)(function)
         _every.append(self)
-
-    def values(self):
-        return []
 
     def clear(self) -> None:
         self.call.cache_clear()
@@ -118,6 +114,3 @@ class Table(dict):
             self.clear()
         self[key] = value
         return value
-
-    def values(self):
-        return list(super().values())

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import weakref
 
 import jax
@@ -50,7 +51,7 @@ import numpy as np
 from ... import _jax_compat
 from ..._native import core
 from ...copy import address_rows
-from .routes import switch
+from ..errors import SwapError
 from .schedule import _transforms, chunk_steps
 
 ENV = "JAX_AMEM_SWAP_DIRECT"
@@ -71,8 +72,16 @@ _await = _jax_compat.batched_wait()  # one C call that waits for many arrays
 
 
 def enabled() -> bool:
-    return switch(ENV, ENABLED, "launch eager swaps by address outside XLA", "always through XLA's custom calls",
-                  "jax_amem.swapping.in_process.direct.ENABLED")
+    """Whether eager swaps take the direct launch: JAX_AMEM_SWAP_DIRECT when set to 1 or 0,
+    else ENABLED; any other value is a SwapError saying what each value does."""
+    value = os.environ.get(ENV, "").strip()
+    if value == "":
+        return bool(ENABLED)
+    if value in ("0", "1"):
+        return value == "1"
+    raise SwapError(f"{ENV}={value!r} is not understood: set it to 1 (launch eager swaps by address outside XLA) "
+                    "or 0 (always through XLA's custom calls), or unset it for "
+                    f"jax_amem.swapping.in_process.direct.ENABLED ({bool(ENABLED)}); nothing was written")
 
 
 def plan_for(program):

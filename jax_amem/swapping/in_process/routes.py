@@ -21,14 +21,11 @@ source's dtype, and their rows run as affine rows (`affine_copy_to_addresses`,
 
 from __future__ import annotations
 
-import os
-
 import jax
 
 from ...affine_copy import affine_copy_many, affine_copy_to_addresses
 from ...copy import segment_copy_many, segment_copy_to_addresses
 from ..affine_views import prepared_views, split_rows
-from ..errors import SwapError
 from ..sources import prepare_view
 from .schedule import Group
 
@@ -40,18 +37,6 @@ def choose(destination) -> tuple:
     if destination.writes_by_address:
         return ("addresses", destination.addresses())
     return ("batched",)
-
-
-def switch(env: str, default: bool, on: str, off: str, attribute: str) -> bool:
-    """An on/off switch: the variable `env` when set to 1 or 0, else `default` (the module
-    `attribute`); any other value is a SwapError saying what each value does."""
-    value = os.environ.get(env, "").strip()
-    if value == "":
-        return bool(default)
-    if value in ("0", "1"):
-        return value == "1"
-    raise SwapError(f"{env}={value!r} is not understood: set it to 1 ({on}) or 0 ({off}), or unset it for "
-                    f"{attribute} ({bool(default)}); nothing was written")
 
 
 def jitted(group: Group, views, route: str, plan=None):

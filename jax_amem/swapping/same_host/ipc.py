@@ -296,12 +296,6 @@ class RemoteTensors(WrittenHere):
         self._require_open()
         return self._addresses
 
-    def fingerprint(self) -> tuple:
-        return self.addresses(), ()
-
-    def versions(self) -> tuple:
-        return ()
-
     def before_writing(self, devices) -> None:
         pass  # the rollout said it is idle (same_host/ready_done.py) before the trainer writes
 
