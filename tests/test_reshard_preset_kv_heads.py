@@ -172,8 +172,9 @@ WHO = r"preset 'llama' \(source='maxtext', layout='vllm'\)"
 def test_tp_above_the_kv_heads_that_is_not_a_multiple_of_them():
     """vLLM divides tp by the KV heads (num_kv_head_replicas): refused at preset(), named."""
     with pytest.raises(rules.RuleError, match=WHO + r": tp=4 exceeds the 3 KV heads of 'k' \(axis 2 of source "
-                                                    r"'decoder/layers/self_attention/key/kernel', shape \(16, 2, 3, 4\)\) "
-                                                    r"and is not a multiple of them.*num_kv_head_replicas"):
+                                                    r"'decoder/layers/self_attention/key/kernel', shape "
+                                                    r"\(16, 2, 3, 4\)\) and is not a multiple of them.*"
+                                                    r"num_kv_head_replicas"):
         rules.llama(_maxtext_llama(3), source="maxtext", layout="vllm", tp=4)
     with pytest.raises(rules.RuleError, match=WHO + r": tp=2 does not divide the 3 heads of 'k'"):
         rules.llama(_maxtext_llama(3), source="maxtext", layout="vllm", tp=2)
