@@ -128,10 +128,10 @@ def test_each_rank_holds_its_query_heads_and_one_kv_head(family, source, scan_ax
             assert np.array_equal(_bits(dst[name].numpy()), _bits(ranks[rank])), (name, rank)
 
 
-def test_replicated_kv_heads_are_what_the_flax_preset_writes_at_tp_up_to_the_kv_heads():
-    """At tp <= kv heads the loader's layout is plain per-rank slicing (preset_models' oracle):
-    the two oracles agree there, so the loader re-done above is the one the other tests check."""
-    tree, checkpoint = _trainer_and_checkpoint("qwen2", "flax", None, 2)
+def test_the_loader_oracle_is_plain_rank_slicing_where_nothing_is_replicated():
+    """At tp = kv heads vLLM's loader slices every part per rank, as preset_models' vllm oracle
+    (which the other preset tests check) does: the two oracles agree there."""
+    _, checkpoint = _trainer_and_checkpoint("qwen2", "flax", None, 2)
     fused = M.oracle("qwen2", "vllm", _weights("qwen2", 2, 0), np, tp=2)
     for name, ranks in _expected("qwen2", checkpoint, 2, 2).items():
         assert np.array_equal(np.concatenate(ranks), fused[name]), name
