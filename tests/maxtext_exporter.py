@@ -123,8 +123,9 @@ def param_map(family):
     return out
 
 
-def hf_shape(family, name):
-    """The Hugging Face shape of one name MaxText writes (its hf_shape.py tables, for these sizes)."""
+def hf_shape(family, name, heads=(H, KV)):
+    """The Hugging Face shape of one name MaxText writes (its hf_shape.py tables, for these sizes;
+    `heads`: (query heads, KV heads) of a model with other head counts)."""
     mla = family == "deepseek"
     parts = name.split(".")
     module = parts[-2]
@@ -134,8 +135,9 @@ def hf_shape(family, name):
         return (D, S) if module == "down_proj" else (S, D)
     if module == "gate":
         return (E,) if parts[-1] == "e_score_correction_bias" else (E, D)
-    table = {"q_proj": (H * (NOPE + ROPE if mla else HD), D), "k_proj": (KV * HD, D), "v_proj": (KV * HD, D),
-             "o_proj": (D, H * (VHD if mla else HD)), "gate_proj": (F, D), "up_proj": (F, D),
+    h, kv = heads
+    table = {"q_proj": (h * (NOPE + ROPE if mla else HD), D), "k_proj": (kv * HD, D), "v_proj": (kv * HD, D),
+             "o_proj": (D, h * (VHD if mla else HD)), "gate_proj": (F, D), "up_proj": (F, D),
              "down_proj": (D, F), "kv_a_proj_with_mqa": (R + ROPE, D), "kv_b_proj": (H * (NOPE + VHD), R),
              "q_norm": (HD,), "k_norm": (HD,), "kv_a_layernorm": (R,), "embed_tokens": (V, D), "lm_head": (V, D)}
     return table.get(module, (D,))
@@ -197,10 +199,11 @@ def _flat(tree, prefix="params"):
         yield from (_flat(v, f"{prefix}-{k}") if isinstance(v, dict) else [(f"{prefix}-{k}", v)])
 
 
-def export(family, tree, scan_axis, *, vocab=V, scale_queries=True, xp=np, head_dim=HD):
+def export(family, tree, scan_axis, *, vocab=V, scale_queries=True, xp=np, head_dim=HD, heads=(H, KV)):
     """MaxText's to_huggingface on `tree` (maxtext_tree): {Hugging Face name: numpy array}.
     `scale_queries=False` leaves out scale_query_layer (for a tree whose queries are unscaled);
-    `head_dim`: the model's (HD, or another for a tree whose heads are regrouped)."""
+    `head_dim`: the model's (HD, or another for a tree whose heads are regrouped); `heads`:
+    (query heads, KV heads) of a model with other head counts (of head_dim HD)."""
     mapping, chain = param_map(family), hooks(family, scale_queries, xp, head_dim)
     out = {}
     for key, x in _flat(tree):
@@ -217,7 +220,7 @@ def export(family, tree, scan_axis, *, vocab=V, scale_queries=True, xp=np, head_
             cuts = [(name, _index(_index(x, e, expert_axis), i, 0))
                     for e, names in enumerate(targets) for i, name in enumerate(names)]
         for name, value in cuts:
-            shape = (vocab, D) if name == "model.embed_tokens.weight" else hf_shape(family, name)
+            shape = (vocab, D) if name == "model.embed_tokens.weight" else hf_shape(family, name, heads)
             for hook in chain.get(key, []):
                 value = hook(value, shape)
             value = xp.squeeze(value)

@@ -18,7 +18,7 @@ from jax_amem.reshard import names_tree
 L, D, H, KV, HD, F, E, I, S, V = 2, 16, 4, 2, 4, 24, 4, 8, 8, 32
 R, ROPE, NOPE, VHD = 8, 2, 2, 4          # DeepSeek MLA: kv rank, rope / nope / value head dims
 GPT_F, POS = 64, 16
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2", "qwen2")
 
 
 def _shapes(family, moe):
@@ -35,6 +35,8 @@ def _shapes(family, moe):
     out.update({"attn_norm": (D,), "mlp_norm": (D,)})
     if family in ("qwen3", "qwen3_moe"):
         out.update({"q_norm": (HD,), "k_norm": (HD,)})
+    if family == "qwen2":
+        out.update({"q_bias": (H, HD), "k_bias": (KV, HD), "v_bias": (KV, HD)})
     if family == "gemma2":
         out.update({"pre_ffw_norm": (D,), "post_ffw_norm": (D,)})
     if moe:
@@ -216,6 +218,12 @@ def oracle(family, layout, w, xp, tp=2, tie=False):
                 else:
                     out.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
                                 p + "self_attn.v_proj.weight": v})
+                if "q_bias" in l:
+                    bias = [l[n + "_bias"].reshape(-1) for n in "qkv"]
+                    if vllm:
+                        out[p + "self_attn.qkv_proj.bias"] = _fuse(xp, bias, 0, tp)
+                    else:
+                        out.update({p + f"self_attn.{n}_proj.bias": b for n, b in zip("qkv", bias)})
             out[p + "self_attn.o_proj.weight"] = heads_out(l["o"])
             out[p + "input_layernorm.weight"] = l["attn_norm"]
             out[p + "post_attention_layernorm.weight"] = l["mlp_norm"]
@@ -269,6 +277,8 @@ def hf_model(family):
         config, cls = T.LlamaConfig(**base), T.LlamaForCausalLM
     elif family == "qwen3":
         config, cls = T.Qwen3Config(**base), T.Qwen3ForCausalLM
+    elif family == "qwen2":
+        config, cls = T.Qwen2Config(**base), T.Qwen2ForCausalLM
     elif family == "qwen3_moe":
         config, cls = T.Qwen3MoeConfig(**base, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=2,
                                        decoder_sparse_step=1, mlp_only_layers=[]), T.Qwen3MoeForCausalLM

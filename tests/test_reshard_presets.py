@@ -97,7 +97,7 @@ def test_flax_preset_swaps_bit_exact(family, layout, dtype):
     arrays = shard_tree(tree)
     model = _destination(family, layout, want, dtype)
     rule_list = rules.preset(family, arrays, source="flax", layout=layout, tp=_tp(layout),
-                             cast=None if dtype == "float32" else dtype)
+                             cast=None if dtype == "float32" else dtype, head_dim=M.HD)
     jax_amem.swap(arrays, _tensors(model, want), rules=rule_list)
     _check_params(model, want, dtype)
     if layout == "hf":
@@ -319,7 +319,7 @@ def _swap_on(family, jax_device, torch_device):
             arrays = jax.device_put(tree, jax_device)
             model = _destination(family, layout, want, "bfloat16").to(torch_device)
             rule_list = (_maxtext_rules(family, arrays, layout, "bfloat16") if source == "maxtext" else
-                         rules.preset(family, arrays, layout=layout, tp=_tp(layout), cast="bfloat16"))
+                         rules.preset(family, arrays, layout=layout, tp=_tp(layout), cast="bfloat16", head_dim=M.HD))
             jax_amem.swap(arrays, _tensors(model, want), rules=rule_list)
             _check_params(model.cpu(), want, "bfloat16")
 

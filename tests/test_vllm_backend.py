@@ -201,7 +201,8 @@ def _tree_bf16(tree):
     ("names", lambda t: dict(params=as_jax(t), family="qwen3"), r"q_norm"),
     ("shapes", lambda t: dict(params=as_jax(_tree_resized(t)), family="llama"), r"group 3"),
     ("dtype", lambda t: dict(params=_tree_bf16(t), family="llama"), r"dtype|bfloat16"),
-    ("tp", lambda t: dict(params=as_jax(t), rules=jax_amem.rules.preset("llama", t, layout="vllm", tp=2)),
+    ("tp", lambda t: dict(params=as_jax(t), rules=jax_amem.rules.preset("llama", t, layout="vllm", tp=2,
+                                                                        head_dim=vm.HD)),
      r"tensor-parallel size \[2\].*tensor_parallel_size=1"),
 ])
 def test_plan_not_matching_the_engine_is_refused(llama, case, connect, match):

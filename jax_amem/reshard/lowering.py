@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import numbers
 from collections import defaultdict
 from typing import Iterable, Mapping
 
@@ -120,20 +121,18 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
         extents = [v[2][axis] for v in views]
         total = shape[axis]
     groups = rule.groups
-    if groups < 1 or any(e % groups for e in extents):
-        raise RuleError(f"destination {dst!r}: parts of extents {extents} along axis {axis} do not "
-                        f"split into {groups} groups")
+    slices = _slices(rule, extents, axis)
     pieces, offset = [], 0
     for group in range(groups):
-        for part, (layout, perm, view_shape), extent in zip(rule.parts, views, extents):
-            step = extent // groups
+        for part, (layout, perm, view_shape), extent, count in zip(rule.parts, views, extents, slices):
+            step = extent // count
             size = list(shape)
             dst_start = [0] * len(shape)
             src_start = list(part.index) + [0] * len(view_shape)
             if shape:
                 size[axis] = step
                 dst_start[axis] = offset
-                src_start[len(part.index) + axis] = group * step
+                src_start[len(part.index) + axis] = group // part.replicas * step
             offset += step
             if part.shape is not None or part.scale is not None or part.offset is not None:
                 limit = [a + n for a, n in zip(src_start[len(part.index):], size)]
@@ -146,6 +145,29 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
         # Report the exact region, through the same coverage check as explicit pieces.
         check_coverage(dst, dst_layout, pieces)
     return pieces
+
+
+def _slices(rule: Rule, extents: list[int], axis: int) -> list[int]:
+    """How many slices each part is cut into: the rule's groups over the part's replicas (the
+    groups that hold each slice), checked to divide."""
+    groups = rule.groups
+    if groups < 1:
+        raise RuleError(f"destination {rule.dst!r}{_by(rule.origin)}: groups={groups} is not a group count (>= 1)")
+    out = []
+    for part in rule.parts:
+        replicas = part.replicas
+        if not isinstance(replicas, numbers.Integral) or isinstance(replicas, bool) or replicas < 1 \
+                or groups % replicas:
+            raise RuleError(f"destination {rule.dst!r}{_by(rule.origin)}: part {part.src!r} has "
+                            f"replicas={replicas!r}, which does not divide the rule's {groups} groups (give the "
+                            "number of consecutive groups that hold each of its slices)")
+        out.append(groups // replicas)
+    if any(e % n for e, n in zip(extents, out)):
+        replicas = [p.replicas for p in rule.parts]
+        cut = f"{groups} groups" if set(replicas) == {1} else f"{out} slices ({groups} groups, replicas {replicas})"
+        raise RuleError(f"destination {rule.dst!r}: parts of extents {extents} along axis {axis} do not "
+                        f"split into {cut}")
+    return out
 
 
 def _overlap(a: Piece, b: Piece):

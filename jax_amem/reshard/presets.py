@@ -4,7 +4,8 @@
     rules.qwen3(params)                          # source="flax", layout="hf"
 
 Families: llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek (MoE with shared experts,
-first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2.
+first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2, qwen2
+(Llama's tensors and q/k/v biases).
 
 Sources (the trainer's tree, named by `tree_names`; layers stacked on `scan_axis`, found from
 the shapes when not given):
@@ -30,6 +31,8 @@ Layouts (the rollout's names and shapes):
   kernels (in, out) and fused `c_attn`). Whole tensors: `tp` must be 1.
 * `"vllm"`: vLLM's fused tensors: `qkv_proj`, `gate_up_proj`, MoE `w13_weight` (E, 2I, D)
   and `w2_weight` (E, D, I), each fused tensor interleaved per tensor-parallel rank (`tp`).
+  Where tp exceeds the KV heads, each rank's `qkv_proj` (and its bias) holds its query heads
+  and one KV head, rank r head r // (tp // kv_heads), as vLLM's QKVParallelLinear loads it.
 
 The tables below are the whole mapping: copy and edit them for another naming.
 """
@@ -106,6 +109,7 @@ LLAMA_ATTN = {"self_attn.q_proj.weight": "q", "self_attn.k_proj.weight": "k", "s
 DENSE_MLP = {"mlp.gate_proj.weight": "gate", "mlp.up_proj.weight": "up", "mlp.down_proj.weight": "down"}
 NORMS = {"input_layernorm.weight": "attn_norm", "post_attention_layernorm.weight": "mlp_norm"}
 QK_NORM = {"self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
+QKV_BIAS = {"self_attn.q_proj.bias": "q_bias", "self_attn.k_proj.bias": "k_bias", "self_attn.v_proj.bias": "v_bias"}
 HF_EXPERTS = {"mlp.gate.weight": "router", "mlp.experts.gate_up_proj": (("e_gate", "e_up"), 1),
               "mlp.experts.down_proj": "e_down"}
 MLA = {"self_attn.q_proj.weight": "q", "self_attn.kv_a_proj_with_mqa.weight": "kv_a",
@@ -129,7 +133,10 @@ def _vllm(table: dict, moe_prefix: str = "mlp") -> dict:
     for name, logical in table.items():
         if name == "self_attn.q_proj.weight" and "self_attn.k_proj.weight" in table:
             out["self_attn.qkv_proj.weight"] = (("q", "k", "v"), 0)
-        elif name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight"):
+        elif name == "self_attn.q_proj.bias":
+            out["self_attn.qkv_proj.bias"] = (("q_bias", "k_bias", "v_bias"), 0)
+        elif name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.k_proj.bias",
+                      "self_attn.v_proj.bias"):
             continue
         elif name.endswith("gate_proj.weight"):
             out[name.replace("gate_proj", "gate_up_proj")] = ((logical, table[name.replace("gate", "up")]), 0)
@@ -160,6 +167,8 @@ def family_tables(family: str, layout: str, moe_layer: bool = True) -> tuple[dic
         layer = {**attn, **NORMS}
         if family in ("qwen3", "qwen3_moe"):
             layer.update(QK_NORM)
+        if family == "qwen2":
+            layer.update(QKV_BIAS)
         if family == "gemma2":
             layer.update({"pre_feedforward_layernorm.weight": "pre_ffw_norm",
                           "post_feedforward_layernorm.weight": "post_ffw_norm"})
@@ -211,9 +220,10 @@ REFUSED = {
                "multiplies the query kernels by sqrt(head_dim) (scale_query_layer) and stores two Hugging Face "
                "layers per MaxText layer (_local / _global); constant arithmetic is not a copy"),
     "gpt2": "MaxText has no GPT-2 model or GPT-2 to Hugging Face exporter to reproduce",
+    "qwen2": "the presets follow no MaxText exporter for Qwen2 (EXPORTERS lists the ones they follow)",
 }
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2", "qwen2")
 # Per kind: (rank of one layer's tensor in the flax naming, in the maxtext naming).
 RANKS = {"in_heads": (2, 3), "out_heads": (2, 3), "linear": (2, 2), "experts": (3, 3), "vector": (1, 1),
          "head_vector": (1, 2)}
@@ -221,6 +231,8 @@ RANKS = {"in_heads": (2, 3), "out_heads": (2, 3), "linear": (2, 2), "experts": (
 # in the maxtext naming; the flax naming merges heads, so there it is the merged axis.
 SPLIT = {"in_heads": (1, "heads"), "linear": (1, "output features"), "experts": (2, "expert width"),
          "head_vector": (0, "heads"), "vector": (0, "features")}
+# The parts of a fused qkv that vLLM replicates when the tensor-parallel size exceeds their heads.
+KV_PARTS = ("k", "v", "k_bias", "v_bias")
 
 
 def _transform(kind: str, source: str, conv: bool, shape) -> tuple[tuple | None, tuple | None]:
@@ -262,6 +274,7 @@ class _Spec:
     rope: int | None = None
     cut: tuple[int, int] | None = None
     affine: Affine | None = None   # constant steps every element goes through before the cast
+    replicas: int = 1              # in a fused tensor: consecutive rank blocks holding one slice (Part.replicas)
 
     def part(self) -> Part | None:
         """The same as a `Part`, when a Part can say it (layers on axis 0, no reorder, no cut, no
@@ -269,7 +282,8 @@ class _Spec:
         if self.rope is not None or self.cut is not None or self.affine is not None or \
                 (self.layer is not None and self.layer_axis != 0):
             return None
-        return Part(self.path, () if self.layer is None else (self.layer,), self.transpose, self.cast, self.shape)
+        return Part(self.path, () if self.layer is None else (self.layer,), self.transpose, self.cast, self.shape,
+                    replicas=self.replicas)
 
     def fragments(self, full_shape) -> tuple[list, tuple]:
         # the steps are scalars: where they sit among the slices and moves below changes nothing
@@ -301,10 +315,11 @@ def _emit(dst: str, specs: list[_Spec], axis: int, groups: int, shapes: dict, or
     axis %= len(values[0][1])
     frags, offset = [], 0
     for group in range(groups):
-        for value, shape in values:
-            step = shape[axis] // groups
+        for spec, (value, shape) in zip(specs, values):
+            step = shape[axis] // (groups // spec.replicas)
             start, limit = [0] * len(shape), list(shape)
-            start[axis], limit[axis] = group * step, (group + 1) * step
+            start[axis] = group // spec.replicas * step
+            limit[axis] = start[axis] + step
             frags.extend(F.shift(F.slice_box(value, start, limit), axis, offset))
             offset += step
     return F.to_pieces(dst, frags, {s.path: len(shapes[s.path]) for s in specs}, origin)
@@ -339,7 +354,7 @@ def _whole_number(value) -> bool:
 
 
 def _check_options(who: str, family: str, source: str, layout: str, tp, scan_axis, vocab_size,
-                   unscaled_queries) -> None:
+                   unscaled_queries, head_dim) -> None:
     """Every option checked before the tree is read, each error naming the option."""
     if not _whole_number(tp) or tp < 1:
         raise RuleError(f"{who}: tp={tp!r} is not a tensor-parallel size: give an int >= 1 (the rollout's "
@@ -354,6 +369,9 @@ def _check_options(who: str, family: str, source: str, layout: str, tp, scan_axi
     if vocab_size is not None and (not _whole_number(vocab_size) or vocab_size < 1):
         raise RuleError(f"{who}: vocab_size={vocab_size!r} is not a vocabulary size: give the rollout's "
                         "vocabulary (an int >= 1) to cut a padded embedding, or None")
+    if head_dim is not None and (not _whole_number(head_dim) or head_dim < 1):
+        raise RuleError(f"{who}: head_dim={head_dim!r} is not a head size: give the model config's head_dim "
+                        "(an int >= 1), or None")
     if not isinstance(unscaled_queries, bool):
         raise RuleError(f"{who}: unscaled_queries={unscaled_queries!r} is True or False")
     if source == "maxtext" and family in REFUSED:
@@ -419,7 +437,7 @@ def _layer_axis(who: str, stack: str, leaves: dict, norm: str, width: int | None
 
 def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp: int = 1,
            cast: str | None = None, tie_embeddings: bool = False, scan_axis: int | None = None,
-           vocab_size: int | None = None, unscaled_queries: bool = False) -> list:
+           vocab_size: int | None = None, unscaled_queries: bool = False, head_dim: int | None = None) -> list:
     """Rules from a trainer tree (`params`: arrays, ShapeDtypeStructs or Layouts; names and shapes
     are read, and a scaled query kernel's dtype) of `family` in `source` naming into the
     rollout's `layout`.
@@ -430,6 +448,10 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     whose exporter multiplies the query kernel by sqrt(head_dim): by default the copy does the
     same (in the dtype the exporter computes in, read from the query kernel's dtype); True
     says this tree's query kernels are already plain, and they are copied as they are.
+    `head_dim`: the model's, for the 'flax' naming with layout="vllm" and tp > 1 (it merges the
+    heads with head_dim; Qwen3's q_norm holds it, and the 'maxtext' naming's kernels do): each
+    rank gets whole query heads, and where tp exceeds the KV heads (a multiple of them, as vLLM
+    requires) one KV head, rank r head r // (tp // kv_heads), as vLLM's QKVParallelLinear loads it.
     Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder,
     the query scaling)."""
     if not isinstance(family, str) or family not in FAMILIES:
@@ -440,7 +462,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         raise RuleError(f"preset {family!r}: source must be one of {SOURCES} and layout one of {LAYOUTS}, "
                         f"got source={source!r}, layout={layout!r}")
     who = f"preset {family!r} (source={source!r}, layout={layout!r})"
-    _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries)
+    _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries, head_dim)
     leaves_by_name = tree_names(params)
     shapes = {n: tuple(int(s) for s in leaf.shape) for n, leaf in leaves_by_name.items()}
     conv = family == "gpt2" and layout == "hf"
@@ -482,31 +504,65 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     def params_dtype(path: str) -> str:
         return np.dtype(leaves_by_name[path].dtype).name
 
-    def check_split(dst: str, logicals, specs: list[_Spec], axis: int) -> None:
-        """A fused tensor is cut into tp rank blocks: each part's split axis must divide."""
+    def head_size(dst: str, logical: str, s: _Spec, one: list, split: int) -> int:
+        """head_dim of a heads part: its own axis in the maxtext naming; in the flax naming, which
+        merges heads with head_dim, `head_dim=` or the width of Qwen3's q_norm scale."""
+        held, by = (one[split + 1], f"source {s.path!r} (shape {shapes[s.path]})") if maxtext else (None, "")
+        stack = s.path[:len(s.path) - len(_source_path(family, source, logical))]
+        norm = stack + _source_path(family, source, "q_norm")
+        if held is None and family in ("qwen3", "qwen3_moe") and norm in shapes:
+            held, by = shapes[norm][-1], f"the q_norm scale {norm!r} (shape {shapes[norm]})"
+        if head_dim is not None and held is not None and head_dim != held:
+            raise RuleError(f"{who}: head_dim={head_dim} differs from the head_dim {held} of {by}: leave head_dim "
+                            "out (the tree holds it)")
+        if held is not None or head_dim is not None:
+            return held or head_dim
+        raise RuleError(f"{who}: tp={tp} gives each rank of {dst!r} whole heads (and one replicated KV head "
+                        f"where tp exceeds the KV heads), and the 'flax' naming merges the heads with head_dim "
+                        f"(source {s.path!r} is {shapes[s.path]}): pass head_dim= (the model config's head_dim)")
+
+    def replicas_in(dst: str, logicals, specs: list[_Spec]) -> list[int]:
+        """A fused tensor is cut into tp rank blocks: each part's split axis must divide, except a
+        KV part (k, v and their biases) with fewer heads than ranks. vLLM's QKVParallelLinear
+        gives each rank one KV head then, rank r head r // (tp // heads): its replicas."""
+        out = []
         for logical, s in zip(logicals, specs):
             kind = (LAYER_WEIGHTS.get(logical) or GLOBAL_WEIGHTS[logical])[0]
             split, what = SPLIT.get(kind, (0, "rows"))
-            if not maxtext and kind == "in_heads":
-                what = "heads x head_dim (merged)"
             one = list(shapes[s.path])
             if s.layer is not None:
                 del one[s.layer_axis]
             count = one[split]
             full = split if s.layer is None or split < s.layer_axis else split + 1
+            where = f"(axis {full} of source {s.path!r}, shape {shapes[s.path]})"
+            if kind in ("in_heads", "head_vector"):
+                size = head_size(dst, logical, s, one, split)
+                if not maxtext:
+                    if count % size:
+                        raise RuleError(f"{who}: head_dim={size} does not divide the {count} features of {logical!r} "
+                                        f"{where}, which merge its heads: give the model config's head_dim")
+                    count, what = count // size, f"heads (of head_dim {size}, merged)"
+                if logical in KV_PARTS and count < tp:
+                    if tp % count:
+                        raise RuleError(f"{who}: tp={tp} exceeds the {count} KV heads of {logical!r} {where} and is "
+                                        f"not a multiple of them: vLLM then gives each rank one KV head, held by "
+                                        f"tp / {count} ranks (QKVParallelLinear's num_kv_head_replicas), so tp must "
+                                        f"divide {count} or be a multiple of it")
+                    out.append(tp // count)
+                    continue
             if count % tp:
-                raise RuleError(f"{who}: tp={tp} does not divide the {count} {what} of {logical!r} (axis {full} of "
-                                f"source {s.path!r}, shape {shapes[s.path]}), which {dst!r} splits over the tp "
-                                "ranks: give a tp that divides it (vLLM needs whole heads per rank"
-                                + ("; with fewer KV heads than ranks vLLM replicates them, which a preset does "
-                                   "not write: use from_function for that layout)" if count < tp else ")"))
+                raise RuleError(f"{who}: tp={tp} does not divide the {count} {what} of {logical!r} {where}, which "
+                                f"{dst!r} splits over the tp ranks: give a tp that divides it (vLLM needs whole "
+                                "heads per rank)")
+            out.append(1)
+        return out
 
     def rules_for(dst: str, entry, stack: str | None, layer: int | None, axis: int) -> list:
         logicals, concat = (entry if isinstance(entry, tuple) else ((entry,), 0))
         specs = [spec(lg, stack, layer, axis) for lg in logicals]
         groups = tp if layout == "vllm" and len(specs) > 1 else 1
         if groups > 1:
-            check_split(dst, logicals, specs, axis)
+            specs = [replace(s, replicas=r) for s, r in zip(specs, replicas_in(dst, logicals, specs))]
         return _emit(dst, specs, concat, groups, shapes, who)
 
     out = []
@@ -556,8 +612,8 @@ def _named(family: str):
         return preset(family, params, **options)
     make.__name__ = family
     make.__doc__ = (f"`preset({family!r}, params, source=, layout=, tp=, cast=, tie_embeddings=, scan_axis=, "
-                    "vocab_size=, unscaled_queries=)`.")
+                    "vocab_size=, unscaled_queries=, head_dim=)`.")
     return make
 
 
-llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek, gpt2 = (_named(f) for f in FAMILIES)
+llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek, gpt2, qwen2 = (_named(f) for f in FAMILIES)

@@ -15,7 +15,10 @@ Three levels, each plain frozen data:
   cuts the part into more pieces).
 * `Rule`: a destination tensor made of parts concatenated along `axis`; with
   `groups=g` the axis is cut into g blocks and block j holds slice j of every
-  part, in order (vLLM's fused QKV / gate_up per tensor-parallel rank).
+  part, in order (vLLM's fused QKV / gate_up per tensor-parallel rank). A part
+  with `replicas=k` is cut into g / k slices instead, and block j holds its
+  slice j // k: k consecutive blocks hold the same slice (vLLM's KV heads,
+  one per rank, when the tensor-parallel size exceeds them).
 * `Piece`: the lowered form every rule becomes, and the escape hatch for
   anything rules do not express: one box of the destination filled from one
   box of a (transformed) source.
@@ -40,6 +43,7 @@ class Part:
     scale: float | tuple[float, ...] | None = None   # multiplies the part (a number or a vector)
     offset: float | tuple[float, ...] | None = None  # added after the scale
     along: int = -1                                  # the part's axis a vector scale / offset runs along
+    replicas: int = 1   # in a Rule with groups: consecutive groups that hold the same slice of this part
 
     def __post_init__(self):
         for name in ("scale", "offset"):
