@@ -106,11 +106,17 @@ def prepare_buffer_segments(segments, src_bytes, dst_bytes,
     of at most `max_piece` bytes: (n, 6) int64 rows. ValueError for rows that are not five or six
     integers, and naming the first row whose indices are out of range, that is out of bounds,
     empty, or that overlaps another row's destination bytes."""
+    return core.copy.prepare_buffer_segments(_six_columns(segments), [int(b) for b in src_bytes],
+                                             [int(b) for b in dst_bytes], int(max_piece))
+
+
+def _six_columns(segments) -> np.ndarray:
+    """Rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0]) as (n, 6) int64 rows,
+    checked for their width and integers (a table of six columns passes as it is)."""
     table = _integer_rows(segments, "(src_index, dst_index, src_offset, dst_offset, bytes[, 0])", (5, 6))
     if table.shape[1] == 5:
         table = np.concatenate([table, np.zeros((len(table), 1), np.int64)], axis=1)
-    return core.copy.prepare_buffer_segments(table, [int(b) for b in src_bytes],
-                                             [int(b) for b in dst_bytes], int(max_piece))
+    return table
 
 
 def segment_copy_many(srcs, dsts, segments) -> list:
@@ -141,13 +147,6 @@ def segment_copy_many(srcs, dsts, segments) -> list:
 # 0.45 ms as one launch against 0.64 ms as 64 driver copies; 4 rows of 512 MiB 1.41 ms as driver
 # copies against 1.61 ms as one launch. Rows in between are assumed to side with the launch.
 BULK_BYTES = 64 << 20
-_WHOLE = 1 << 62  # a piece size no row reaches: validate without splitting
-
-
-def split_bulk(rows: np.ndarray, bulk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(bulk rows, other rows) of a validated (n, 6) table: the split the CUDA handler runs."""
-    long = rows[:, 4] >= bulk_bytes
-    return np.ascontiguousarray(rows[long]), np.ascontiguousarray(rows[~long])
 
 
 def _integers(values, what: str) -> list[int]:
@@ -249,12 +248,14 @@ def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int |
         raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
                          f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
     _checked_destinations(address_list, size_list)
-    rows = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], size_list, max_piece=_WHOLE)
+    rows = _six_columns(segments)
+    # Validated once, as one table, then split: bulk rows whole, the others into pieces.
+    bulk, table = core.copy.prepare_address_rows(rows, [_nbytes(s) for s in srcs], size_list,
+                                                 int(BULK_BYTES if bulk_bytes is None else bulk_bytes),
+                                                 MAX_PIECE_BYTES)
     _checked_alignment(srcs, address_list, rows, alignment)
     if platform == "gpu":
         _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
-    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
-    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
     return address_list, size_list, bulk, table
 
 

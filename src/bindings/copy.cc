@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include <nanobind/stl/vector.h>
 
@@ -80,16 +81,21 @@ void BindCopy(nb::module_& root) {
       "each non-empty destination's address in [MIN_ADDRESS, ADDRESS_LIMIT). Raises ValueError "
       "naming the first destination at fault.");
   m.def(
-      "split_buffer_segments",
-      [](SegmentArray segments, int64_t max_piece) {
+      "prepare_address_rows",
+      [](SegmentArray segments, std::vector<int64_t> src_bytes, std::vector<int64_t> dst_bytes,
+         int64_t bulk_bytes, int64_t max_piece) {
         const auto* rows = CheckedRows(segments, max_piece);
-        return ToNumpy(copy::SplitBufferSegments(rows, static_cast<int64_t>(segments.shape(0)),
-                                                 max_piece));
+        std::vector<copy::BufferSegment> bulk, pieces;
+        RaiseIfInvalid(copy::PrepareAddressRows(rows, static_cast<int64_t>(segments.shape(0)), src_bytes,
+                                                dst_bytes, bulk_bytes, max_piece, &bulk, &pieces));
+        return nb::make_tuple(ToNumpy(std::move(bulk)), ToNumpy(std::move(pieces)));
       },
-      nb::arg("segments"), nb::arg("max_piece") = copy::kMaxPieceBytes,
-      "Splits rows that prepare_buffer_segments already validated into pieces of at most "
-      "max_piece bytes, keeping their order; checks nothing else (a subset of a validated "
-      "table is still valid, so it is not sorted and checked a second time).");
+      nb::arg("segments"), nb::arg("src_bytes"), nb::arg("dst_bytes"), nb::arg("bulk_bytes"),
+      nb::arg("max_piece") = copy::kMaxPieceBytes,
+      "The rows of a copy by address, validated once as one table as prepare_buffer_segments "
+      "does, then (bulk, pieces): the rows of at least bulk_bytes whole (one driver copy each), "
+      "the others split into pieces of at most max_piece (one kernel launch). Raises ValueError "
+      "naming the first bad row.");
   BindDirectCopy(m);
 }
 

@@ -115,4 +115,16 @@ std::vector<BufferSegment> SplitBufferSegments(const BufferSegment* segments, in
   return pieces;
 }
 
+Status PrepareAddressRows(const BufferSegment* segments, int64_t count, const std::vector<int64_t>& src_bytes,
+                          const std::vector<int64_t>& dst_bytes, int64_t bulk_bytes, int64_t max_piece,
+                          std::vector<BufferSegment>* bulk, std::vector<BufferSegment>* pieces) {
+  if (Status valid = ValidateBufferSegments(segments, count, src_bytes, dst_bytes); !valid.ok()) return valid;
+  std::vector<BufferSegment> short_rows;
+  for (int64_t i = 0; i < count; ++i) {
+    (segments[i].bytes >= bulk_bytes ? bulk : &short_rows)->push_back(segments[i]);
+  }
+  *pieces = SplitBufferSegments(short_rows.data(), static_cast<int64_t>(short_rows.size()), max_piece);
+  return Status::Ok();
+}
+
 }  // namespace amem::copy

@@ -61,4 +61,11 @@ Status ValidateBufferSegments(const BufferSegment* segments, int64_t count,
 std::vector<BufferSegment> SplitBufferSegments(const BufferSegment* segments, int64_t count,
                                                int64_t max_piece = kMaxPieceBytes);
 
+// The rows of a copy by address, validated as one table (ValidateBufferSegments) and split two
+// ways, each in the rows' order: `bulk` the rows of at least `bulk_bytes`, whole (one driver copy
+// each), `pieces` the others split into pieces of at most `max_piece` (one kernel launch).
+Status PrepareAddressRows(const BufferSegment* segments, int64_t count, const std::vector<int64_t>& src_bytes,
+                          const std::vector<int64_t>& dst_bytes, int64_t bulk_bytes, int64_t max_piece,
+                          std::vector<BufferSegment>* bulk, std::vector<BufferSegment>* pieces);
+
 }  // namespace amem::copy
