@@ -15,14 +15,13 @@ import jax
 
 from ._native import core
 
-SEGMENT_COPY = "jax_amem_segment_copy"
 SEGMENT_COPY_MANY = "jax_amem_segment_copy_many"
 SEGMENT_COPY_TO_ADDRESSES = "jax_amem_segment_copy_to_addresses"
 NCCL_SEND_BUCKET = "jax_amem_nccl_send_bucket"
 NCCL_RECV_BUCKET = "jax_amem_nccl_recv_bucket"
 AFFINE_COPY_MANY = "jax_amem_affine_copy_many"
 AFFINE_COPY_TO_ADDRESSES = "jax_amem_affine_copy_to_addresses"
-NAMES = (SEGMENT_COPY, SEGMENT_COPY_MANY, SEGMENT_COPY_TO_ADDRESSES, NCCL_SEND_BUCKET, NCCL_RECV_BUCKET,
+NAMES = (SEGMENT_COPY_MANY, SEGMENT_COPY_TO_ADDRESSES, NCCL_SEND_BUCKET, NCCL_RECV_BUCKET,
          AFFINE_COPY_MANY, AFFINE_COPY_TO_ADDRESSES)
 
 TARGETS: dict = core.ffi.targets()  # {name: {platform: handler capsule}}, the C++ table

@@ -1,8 +1,11 @@
-"""Batched segment copy: many (src_offset, dst_offset, bytes) runs, one XLA custom call.
+"""Batched segment copy: many (src_index, dst_index, src_offset, dst_offset, bytes) runs between
+arrays, one XLA custom call.
 
-On CPU a loop of memcpy; on CUDA one kernel launch for all segments, on XLA's
-stream. The destination is written in place (it is aliased to the result), so
-donate it when calling from `jax.jit` to avoid a copy of the whole buffer.
+On CPU a loop of memcpy; on CUDA one kernel launch for all segments, on XLA's stream. Each
+destination is written in place (it is aliased to its result), so donate it when calling from
+`jax.jit` to avoid a copy of the whole buffer. `segment_copy`, between two arrays, is the case
+of one buffer a side: its (src_offset, dst_offset, bytes) rows become rows of buffer 0 to 0, so
+one row type, one validation and one kernel serve every copy.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from . import _ffi, _jax_compat
+from .errors import CopyError
 from ._native import core
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
@@ -20,7 +24,7 @@ MAX_BUFFERS_PER_SIDE = core.copy.MAX_BUFFERS_PER_SIDE
 # no user-space address of x86-64 or AArch64 (src/copy/segments.h).
 MIN_ADDRESS = core.copy.MIN_ADDRESS
 ADDRESS_LIMIT = core.copy.ADDRESS_LIMIT
-_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 
 def _nbytes(x) -> int:
@@ -46,15 +50,25 @@ def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray
     return np.ascontiguousarray(table, dtype=np.int64)
 
 
+def _one_buffer_rows(segments) -> np.ndarray:
+    """(src_offset, dst_offset, bytes) rows, checked for their width and integers, as (n, 6)
+    rows from source 0 into destination 0."""
+    table = _integer_rows(segments, "(src_offset, dst_offset, bytes)", (3,))
+    rows = np.zeros((len(table), 6), np.int64)
+    rows[:, 2:5] = table
+    return rows
+
+
 def prepare_segments(segments, src_bytes: int, dst_bytes: int,
                      max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
-    """Validates a table of (src_offset, dst_offset, bytes) rows and splits long rows.
+    """Validates a table of (src_offset, dst_offset, bytes) rows and splits long rows: as
+    prepare_buffer_segments with one buffer a side, returned as (n, 3) rows.
 
     Raises ValueError for rows that are not three integers, and naming the first row that is
     out of bounds, empty, or that overlaps another row's destination bytes.
     """
-    table = _integer_rows(segments, "(src_offset, dst_offset, bytes)", (3,))
-    return core.copy.prepare_segments(table, int(src_bytes), int(dst_bytes), int(max_piece))
+    rows = prepare_buffer_segments(_one_buffer_rows(segments), [src_bytes], [dst_bytes], max_piece)
+    return np.ascontiguousarray(rows[:, 2:5])
 
 
 def segment_copy(src: jax.Array, dst: jax.Array, segments) -> jax.Array:
@@ -62,17 +76,10 @@ def segment_copy(src: jax.Array, dst: jax.Array, segments) -> jax.Array:
 
     `segments` must be concrete (a numpy array or nested list of int rows), even
     inside `jax.jit`: it is validated on the host and baked into the program.
-    Offsets are in bytes of the arrays' row-major storage.
+    Offsets are in bytes of the arrays' row-major storage. The call is segment_copy_many
+    with one source and one destination.
     """
-    _ffi.register_targets()
-    table = prepare_segments(segments, _nbytes(src), _nbytes(dst))
-    call = jax.ffi.ffi_call(
-        _ffi.SEGMENT_COPY,
-        jax.ShapeDtypeStruct(dst.shape, dst.dtype),
-        input_output_aliases={1: 0},
-    )
-    # int64 rows travel as uint32 pairs so that JAX without x64 keeps every bit.
-    return call(src, dst, _table_beside(dst, table.view(np.uint32)))
+    return segment_copy_many([src], [dst], _one_buffer_rows(segments))[0]
 
 
 def _table_beside(dst, table: np.ndarray):
@@ -94,13 +101,22 @@ def _table_beside(dst, table: np.ndarray):
 
 def prepare_buffer_segments(segments, src_bytes, dst_bytes,
                             max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
-    """As prepare_segments, for rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0])
-    between several buffers whose sizes are `src_bytes` and `dst_bytes` (lists)."""
+    """Validates rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0]) between several
+    buffers whose sizes are `src_bytes` and `dst_bytes` (lists) and splits long rows into pieces
+    of at most `max_piece` bytes: (n, 6) int64 rows. ValueError for rows that are not five or six
+    integers, and naming the first row whose indices are out of range, that is out of bounds,
+    empty, or that overlaps another row's destination bytes."""
+    return core.copy.prepare_buffer_segments(_six_columns(segments), [int(b) for b in src_bytes],
+                                             [int(b) for b in dst_bytes], int(max_piece))
+
+
+def _six_columns(segments) -> np.ndarray:
+    """Rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0]) as (n, 6) int64 rows,
+    checked for their width and integers (a table of six columns passes as it is)."""
     table = _integer_rows(segments, "(src_index, dst_index, src_offset, dst_offset, bytes[, 0])", (5, 6))
     if table.shape[1] == 5:
         table = np.concatenate([table, np.zeros((len(table), 1), np.int64)], axis=1)
-    return core.copy.prepare_buffer_segments(table, [int(b) for b in src_bytes],
-                                             [int(b) for b in dst_bytes], int(max_piece))
+    return table
 
 
 def segment_copy_many(srcs, dsts, segments) -> list:
@@ -120,6 +136,7 @@ def segment_copy_many(srcs, dsts, segments) -> list:
         input_output_aliases={1 + len(srcs) + i: i for i in range(len(dsts))},
     )
     anchor = dsts[0] if dsts else (srcs[0] if srcs else None)
+    # int64 rows travel as uint32 pairs so that JAX without x64 keeps every bit.
     encoded = table.view(np.uint32)
     operand = _table_beside(anchor, encoded) if anchor is not None else jnp.asarray(encoded)
     return list(call(operand, *srcs, *dsts, sources=np.int64(len(srcs))))
@@ -130,18 +147,12 @@ def segment_copy_many(srcs, dsts, segments) -> list:
 # 0.45 ms as one launch against 0.64 ms as 64 driver copies; 4 rows of 512 MiB 1.41 ms as driver
 # copies against 1.61 ms as one launch. Rows in between are assumed to side with the launch.
 BULK_BYTES = 64 << 20
-_WHOLE = 1 << 62  # a piece size no row reaches: validate without splitting
-
-
-def split_bulk(rows: np.ndarray, bulk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(bulk rows, other rows) of a validated (n, 6) table: the split the CUDA handler runs."""
-    long = rows[:, 4] >= bulk_bytes
-    return np.ascontiguousarray(rows[long]), np.ascontiguousarray(rows[~long])
 
 
 def _integers(values, what: str) -> list[int]:
-    """`values` (a sequence, an array, or one value) as Python ints; floats, bools and anything
-    else refused, so that nothing is truncated or wrapped on its way to int64."""
+    """`values` (a sequence, an array, or one value) as Python ints that fit int64; floats, bools
+    and anything else refused (CopyError), so that nothing is truncated or wrapped on its way to
+    int64. Values past int64 are no address or size of this process's memory."""
     if isinstance(values, np.ndarray):
         values = values.reshape(-1).tolist()
     elif np.ndim(values) == 0:
@@ -149,19 +160,22 @@ def _integers(values, what: str) -> list[int]:
     out = []
     for i, value in enumerate(values):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{what}[{i}] is {value!r}: give integers")
+            raise CopyError(f"{what}[{i}] is {value!r}: give integers")
+        if not _INT64_MIN <= int(value) <= _INT64_MAX:
+            raise CopyError(f"{what}[{i}] is {int(value):#x}, outside int64: it cannot be memory of this process")
         out.append(int(value))
     return out
 
 
-def _checked_destinations(addresses, sizes) -> None:
-    for d, (address, size) in enumerate(zip(addresses, sizes)):
-        if size < 0:
-            raise ValueError(f"destination {d} has a negative size ({size} bytes)")
-        if size > 0 and not MIN_ADDRESS <= address < ADDRESS_LIMIT:
-            raise ValueError(f"destination {d}: address {address:#x} cannot be memory of this process "
-                             f"(user memory lies in [{MIN_ADDRESS:#x}, {ADDRESS_LIMIT:#x})); give a "
-                             "tensor's data_ptr() or an address an IPC handle was opened at")
+def _checked_destinations(addresses: list[int], sizes: list[int]) -> None:
+    """The destinations' one check (src/copy/segments.h, CheckDestinations): sizes not negative,
+    each non-empty destination's address in [MIN_ADDRESS, ADDRESS_LIMIT). The custom calls
+    (segment_copy_to_addresses, affine_copy_to_addresses) take what passed it as part of their
+    program and do not check it again."""
+    try:
+        core.copy.check_destinations(np.array(addresses, np.int64), np.array(sizes, np.int64))
+    except ValueError as error:
+        raise CopyError(str(error)) from None
 
 
 def _write_ends(rows: np.ndarray, count: int) -> np.ndarray:
@@ -180,13 +194,13 @@ def _checked_alignment(srcs, addresses, rows: np.ndarray, alignment) -> None:
         np.maximum.at(needed, rows[:, 1], itemsizes[rows[:, 0]])
     else:
         if isinstance(alignment, bool) or not isinstance(alignment, (int, np.integer)) or alignment < 1:
-            raise ValueError(f"alignment must be a positive integer, got {alignment!r}")
+            raise CopyError(f"alignment must be a positive integer, got {alignment!r}")
         needed = np.full(len(addresses), int(alignment), np.int64)
     for d, address in enumerate(addresses):
         if address % int(needed[d]):
-            raise ValueError(f"destination {d}: address {address:#x} is not a multiple of {int(needed[d])} "
-                             "(the item size of the sources written into it; pass alignment= to say "
-                             "otherwise)")
+            raise CopyError(f"destination {d}: address {address:#x} is not a multiple of {int(needed[d])} "
+                            "(the item size of the sources written into it; pass alignment= to say "
+                            "otherwise)")
 
 
 def _platform(srcs) -> str:
@@ -207,19 +221,20 @@ def _bounded_by_allocations(addresses, ends: np.ndarray) -> None:
         try:
             extent = core.cuda.extent_at(address, end)
         except RuntimeError as error:
-            raise ValueError(f"destination {d} (address {address:#x}): {error}") from None
+            raise CopyError(f"destination {d} (address {address:#x}): {error}") from None
         if extent < end:
-            raise ValueError(f"destination {d}: rows write {end} bytes from address {address:#x}, but "
-                             f"its allocation ends {extent} bytes after that address: the rows or "
-                             "destination_bytes are larger than the tensor's memory")
+            raise CopyError(f"destination {d}: rows write {end} bytes from address {address:#x}, but "
+                            f"its allocation ends {extent} bytes after that address: the rows or "
+                            "destination_bytes are larger than the tensor's memory")
 
 
 def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int | None = None,
                  alignment: int | None = None, platform: str | None = None) -> tuple:
     """What a copy into destinations given by address runs, every check of
-    segment_copy_to_addresses done (ValueError naming the input): (addresses, destination sizes
-    as lists of ints, bulk rows (n, 6) run as one driver copy each, the other rows (m, 6) split
-    into pieces for one kernel launch). `srcs`: anything with `.shape` and `.dtype` (arrays,
+    segment_copy_to_addresses done once (naming the input: CopyError for the destinations'
+    addresses, sizes and alignment, ValueError for rows): (addresses, destination sizes as lists
+    of ints, bulk rows (n, 6) run as one driver copy each, the other rows (m, 6) split into
+    pieces for one kernel launch). `srcs`: anything with `.shape` and `.dtype` (arrays,
     avals); `platform`: where the copy runs ("gpu": each destination is bounded by its device
     allocation too). The custom call and the direct launch of an eager swap
     (swapping/in_process/direct.py) both run these rows."""
@@ -228,17 +243,19 @@ def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int |
     address_list = _integers(addresses, "addresses")
     size_list = _integers(destination_bytes, "destination_bytes")
     if len(address_list) != len(size_list):
-        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
+        raise CopyError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
     if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
         raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
                          f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
     _checked_destinations(address_list, size_list)
-    rows = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], size_list, max_piece=_WHOLE)
+    rows = _six_columns(segments)
+    # Validated once, as one table, then split: bulk rows whole, the others into pieces.
+    bulk, table = core.copy.prepare_address_rows(rows, [_nbytes(s) for s in srcs], size_list,
+                                                 int(BULK_BYTES if bulk_bytes is None else bulk_bytes),
+                                                 MAX_PIECE_BYTES)
     _checked_alignment(srcs, address_list, rows, alignment)
     if platform == "gpu":
         _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
-    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
-    table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
     return address_list, size_list, bulk, table
 
 
@@ -251,8 +268,8 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     driver copy per row of at least `bulk_bytes` (None: BULK_BYTES, read at each call). Returns
     a token (a uint8 scalar whose value means nothing): the copy is done when the token is ready.
 
-    Checked before anything runs (ValueError naming the input): addresses and sizes are
-    integers, sizes not negative, each address of a non-empty destination in
+    Checked before anything runs, once (naming the input; CopyError, a ValueError, for addresses
+    and sizes): addresses and sizes are integers that fit int64, sizes not negative, each address of a non-empty destination in
     [MIN_ADDRESS, ADDRESS_LIMIT) and a multiple of `alignment` (None: the largest item size of
     the sources written into it), the rows in bounds of the sizes given. On CUDA each
     destination's rows must also end inside the device memory that holds its address (asked

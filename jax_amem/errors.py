@@ -18,6 +18,7 @@ RuntimeErrors (JaxAmemError itself is one), so code written against either keeps
         SwapError (ValueError)         swap / to_torch refused its input; nothing was written
             PartialSwapError           a swap into jax.Arrays failed after donating: nothing lost
         ReadOnlyViewError              a write into a view that to_torch returned
+        CopyError (ValueError)         a copy by address refused a destination's address or size
 
 docs/api.md lists which verb raises which.
 """
@@ -99,8 +100,16 @@ class ReadOnlyViewError(JaxAmemError):
     jax.Array is immutable. Refused before any byte is written; write into a `.clone()`."""
 
 
+class CopyError(JaxAmemError, ValueError):
+    """A copy into destinations given by address (jax_amem.copy.segment_copy_to_addresses,
+    affine_copy_to_addresses) refused a destination: an address or size that is not an integer
+    of int64, an address that cannot be memory of this process, a misaligned address, rows past
+    the allocation that holds it. Refused before any byte moves; the message names the
+    destination."""
+
+
 FAMILY = (JaxAmemError, GpuUnavailableError, NativeCoreMissingError, PauseError, NcclPauseError,
           NcclNotInstalledError, LayoutError, RuleError, TraceError, PlanError, SwapError, PartialSwapError,
-          ReadOnlyViewError)
+          ReadOnlyViewError, CopyError)
 
 __all__ = [error.__name__ for error in FAMILY]

@@ -27,7 +27,7 @@ TAIL_LINES = 60
 
 
 def short(step: str) -> str:
-    """'Building CXX object src/copy/CMakeFiles/amem_copy.dir/segment_copy.cc.o' -> 'segment_copy.cc'."""
+    """'Building CXX object src/copy/CMakeFiles/amem_copy.dir/segments.cc.o' -> 'segments.cc'."""
     words = step.split()
     target = words[-1] if words else step
     name = os.path.basename(target)

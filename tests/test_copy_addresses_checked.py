@@ -1,7 +1,8 @@
 """segment_copy_to_addresses refuses what cannot be memory of this process before a byte moves
-(address 0x1000 or -8 once killed the process with SIGSEGV), and on CUDA bounds each
-destination's rows by the device memory that holds its address, asked of the driver once when
-the call is traced. Hostile calls run in a subprocess of their own, so a crash fails the test
+(address 0x1000 or -8 once killed the process with SIGSEGV), with a CopyError (a JaxAmemError)
+from one check (copy::CheckDestinations, run once per call where the call is made), and on CUDA
+bounds each destination's rows by the device memory that holds its address, asked of the driver
+once when the call is traced. Hostile calls run in a subprocess of their own, so a crash fails the test
 instead of ending the test run."""
 
 import json
@@ -22,6 +23,7 @@ from jax_amem.copy import segment_copy_to_addresses
 _HOSTILE = r"""
 import json, sys
 import numpy as np, jax, jax.numpy as jnp
+import jax_amem
 from jax_amem.copy import segment_copy_to_addresses
 buffer = np.zeros(64, np.uint8)
 good = buffer.ctypes.data
@@ -45,7 +47,8 @@ for name, case in cases.items():
         jax.block_until_ready(token)
         out[name] = "ran"
     except ValueError as error:
-        out[name] = "refused: " + str(error)
+        family = isinstance(error, jax_amem.JaxAmemError)
+        out[name] = f"refused {type(error).__name__}{' (family)' if family else ''}: {error}"
 print("RESULT " + json.dumps(out), flush=True)
 """
 
@@ -72,7 +75,39 @@ def test_hostile_addresses_and_sizes_are_refused_not_run():
         "misaligned for alignment=16": "is not a multiple of 16",
     }
     for name, words in expected.items():
-        assert results[name].startswith("refused: ") and words in results[name], (name, results[name])
+        assert results[name].startswith("refused CopyError (family): ") and words in results[name], (name, results[name])
+
+
+def test_the_destinations_are_checked_once_per_call_by_the_one_check(monkeypatch):
+    """The C++ check runs once per call, where the call is made (eager: once; in jit: once per
+    trace, not per run); nothing in Python repeats its range test."""
+    checked = []
+    one_check = core.copy.check_destinations
+    monkeypatch.setattr(core.copy, "check_destinations", lambda a, s: checked.append((a.tolist(), s.tolist())) or one_check(a, s))
+    target = np.zeros(8, np.uint8)
+    src = jnp.arange(8, dtype=jnp.uint8)
+    jax.block_until_ready(segment_copy_to_addresses([src], [target.ctypes.data], [8], [(0, 0, 0, 0, 8)]))
+    assert checked == [([target.ctypes.data], [8])] and target.tolist() == list(range(8))
+    run = jax.jit(lambda s: segment_copy_to_addresses([s], [target.ctypes.data], [8], [(0, 0, 0, 0, 8)]))
+    for _ in range(3):
+        jax.block_until_ready(run(src))
+    assert len(checked) == 2
+    # The check is the C++ one alone: with it taken away, nothing in Python refuses an address
+    # no process can have.
+    monkeypatch.setattr(core.copy, "check_destinations", lambda a, s: None)
+    assert amem_copy.address_rows([src], [0x1000], [8], [(0, 0, 0, 0, 8)])[0] == [0x1000]
+
+
+def test_the_one_check_names_the_destination_its_address_and_the_fix():
+    with pytest.raises(ValueError, match=r"^destination 1: address 0xfff cannot be memory of this process \(user "
+                                         r"memory lies in \[0x10000, 0x100000000000000\)\); give a tensor's "
+                                         r"data_ptr\(\) or an address an IPC handle was opened at$"):
+        core.copy.check_destinations(np.array([1 << 20, 0xFFF], np.int64), np.array([8, 1], np.int64))
+    with pytest.raises(ValueError, match=r"^destination 0 has a negative size \(-1 bytes\)$"):
+        core.copy.check_destinations(np.array([1 << 20], np.int64), np.array([-1], np.int64))
+    with pytest.raises(ValueError, match=r"address -0x8000000000000000 cannot be memory"):
+        core.copy.check_destinations(np.array([-(1 << 63)], np.int64), np.array([1], np.int64))
+    core.copy.check_destinations(np.array([0, 1 << 20, (1 << 56) - 1], np.int64), np.array([0, 8, 1], np.int64))
 
 
 def test_an_empty_destination_may_have_no_address():

@@ -40,31 +40,46 @@ def test_matches_numpy_for_random_rows_whatever_is_bulk(data, src_sizes, dst_siz
         np.testing.assert_array_equal(got, expected)
 
 
-def test_split_bulk_takes_the_long_rows_only():
+def test_bulk_rows_stay_whole_and_the_others_are_split_into_pieces():
+    prepare = amem_copy.core.copy.prepare_address_rows
     rows = np.array([[0, 0, 0, 0, 8, 0], [0, 1, 8, 0, 3, 0], [1, 0, 0, 8, 16, 0]], np.int64)
-    bulk, short = amem_copy.split_bulk(rows, 8)
-    assert bulk[:, 4].tolist() == [8, 16] and short[:, 4].tolist() == [3]
+    bulk, pieces = prepare(rows, [16, 16], [24, 3], 8, 16)
+    assert bulk.tolist() == [[0, 0, 0, 0, 8, 0], [1, 0, 0, 8, 16, 0]] and pieces.tolist() == [[0, 1, 8, 0, 3, 0]]
+    bulk, pieces = prepare(np.array([[0, 0, 0, 0, 40, 0]], np.int64), [40], [40], 64, 16)
+    assert bulk.shape == (0, 6)
+    assert pieces.tolist() == [[0, 0, 0, 0, 16, 0], [0, 0, 16, 16, 16, 0], [0, 0, 32, 32, 8, 0]]
 
 
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), src_sizes=st.lists(st.integers(1, 200), min_size=1, max_size=4),
-       dst_sizes=st.lists(st.integers(1, 200), min_size=1, max_size=4), piece=st.sampled_from([16, 32, 1 << 20]))
-def test_splitting_validated_rows_gives_the_pieces_preparing_them_gives(data, src_sizes, dst_sizes, piece):
+       dst_sizes=st.lists(st.integers(1, 200), min_size=1, max_size=4), piece=st.sampled_from([16, 32, 1 << 20]),
+       bulk_bytes=st.sampled_from([1, 16, 64, 1 << 20]))
+def test_the_rows_of_a_copy_by_address_are_the_rows_preparing_them_gives(data, src_sizes, dst_sizes, piece,
+                                                                          bulk_bytes):
+    """Bulk: the validated rows of at least bulk_bytes, whole, in order; pieces: the others as
+    prepare_buffer_segments splits them."""
     rows = amem_copy.prepare_buffer_segments(data.draw(many_rows(src_sizes, dst_sizes)), src_sizes, dst_sizes,
                                              max_piece=1 << 62)
-    split = amem_copy.core.copy.split_buffer_segments(rows, piece)
-    np.testing.assert_array_equal(split, amem_copy.prepare_buffer_segments(rows, src_sizes, dst_sizes, piece))
+    bulk, pieces = amem_copy.core.copy.prepare_address_rows(rows, src_sizes, dst_sizes, bulk_bytes, piece)
+    long = rows[:, 4] >= bulk_bytes
+    np.testing.assert_array_equal(bulk.reshape(-1, 6), rows[long])
+    np.testing.assert_array_equal(pieces.reshape(-1, 6),
+                                  amem_copy.prepare_buffer_segments(rows[~long], src_sizes, dst_sizes, piece))
 
 
 def test_the_rows_are_validated_once_per_call(monkeypatch):
-    """The short rows are a subset of the validated table: split, not validated again."""
+    """One native call validates the rows as one table and splits them (bulk whole, the others
+    into pieces); nothing validates them again."""
     calls = []
-    validate = amem_copy.prepare_buffer_segments
-    monkeypatch.setattr(amem_copy, "prepare_buffer_segments", lambda *a, **k: calls.append(1) or validate(*a, **k))
+    prepare, validate = amem_copy.core.copy.prepare_address_rows, amem_copy.core.copy.prepare_buffer_segments
+    monkeypatch.setattr(amem_copy.core.copy, "prepare_address_rows",
+                        lambda *a, **k: calls.append("address rows") or prepare(*a, **k))
+    monkeypatch.setattr(amem_copy.core.copy, "prepare_buffer_segments",
+                        lambda *a, **k: calls.append("buffer segments") or validate(*a, **k))
     src, dst = np.arange(64, dtype=np.uint8), np.zeros(64, np.uint8)
     run([src], [dst], [(0, 0, 0, 0, 40), (0, 0, 40, 40, 24)], bulk_bytes=32)
     np.testing.assert_array_equal(dst, src)
-    assert len(calls) == 1
+    assert calls == ["address rows"]
 
 
 def test_into_torch_tensors_inside_jit_many_dtypes():

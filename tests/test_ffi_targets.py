@@ -15,7 +15,6 @@ from jax_amem import _ffi
 from jax_amem._native import core
 
 EXPECTED = {
-    "jax_amem_segment_copy": {"cpu", "CUDA"},
     "jax_amem_segment_copy_many": {"cpu", "CUDA"},
     "jax_amem_segment_copy_to_addresses": {"cpu", "CUDA"},
     "jax_amem_affine_copy_many": {"cpu", "CUDA"},
@@ -52,23 +51,28 @@ def test_only_the_python_twins_call_ffi_call():
     assert callers == {"copy.py", "affine_copy.py", "transport.py"}
 
 
+def _one_buffer_call():
+    """The byte copy's one target, called raw with one source and one destination (the case
+    jax_amem.copy.segment_copy is)."""
+    call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY_MANY, [jax.ShapeDtypeStruct((8,), np.uint8)],
+                            input_output_aliases={2: 0})
+    return lambda table: call(table, np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), sources=np.int64(1))[0]
+
+
 def test_registered_targets_run_on_the_cpu():
     _ffi.register_targets()
     _ffi.register_targets()  # idempotent
-    rows = np.array([[0, 4, 4]], np.int64).view(np.uint32)
-    call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY, jax.ShapeDtypeStruct((8,), np.uint8),
-                            input_output_aliases={1: 0})
-    out = call(np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), rows)
+    rows = np.array([[0, 0, 0, 4, 4, 0]], np.int64).view(np.uint32)
+    out = _one_buffer_call()(rows)
     assert np.asarray(out).tolist() == [0, 0, 0, 0, 0, 1, 2, 3]
 
 
 def test_a_raw_table_of_partial_rows_is_refused_on_the_cpu():
     """The handler reads host tables and checks only memory safety: whole rows, in bounds."""
     _ffi.register_targets()
-    call = jax.ffi.ffi_call(_ffi.SEGMENT_COPY, jax.ShapeDtypeStruct((8,), np.uint8),
-                            input_output_aliases={1: 0})
-    with pytest.raises(Exception, match="not a multiple of 6"):
-        call(np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), np.zeros(5, np.uint32))
-    outside = np.array([[0, 4, 8]], np.int64).view(np.uint32)
-    with pytest.raises(Exception, match="writes outside the destination buffer of 8 bytes"):
-        call(np.arange(8, dtype=np.uint8), np.zeros(8, np.uint8), outside)
+    call = _one_buffer_call()
+    with pytest.raises(Exception, match="not a multiple of 12"):
+        call(np.zeros(11, np.uint32))
+    outside = np.array([[0, 0, 0, 4, 8, 0]], np.int64).view(np.uint32)
+    with pytest.raises(Exception, match="writes outside destination buffer 0 of 8 bytes"):
+        call(outside)

@@ -55,6 +55,19 @@ def test_mixed_dtypes_and_shapes_inside_jit_with_donation():
     np.testing.assert_array_equal(np.asarray(step(src, dst)), expected)
 
 
+def test_a_copy_between_two_arrays_is_the_many_target_with_one_buffer_a_side(monkeypatch):
+    """One row type, one validation, one kernel: segment_copy is segment_copy_many([src], [dst])."""
+    src, dst = jnp.arange(16, dtype=jnp.uint8), jnp.zeros(16, jnp.uint8)
+    text = jax.jit(lambda s, d: jax_amem.copy.segment_copy(s, d, [(4, 0, 8)])).lower(src, dst).as_text()
+    assert text.count("jax_amem_segment_copy_many") == 1 and text.count("custom_call") == 1, text
+    calls = []
+    many = jax_amem.copy.segment_copy_many
+    monkeypatch.setattr(jax_amem.copy, "segment_copy_many", lambda *a: calls.append(a) or many(*a))
+    got = jax_amem.copy.segment_copy(src, dst, [(4, 0, 8)])
+    assert [len(c[0]) for c in calls] == [1] and calls[0][2].tolist() == [[0, 0, 4, 0, 8, 0]]
+    np.testing.assert_array_equal(np.asarray(got), [4, 5, 6, 7, 8, 9, 10, 11] + [0] * 8)
+
+
 def test_long_segments_are_split_into_pieces_and_copied_whole():
     n = 3 * jax_amem.copy.MAX_PIECE_BYTES + 40
     src = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
@@ -81,8 +94,8 @@ def test_offsets_beyond_32_bits_survive_the_table_encoding():
     "segments, message",
     [
         ([(0, 0, 0)], r"segment 0 .*bytes must be positive"),
-        ([(0, 0, 8), (60, 0, 8)], r"segment 1 .*reads outside the source buffer of 64 bytes"),
-        ([(0, 30, 4)], r"segment 0 .*writes outside the destination buffer of 32 bytes"),
+        ([(0, 0, 8), (60, 0, 8)], r"segment 1 .*reads outside source buffer 0 of 64 bytes"),
+        ([(0, 30, 4)], r"segment 0 .*writes outside destination buffer 0 of 32 bytes"),
         ([(-4, 0, 4)], r"segment 0 .*reads outside"),
         ([(0, 0, 8), (8, 4, 8)], r"segment 0 .* and segment 1 .* overlapping destination bytes"),
     ],

@@ -64,9 +64,11 @@ def test_chunk_steps_keeps_each_side_within_the_limit_and_every_row():
     seen = []
     for chunk in chunks:
         assert len(chunk.views) <= 2 and len(chunk.buffers) <= 2
-        for src, dst, *rest in chunk.rows.tolist():
+        assert chunk.rows.dtype == np.int64 and chunk.rows.shape[1] == 6  # the copy's own rows
+        for src, dst, *rest, reserved in chunk.rows.tolist():
             key, buffer = chunk.views[src], chunk.buffers[dst]
             seen.append((buffer, key, tuple(rest)))
+            assert reserved == 0
     want = [(b, (s.source, s.view), tuple(r)) for b, ss in enumerate(steps) for s in ss for r in s.segments.tolist()]
     assert seen == want  # every row once, in the default path's order
     assert [c.buffers for c in chunks] == [(0, 1), (2, 3), (3,)]  # buffer 3 spans two chunks

@@ -6,11 +6,8 @@
 
 namespace amem::copy {
 
-// Copies every segment from `src` to `dst` on the calling thread. Segments
-// must already be validated against both buffers.
-void CopySegmentsOnHost(const char* src, char* dst, const Segment* segments, int64_t count);
-
-// The same for rows between several buffers (pointers indexed by the rows).
+// Copies every row on the calling thread, between the buffers the rows index. Rows must
+// already be checked against the buffers.
 void CopyBufferSegmentsOnHost(const char* const* sources, char* const* destinations,
                               const BufferSegment* segments, int64_t count);
 

@@ -46,19 +46,6 @@ __device__ void CopyAligned(const char* from, char* to, int64_t bytes) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
-    SegmentCopyKernel(const char* __restrict__ src, int64_t src_bytes, char* __restrict__ dst,
-                      int64_t dst_bytes, const Segment* __restrict__ segments, int64_t count) {
-  for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
-    const Segment s = segments[k];
-    if (s.bytes <= 0 || s.src_offset < 0 || s.dst_offset < 0 ||
-        s.src_offset > src_bytes - s.bytes || s.dst_offset > dst_bytes - s.bytes) {
-      continue;  // never fault the GPU on a bad table
-    }
-    CopyAligned(src + s.src_offset, dst + s.dst_offset, s.bytes);
-  }
-}
-
 // Rows between many buffers; the pointers come by value with the launch.
 __global__ void __launch_bounds__(kThreads)
     BufferSegmentCopyKernel(const BufferPointers pointers, const BufferSegment* __restrict__ segments,
@@ -111,14 +98,6 @@ Status LaunchStatus(const char* what) {
 }  // namespace
 
 bool HaveCudaKernels() { return true; }
-
-Status LaunchSegmentCopy(CUstream stream, const char* src, int64_t src_bytes, char* dst,
-                         int64_t dst_bytes, const Segment* device_segments, int64_t count) {
-  if (count == 0) return Status::Ok();
-  SegmentCopyKernel<<<Blocks(count), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      src, src_bytes, dst, dst_bytes, device_segments, count);
-  return LaunchStatus("segment copy");
-}
 
 Status LaunchBufferSegmentCopy(CUstream stream, const BufferPointers& pointers,
                                const BufferSegment* device_segments, int64_t count) {

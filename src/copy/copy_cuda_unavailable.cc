@@ -13,10 +13,6 @@ Status NoKernels() {
 }
 }  // namespace
 
-Status LaunchSegmentCopy(CUstream, const char*, int64_t, char*, int64_t, const Segment*, int64_t) {
-  return NoKernels();
-}
-
 Status LaunchBufferSegmentCopy(CUstream, const BufferPointers&, const BufferSegment*,
                                int64_t count) {
   return count == 0 ? Status::Ok() : NoKernels();

@@ -3,57 +3,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <sstream>
 #include <string>
 
 namespace amem::copy {
-namespace {
-
-std::string Row(int64_t index, const Segment& s) {
-  return "segment " + std::to_string(index) + " (src_offset=" + std::to_string(s.src_offset) +
-         ", dst_offset=" + std::to_string(s.dst_offset) + ", bytes=" + std::to_string(s.bytes) +
-         ")";
-}
-
-}  // namespace
-
-Status CheckSegmentsInBounds(const Segment* segments, int64_t count, int64_t src_bytes,
-                             int64_t dst_bytes) {
-  for (int64_t i = 0; i < count; ++i) {
-    const Segment& s = segments[i];
-    if (s.bytes <= 0) return Status::Error(Row(i, s) + ": bytes must be positive");
-    if (s.src_offset < 0 || s.src_offset > src_bytes - s.bytes) {
-      return Status::Error(Row(i, s) + ": reads outside the source buffer of " +
-                           std::to_string(src_bytes) + " bytes");
-    }
-    if (s.dst_offset < 0 || s.dst_offset > dst_bytes - s.bytes) {
-      return Status::Error(Row(i, s) + ": writes outside the destination buffer of " +
-                           std::to_string(dst_bytes) + " bytes");
-    }
-  }
-  return Status::Ok();
-}
-
-Status ValidateSegments(const Segment* segments, int64_t count, int64_t src_bytes,
-                        int64_t dst_bytes) {
-  if (Status bounded = CheckSegmentsInBounds(segments, count, src_bytes, dst_bytes); !bounded.ok()) {
-    return bounded;
-  }
-  std::vector<int64_t> order(count);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return segments[a].dst_offset < segments[b].dst_offset;
-  });
-  for (int64_t k = 1; k < count; ++k) {
-    const Segment& before = segments[order[k - 1]];
-    const Segment& after = segments[order[k]];
-    if (before.dst_offset + before.bytes > after.dst_offset) {
-      return Status::Error(Row(order[k - 1], before) + " and " + Row(order[k], after) +
-                           " write overlapping destination bytes");
-    }
-  }
-  return Status::Ok();
-}
-
 namespace {
 
 std::string BufferRow(int64_t index, const BufferSegment& s) {
@@ -62,7 +15,31 @@ std::string BufferRow(int64_t index, const BufferSegment& s) {
          std::to_string(s.dst_offset) + ", bytes " + std::to_string(s.bytes) + ")";
 }
 
+// `value` in hex as Python writes it (-0x8 for -8), so a message shows the address given.
+std::string Hex(int64_t value) {
+  const uint64_t magnitude = value < 0 ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  std::ostringstream out;
+  out << (value < 0 ? "-0x" : "0x") << std::hex << magnitude;
+  return out.str();
+}
+
 }  // namespace
+
+Status CheckDestinations(const int64_t* addresses, const int64_t* sizes, int64_t count) {
+  for (int64_t d = 0; d < count; ++d) {
+    if (sizes[d] < 0) {
+      return Status::Error("destination " + std::to_string(d) + " has a negative size (" +
+                           std::to_string(sizes[d]) + " bytes)");
+    }
+    if (sizes[d] > 0 && (addresses[d] < kMinAddress || addresses[d] >= kAddressLimit)) {
+      return Status::Error("destination " + std::to_string(d) + ": address " + Hex(addresses[d]) +
+                           " cannot be memory of this process (user memory lies in [" + Hex(kMinAddress) +
+                           ", " + Hex(kAddressLimit) + ")); give a tensor's data_ptr() or an address "
+                           "an IPC handle was opened at");
+    }
+  }
+  return Status::Ok();
+}
 
 Status CheckBufferSegmentsInBounds(const BufferSegment* segments, int64_t count,
                                    const std::vector<int64_t>& src_bytes,
@@ -138,16 +115,16 @@ std::vector<BufferSegment> SplitBufferSegments(const BufferSegment* segments, in
   return pieces;
 }
 
-std::vector<Segment> SplitIntoPieces(const Segment* segments, int64_t count, int64_t max_piece) {
-  std::vector<Segment> pieces;
-  pieces.reserve(count);
+Status PrepareAddressRows(const BufferSegment* segments, int64_t count, const std::vector<int64_t>& src_bytes,
+                          const std::vector<int64_t>& dst_bytes, int64_t bulk_bytes, int64_t max_piece,
+                          std::vector<BufferSegment>* bulk, std::vector<BufferSegment>* pieces) {
+  if (Status valid = ValidateBufferSegments(segments, count, src_bytes, dst_bytes); !valid.ok()) return valid;
+  std::vector<BufferSegment> short_rows;
   for (int64_t i = 0; i < count; ++i) {
-    const Segment& s = segments[i];
-    for (int64_t done = 0; done < s.bytes; done += max_piece) {
-      pieces.push_back({s.src_offset + done, s.dst_offset + done, std::min(max_piece, s.bytes - done)});
-    }
+    (segments[i].bytes >= bulk_bytes ? bulk : &short_rows)->push_back(segments[i]);
   }
-  return pieces;
+  *pieces = SplitBufferSegments(short_rows.data(), static_cast<int64_t>(short_rows.size()), max_piece);
+  return Status::Ok();
 }
 
 }  // namespace amem::copy

@@ -48,12 +48,8 @@ ffi::Error Decode(ffi::RemainingArgs args, ffi::Span<const int64_t> addresses,
     out->source_bytes.push_back(static_cast<int64_t>(buffer->size_bytes()));
     out->pointers.sources[i] = out->sources.back();
   }
+  // Addresses and sizes: checked once where the call was made (copy::CheckDestinations).
   for (size_t d = 0; d < addresses.size(); ++d) {
-    const bool addressable = addresses[d] >= copy::kMinAddress && addresses[d] < copy::kAddressLimit;
-    if (destination_bytes[d] < 0 || (destination_bytes[d] > 0 && !addressable)) {
-      return ffi::Error::InvalidArgument(name + "destination " + std::to_string(d) +
-                                         " is not memory this process can have");
-    }
     out->destinations.push_back(reinterpret_cast<char*>(static_cast<uintptr_t>(addresses[d])));
     out->destination_bytes.push_back(destination_bytes[d]);
     out->pointers.destinations[d] = out->destinations.back();

@@ -1,9 +1,9 @@
 // Row tables as the FFI handlers receive them, and the checks memory safety needs.
 //
 // A table is int64 rows carried as uint32 pairs (JAX without x64 would narrow an int64
-// operand): copy::Segment rows (three int64) for segment_copy, copy::BufferSegment rows (six)
-// for the many-buffer targets; the bulk rows of segment_copy_to_addresses come as an int64
-// attribute. Rows are validated once, where they are made (jax_amem.copy: bounds, positive
+// operand): copy::BufferSegment rows (six int64) for the byte-copy and NCCL bucket targets,
+// copy::AffineRow rows for the affine ones; the bulk rows of segment_copy_to_addresses come as
+// an int64 attribute. Rows are validated once, where they are made (jax_amem.copy: bounds, positive
 // sizes, no two rows writing one byte). A handler that reads a table on the host checks only
 // what keeps the copy inside its buffers: whole rows, indices and byte ranges in bounds.
 // Overlapping rows race but stay inside their buffers, so they are not checked again. A table
@@ -52,10 +52,6 @@ xla::ffi::Error WholeRows(const xla::ffi::Buffer<xla::ffi::U32>& table, const st
 }
 
 // Host tables only: every row inside its buffers.
-inline xla::ffi::Error InBounds(Rows<copy::Segment> rows, int64_t src_bytes, int64_t dst_bytes) {
-  return ToFfiError(copy::CheckSegmentsInBounds(rows.data, rows.count, src_bytes, dst_bytes));
-}
-
 inline xla::ffi::Error InBounds(Rows<copy::BufferSegment> rows,
                                 const std::vector<int64_t>& source_bytes,
                                 const std::vector<int64_t>& destination_bytes) {

@@ -31,8 +31,11 @@ struct AddressCopy {
   std::vector<int64_t> destination_bytes;
 };
 
-// Decodes the sources and destinations and checks what both platforms need: the sizes, each
-// address inside the range user memory can have, the bulk rows (host memory) in bounds.
+// Decodes the sources and destinations and checks what both platforms need: as many sizes as
+// addresses, the buffers' count, the bulk rows (host memory) in bounds of the sizes given. The
+// addresses and sizes themselves were checked once where the call was made (jax_amem.copy,
+// through copy::CheckDestinations), before the program was built; like the table, they are
+// part of the program and trusted here.
 ffi::Error DecodeAddressCopy(ffi::RemainingArgs args, ffi::Span<const int64_t> addresses,
                              ffi::Span<const int64_t> destination_bytes,
                              ffi::Span<const int64_t> bulk, AddressCopy* out) {
@@ -59,13 +62,6 @@ ffi::Error DecodeAddressCopy(ffi::RemainingArgs args, ffi::Span<const int64_t> a
     out->source_bytes.push_back(static_cast<int64_t>(buffer->size_bytes()));
   }
   for (size_t d = 0; d < addresses.size(); ++d) {
-    const bool addressable = addresses[d] >= copy::kMinAddress && addresses[d] < copy::kAddressLimit;
-    if (destination_bytes[d] < 0 || (destination_bytes[d] > 0 && !addressable)) {
-      return ffi::Error::InvalidArgument(name + "destination " + std::to_string(d) + " (address " +
-                                         std::to_string(addresses[d]) + ", " +
-                                         std::to_string(destination_bytes[d]) +
-                                         " bytes) is not memory this process can have");
-    }
     out->destinations.push_back(reinterpret_cast<char*>(static_cast<uintptr_t>(addresses[d])));
     out->destination_bytes.push_back(destination_bytes[d]);
   }
@@ -82,7 +78,8 @@ copy::BufferPointers Pointers(const AddressCopy& call) {
 }
 
 // On the CPU the table operand is host memory: its rows are checked too, then both row sets
-// are copied. The addresses themselves cannot be checked here (see the Python docstring).
+// are copied. Whether an address is memory of this process cannot be known here (see the
+// Python docstring).
 ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::RemainingArgs args,
                                      ffi::Span<const int64_t> addresses,
                                      ffi::Span<const int64_t> destination_bytes,

@@ -27,7 +27,6 @@ struct Target {
 const std::vector<Target>& Targets();
 
 // One per target file (AMEM_FFI_HANDLERS).
-Handlers segment_copy_handlers();
 Handlers segment_copy_many_handlers();
 Handlers segment_copy_to_addresses_handlers();
 Handlers nccl_send_bucket_handlers();

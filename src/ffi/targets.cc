@@ -4,7 +4,6 @@ namespace amem::ffi_adapter {
 
 const std::vector<Target>& Targets() {
   static const auto* table = new std::vector<Target>{
-      {"jax_amem_segment_copy", segment_copy_handlers()},
       {"jax_amem_segment_copy_many", segment_copy_many_handlers()},
       {"jax_amem_segment_copy_to_addresses", segment_copy_to_addresses_handlers()},
       {"jax_amem_nccl_send_bucket", nccl_send_bucket_handlers()},

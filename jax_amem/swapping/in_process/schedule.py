@@ -60,7 +60,8 @@ class Step:
 class Chunk:
     """One batched custom call: its source operands (source operand, view) in order, its
     destination operands (buffer positions in the group) in order, and its rows
-    (src operand, dst operand, src_offset, dst_offset, bytes)."""
+    (src operand, dst operand, src_offset, dst_offset, bytes, 0): the copy's own row layout
+    (copy::BufferSegment), so jax_amem.copy validates and splits them as they are."""
     views: tuple
     buffers: tuple
     rows: np.ndarray
@@ -195,14 +196,20 @@ def chunk_steps(steps_per_buffer, limit: int | None = None) -> list[Chunk]:
     chunk: the chunk's result is the next chunk's destination operand (their rows never
     write the same byte: the plan writes each byte once)."""
     limit = CHUNK_LIMIT if limit is None else limit
-    chunks, views, buffers, rows = [], {}, {}, []
+    chunks, views, buffers, tables = [], {}, {}, []  # tables: (src operand, dst operand, (n, 3) rows)
 
     def close():
-        if rows:
-            chunks.append(Chunk(tuple(views), tuple(buffers), np.concatenate(rows)))
+        if tables:
+            rows = np.zeros((sum(len(t) for _, _, t in tables), 6), np.int64)  # column 5 stays 0
+            at = 0
+            for src, dst, table in tables:
+                rows[at:at + len(table), 0], rows[at:at + len(table), 1] = src, dst
+                rows[at:at + len(table), 2:5] = table
+                at += len(table)
+            chunks.append(Chunk(tuple(views), tuple(buffers), rows))
         views.clear()
         buffers.clear()
-        rows.clear()
+        tables.clear()
 
     for position, steps in enumerate(steps_per_buffer):
         for step in steps:
@@ -211,9 +218,7 @@ def chunk_steps(steps_per_buffer, limit: int | None = None) -> list[Chunk]:
                 close()
             src = views.setdefault(key, len(views))
             dst = buffers.setdefault(position, len(buffers))
-            table = np.asarray(step.segments, dtype=np.int64).reshape(-1, 3)
-            rows.append(np.column_stack([np.full(len(table), src, np.int64),
-                                         np.full(len(table), dst, np.int64), table]))
+            tables.append((src, dst, np.asarray(step.segments, dtype=np.int64).reshape(-1, 3)))
     close()
     return chunks
 
