@@ -150,11 +150,16 @@ class DirectProgram:
         Returns when the copies are done; their failure to launch or run raises after every
         copy already launched has finished (nothing still writes when the error leaves)."""
         self._refresh(operands)  # every address read before the first launch
+        self.launch(self.pointers, destination, show_progress)
+
+    def launch(self, pointers: list, destination, show_progress: bool = False) -> None:
+        """Copies every group with `pointers[k]`, group k's source addresses (int64, one per
+        operand, read after the sources were awaited); returns as run() does."""
         streams = self._streams(destination)
         bar = _progress(sum(self.nbytes)) if show_progress else None
         launched = []
         try:
-            for copy, addresses, ordinal, nbytes in zip(self.copies, self.pointers, self.ordinals, self.nbytes):
+            for copy, addresses, ordinal, nbytes in zip(self.copies, pointers, self.ordinals, self.nbytes):
                 stream = streams.get(ordinal, 0)
                 copy.run(addresses, stream)
                 launched.append((ordinal, stream))
