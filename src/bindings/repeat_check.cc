@@ -23,6 +23,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/vector.h>
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -247,14 +248,39 @@ class RepeatCheck {
     return out;
   }
 
-  // After the swap wrote: the facts writing changes (the version counters) read again. A read
-  // that fails leaves no fact, so the next check misses.
+  // After the swap wrote: the facts writing changes (the version counters), read again on the
+  // first call; from then on each moves by what it moved then (a tensor listed twice, or views
+  // sharing a counter, move it more than once), so they are computed, not read. Only the swap
+  // itself runs between its check and this call, and a check compares every fact, so a counter
+  // that moved otherwise makes the next check miss. A fact that is no int, or a read that
+  // fails, is read (or left empty: the next check misses).
   void Written() {
-    for (TensorFacts& tensor : tensors_) {
-      for (int r : rewritten_) {
-        PyObject* fact = Read(readers_[r], tensor.identity);
-        if (fact == nullptr) PyErr_Clear();
-        tensor.facts[r] = nb::steal(fact);
+    const bool learn = steps_.empty();
+    if (learn) steps_.assign(tensors_.size() * rewritten_.size(), kRead);
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      TensorFacts& tensor = tensors_[t];
+      for (size_t k = 0; k < rewritten_.size(); ++k) {
+        nb::object& fact = tensor.facts[rewritten_[k]];
+        int64_t& step = steps_[t * rewritten_.size() + k];
+        if (!learn && step != kRead && fact.is_valid()) {
+          const int64_t before = PyLong_AsLongLong(fact.ptr());
+          if (!(before == -1 && PyErr_Occurred())) {
+            fact = nb::steal(PyLong_FromLongLong(before + step));
+            continue;
+          }
+          PyErr_Clear();
+        }
+        PyObject* read = Read(readers_[rewritten_[k]], tensor.identity);
+        if (read == nullptr) PyErr_Clear();
+        if (learn && read != nullptr && fact.is_valid() && PyLong_CheckExact(read) && PyLong_CheckExact(fact.ptr())) {
+          const int64_t now = PyLong_AsLongLong(read), before = PyLong_AsLongLong(fact.ptr());
+          if (PyErr_Occurred()) {
+            PyErr_Clear();
+          } else {
+            step = now - before;
+          }
+        }
+        fact = nb::steal(read);
       }
     }
   }
@@ -398,6 +424,8 @@ class RepeatCheck {
   std::vector<nb::tuple> readers_;
   std::vector<int> rewritten_;
   std::vector<TensorFacts> tensors_;
+  static constexpr int64_t kRead = INT64_MIN;  // a rewritten fact read after each swap
+  std::vector<int64_t> steps_;                 // per tensor and rewritten fact: its move per swap, or kRead
   bool with_pointers_ = false;
   std::vector<std::vector<int64_t>> groups_;
   std::vector<PointerArray> outputs_;
@@ -425,7 +453,9 @@ void BindRepeatCheck(nb::module_& m) {
            nb::arg("want_leaves"),
            "None when the inputs differ (nothing changed), else the leaves (want_leaves) or True, with the pointer "
            "arrays filled.")
-      .def("written", &RepeatCheck::Written, "Reads the rewritten facts again (after the swap wrote).")
+      .def("written", &RepeatCheck::Written,
+           "After the swap wrote: the rewritten facts read again (the first time), then moved by what they moved "
+           "then.")
       .def_prop_ro("walks", &RepeatCheck::walks, "Whether check() takes the tree itself (else its leaves).")
       .def_prop_ro("leaves", &RepeatCheck::leaves)
       .def_prop_ro("tensors", &RepeatCheck::tensors);
