@@ -304,6 +304,20 @@ def test_version_counters_moved_by_anything_but_the_swap_miss_after_many_repeats
         jax_amem.swap(step(src), dst, rules=rules, progress=False)
 
 
+def test_facts_that_cannot_be_read_leave_the_swap_done_and_nothing_remembered(monkeypatch):
+    def unreadable(tensor):
+        raise RuntimeError("no facts here (injected)")
+
+    monkeypatch.setattr(TorchDestination, "repeat_readers", lambda self: ([(unreadable,)], []))
+    src = sources(2)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    for _ in range(2):
+        jax_amem.swap(src, dst, progress=False)
+        assert_written(src, dst)
+        assert len(repeat._entries) == 0
+        src = step(src)
+
+
 def nested(scale=1.0):
     """A tree of dicts, lists, tuples and None, as a model's parameters nest."""
     leaf = lambda *shape: jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape) * scale  # noqa: E731

@@ -18,7 +18,8 @@ addresses, which travel with the kernel launch (nothing uploaded per swap). The 
 kept between swaps: a source that is the same live array as last time keeps its entry, and
 only the sources JAX gave new buffers (a training step's outputs, new LoRA adapters beside
 frozen weights) are awaited and read again, with `unsafe_buffer_pointer()` in C-level map()
-calls: no Python per array.
+calls: no Python per array. A repeat swap (repeat.py) does the same inside its one native check
+of its inputs and hands `launch` the addresses it read.
 
 Ordering: before, the new sources are awaited on the host, all at once (one batched
 block_until_ready); their addresses are read after. The copies run on PyTorch's current stream

@@ -162,7 +162,10 @@ def remember(program, sources, destination, how) -> None:
     array = type(sources.leaves[0])
     if array is not _array_type() or any(type(leaf) is not array for leaf in sources.leaves):
         return
-    entry = Repeat(program, sources, destination, how)
+    try:
+        entry = Repeat(program, sources, destination, how)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return  # a tensor or array whose facts cannot be read: no repeat; the swap itself is done
     _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how), entry)
     _last.put(LAST, entry)
 
