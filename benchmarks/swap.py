@@ -223,6 +223,8 @@ def main(argv=None) -> list[dict]:
         count, mib = parse_case(text)
         rows.append(run_case(count, int(mib * 2**18), device, torch_device, repeats))
         jax_amem.swapping.forget()
+        if args.json:  # after every case: a run cut short keeps what it measured
+            write_json(args.json, rows, device, torch_device)
     bulk = jax_amem.copy.BULK_BYTES / 2**20
     print_table(rows, f"{device.platform} ({device.device_kind}), torch {torch_device}, driver copies for rows "
                 f">= {bulk:g} MiB", judged=gpu)

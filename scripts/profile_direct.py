@@ -4,15 +4,14 @@ piece (a development aid): where the microseconds go besides the copy.
     python -P scripts/profile_direct.py [--cases 2000x0.015625 64x4] [--repeats 50]
 
 Per case (COUNT tensors of MiB each, float32, on the first device; PyTorch tensors on the
-same GPU), medians in microseconds: the whole repeated swap until the device is idle, the
-device copy of the same bytes (one torch copy_), and the pieces of the swap's host work:
-describing the destination, the repeat check (tree flatten, the leaves' avals and shardings,
-is_deleted, the tensors' fingerprint), before_writing (the wait for PyTorch's stream and the
-version bump), the batched wait for the sources, reading their addresses, the launch, and the
-wait for the stream.
+same GPU), medians in microseconds: the whole repeated swap until the device is idle (the same
+arrays, and new arrays from a jitted step: only the swap timed), the device copy of the same
+bytes (one torch copy_), and the pieces of the swap's host work: describing the destination,
+the repeat check (one native pass: the tree walked, every leaf's and tensor's facts compared;
+the same arrays, and new arrays it awaits and reads), before_writing (the wait for PyTorch's
+stream and the version bump), the launch, and the wait for the stream.
 """
 import argparse
-import itertools
 import statistics
 import time
 
@@ -36,6 +35,20 @@ def median_us(fn, repeats, sync=lambda: None):
     return statistics.median(times) * 1e6
 
 
+def new_arrays_us(src, repeats, sync, timed):
+    """Median of `timed(src)` with new arrays each time (a jitted step's outputs, awaited first)."""
+    step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
+    times = []
+    for _ in range(repeats):
+        src = jax.block_until_ready(step(src))
+        sync()
+        start = time.perf_counter()
+        timed(src)
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
 def profile(count: int, mib: float, repeats: int) -> None:
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
@@ -49,31 +62,27 @@ def profile(count: int, mib: float, repeats: int) -> None:
     jax_amem.swap(src, dst, progress=False)
     how = run._how(None, None)
     d = describe(dst)
-    entry, leaves = repeat.find(src, d, how)
-    program = entry.program
-    launch = program.direct
-    operands = [(get(leaves),) if single else get(leaves) for get, single in zip(entry.operands, entry.singles)]
-    flat = list(itertools.chain.from_iterable(operands))
-    pointers = direct._pointers(operands)
+    entry, _, _ = repeat.find(src, d, how)
+    launch = entry.program.direct
     streams = launch._streams(d) if launch else {}
     flat_src = torch.empty(count * n, device=cuda)
     flat_dst = torch.empty_like(flat_src)
+    swap = lambda tree: jax_amem.swap(tree, dst, progress=False)  # noqa: E731
     rows = [
-        ("whole repeated swap", median_us(lambda: jax_amem.swap(src, dst, progress=False), repeats, sync)),
+        ("whole repeated swap", median_us(lambda: swap(src), repeats, sync)),
+        ("  with new arrays", new_arrays_us(src, repeats, sync, swap)),
         ("device copy (torch copy_)", median_us(lambda: flat_dst.copy_(flat_src), repeats, sync)),
         ("describe(dst)", median_us(lambda: describe(dst), repeats)),
-        ("repeat.find", median_us(lambda: repeat.find(src, d, how), repeats)),
-        ("  tree_flatten", median_us(lambda: jax.tree_util.tree_flatten(src), repeats)),
-        ("  fingerprint()", median_us(lambda: d.fingerprint(), repeats)),
-        ("  is_deleted", median_us(lambda: any(map(type(leaves[0]).is_deleted, leaves)), repeats)),
+        ("repeat check (native pass)", median_us(lambda: repeat.find(src, d, how), repeats)),
+        ("  with new arrays", new_arrays_us(src, repeats, sync, lambda tree: repeat.find(tree, d, how))),
         ("before_writing", median_us(lambda: d.before_writing(entry.devices), repeats)),
-        ("batched wait", median_us(lambda: direct._await(flat), repeats)),
-        ("read addresses", median_us(lambda: direct._pointers(operands), repeats)),
+        ("written (versions)", median_us(entry.table.written, repeats)),
         ("streams", median_us(lambda: launch._streams(d), repeats)),
     ]
+    repeat.find(src, d, how)  # the addresses of `src` in the pointer arrays again
     if launch:
         def launch_only():
-            for copy, addresses, ordinal in zip(launch.copies, pointers, launch.ordinals):
+            for copy, addresses, ordinal in zip(launch.copies, entry.pointers, launch.ordinals):
                 copy.run(addresses, streams.get(ordinal, 0))
         rows.append(("launch (host)", median_us(launch_only, repeats)))
         sync()

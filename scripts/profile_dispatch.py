@@ -120,8 +120,8 @@ def small(count, repeats, trace):
     jax_amem.swap(src, dst, progress=False)
     destination = describe(dst)
     how = api._how(None, None)
-    leaves, treedef = jax.tree_util.tree_flatten(src)
-    entry = repeat.find(leaves, treedef, destination, how)
+    leaves = jax.tree_util.tree_leaves(src)
+    entry = repeat.find(src, destination, how)[0]
     group_fn = entry.program.fns[0]
     shards = entry.operands[0](leaves)
     inner = group_fn.__wrapped__
@@ -133,9 +133,8 @@ def small(count, repeats, trace):
           f"medians of {repeats}; microseconds: host dispatch / until idle")
     for name, fn in [("swap (repeat)", lambda: jax_amem.swap(src, dst, progress=False)),
                      ("describe(dst)", lambda: describe(dst)),
-                     ("repeat.find", lambda: repeat.find(*jax.tree_util.tree_flatten(src), destination, how)),
+                     ("repeat.find", lambda: repeat.find(src, destination, how)),
                      ("tree_flatten", lambda: jax.tree_util.tree_flatten(src)),
-                     ("fingerprint", lambda: destination.fingerprint()),
                      ("wait_for_torch", (lambda: torch.cuda.current_stream().synchronize()) if cuda else sync),
                      ("group: jit(tuple)", lambda: group_fn(shards)),
                      ("group: jit(*args)", lambda: star(*shards)),

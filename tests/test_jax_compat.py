@@ -49,15 +49,15 @@ def test_shard_arrays_reads_the_arrays_list_in_the_order_of_addressable_shards()
     assert compat.shard_arrays(np.ones(3)) is None
 
 
-def test_sharding_reader_reads_the_stored_sharding_of_arrays():
+def test_sharding_attribute_names_the_stored_sharding_of_arrays():
     arrays = [sharded(np.zeros(len(CPUS), np.float32)), jnp.ones(3)]
-    read = compat.sharding_reader(arrays)
-    assert read is compat._stored_sharding, "ArrayImpl._sharding is gone or no longer the sharding"
-    assert [read(a) for a in arrays] == [a.sharding for a in arrays]
+    name = compat.sharding_attribute(arrays)
+    assert name == "_sharding", "ArrayImpl._sharding is gone or no longer the sharding"
+    assert [getattr(a, name) for a in arrays] == [a.sharding for a in arrays]
 
     class Other:  # anything else with a sharding: the public property
         sharding = arrays[0].sharding
-    assert compat.sharding_reader([Other()]) is compat._sharding
+    assert compat.sharding_attribute([Other()]) == "sharding"
 
 
 def test_is_tracer_tells_abstract_values_from_arrays():

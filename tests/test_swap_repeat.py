@@ -2,7 +2,9 @@
 a training loop's swap (same tensors, new arrays of the same layouts) skip planning and jit's
 checks, and sends everything else, the cases that must be refused above all, to the full path."""
 
+import collections
 import gc
+import sys
 
 import numpy as np
 import pytest
@@ -11,9 +13,12 @@ import jax
 import jax.numpy as jnp
 
 import jax_amem
+from jax_amem import reshard
+from jax_amem._native import core
 from jax_amem.swapping import SwapError, forget
-from jax_amem.swapping.destinations import describe
+from jax_amem.swapping.destinations import TorchDestination, describe
 from jax_amem.swapping.in_process import repeat, run
+from jax_amem.swapping.sources import flat_named
 
 torch = pytest.importorskip("torch")
 
@@ -27,8 +32,8 @@ def sources(count=6, device=None):
 
 
 def hits(src, dst) -> bool:
-    leaves, treedef = jax.tree_util.tree_flatten(src)
-    return repeat.find(leaves, treedef, describe(dst), run._how(None, None)) is not None
+    found, _, _ = repeat.find(src, describe(dst), run._how(None, None))
+    return found is not None
 
 
 def assert_written(src, dst):
@@ -212,3 +217,230 @@ def test_a_destination_that_does_not_copy_with_torch_keeps_every_copy_in_the_xla
     assert_written(src, dst)
     program = next(iter(run._programs.values()))
     assert not program.torch_copies and all(fn is not None for fn in program.fns) and report.launches == 1
+
+
+# ----------------------------------------------------------------------------- the native pass
+
+
+class ReadersSeen(TorchDestination):
+    """PyTorch tensors whose facts are read through Python functions that note which fact and
+    which Python frame the read came from (a native call has no frame of its own: the frame
+    seen is the one that made the call)."""
+
+    reads: list = []
+
+    def repeat_readers(self):
+        readers, rewritten = super().repeat_readers()
+
+        def seen(k, chain):
+            def read(tensor):
+                ReadersSeen.reads.append((k, sys._getframe(1).f_code.co_name))
+                for step_ in chain:
+                    tensor = step_(tensor)
+                return tensor
+            return (read,)
+
+        return [seen(k, chain) for k, chain in enumerate(readers)], rewritten
+
+
+def repeat_seen(count: int):
+    """One repeat swap of `count` tensors (new arrays, as a training step makes them): the facts
+    read, and the Python calls and C calls made from Python other than the readers' own."""
+    forget()
+    src = sources(count)
+    dst = {name: torch.full((8, 4), float("nan")) for name in src}
+    jax_amem.swap(src, ReadersSeen(dst), progress=False)
+    src = step(src)
+    jax_amem.swap(src, ReadersSeen(dst), progress=False)  # the first repeat makes what later ones reuse
+    src = step(src)
+    ReadersSeen.reads = []
+    events = collections.Counter()
+
+    def count_events(frame, event, arg):
+        if event in ("call", "c_call") and frame.f_code.co_name != "read":
+            events[event] += 1
+
+    sys.setprofile(count_events)
+    try:
+        jax_amem.swap(src, ReadersSeen(dst), progress=False)
+    finally:
+        sys.setprofile(None)
+    assert_written(src, dst)
+    return collections.Counter(ReadersSeen.reads), events
+
+
+def test_a_repeat_reads_each_fact_once_inside_one_native_call_and_its_python_work_is_constant():
+    """The repeat's per-tensor work is the native pass: every fact of every tensor read once,
+    all from inside the one check call (the version counters after writing are not read again:
+    they move by what the first repeat's write moved them); everything else it runs in Python
+    is the same for 8 tensors as for 300."""
+    few_reads, few_events = repeat_seen(8)
+    many_reads, many_events = repeat_seen(300)
+    for count, reads in ((8, few_reads), (300, many_reads)):
+        # address, storage offset, storage size, version
+        assert reads == {(0, "check"): count, (1, "check"): count, (2, "check"): count, (3, "check"): count}, reads
+    assert few_events == many_events, (few_events, many_events)
+    assert few_events["call"] < 60, few_events
+
+
+def test_version_counters_moved_by_anything_but_the_swap_miss_after_many_repeats():
+    """Tied weights (one tensor under two names: its counter moves twice a swap) and a tensor
+    bumped by the rollout between swaps: the computed counters still match only the swap's own."""
+    src = sources(3)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    dst["tied"] = dst["t0"]
+    rules = [reshard.Rule.copy(name) for name in src] + [reshard.Rule.copy("tied", "t0")]
+    how = run._how(rules, None)
+    for k in range(4):
+        src = step(src)
+        assert (repeat.find(src, describe(dst), how)[0] is not None) == (k > 0), k
+        jax_amem.swap(src, dst, rules=rules, progress=False)
+        assert_written(src, dst)
+    with torch.no_grad():
+        dst["t2"].add_(1.0)  # the rollout writes in place: its counter moves
+    assert repeat.find(src, describe(dst), how)[0] is None
+    dst["t1"].resize_(4, 8)
+    with pytest.raises(SwapError, match="t1"):
+        jax_amem.swap(step(src), dst, rules=rules, progress=False)
+
+
+def test_facts_that_cannot_be_read_leave_the_swap_done_and_nothing_remembered(monkeypatch):
+    def unreadable(tensor):
+        raise RuntimeError("no facts here (injected)")
+
+    monkeypatch.setattr(TorchDestination, "repeat_readers", lambda self: ([(unreadable,)], []))
+    src = sources(2)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    for _ in range(2):
+        jax_amem.swap(src, dst, progress=False)
+        assert_written(src, dst)
+        assert len(repeat._entries) == 0
+        src = step(src)
+
+
+def nested(scale=1.0):
+    """A tree of dicts, lists, tuples and None, as a model's parameters nest."""
+    leaf = lambda *shape: jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape) * scale  # noqa: E731
+    return {"embed": leaf(4, 3), "layers": [{"w": leaf(3, 3), "b": (leaf(3), None)} for _ in range(3)],
+            "head": (leaf(2, 3),), "unused": None}
+
+
+def test_a_nested_tree_repeats_without_being_flattened(monkeypatch):
+    src = nested()
+    names, leaves, _ = flat_named(src)
+    dst = {name: torch.full(tuple(a.shape), float("nan")) for name, a in zip(names, leaves)}
+    jax_amem.swap(src, dst, progress=False)
+    flattened = []
+    real = jax.tree_util.tree_flatten
+    monkeypatch.setattr(jax.tree_util, "tree_flatten", lambda *a, **k: flattened.append(1) or real(*a, **k))
+    for k in range(3):
+        src = step(src)
+        jax_amem.swap(src, dst, progress=False)
+        for name, array in zip(names, flat_named(src)[1]):
+            np.testing.assert_array_equal(dst[name].numpy(), np.asarray(array))
+    assert len(flattened) == 3  # the checks above flatten; the swaps did not
+
+
+@pytest.mark.parametrize("change", ["extra key", "shorter list", "None for a leaf", "list for a tuple", "same shapes, other keys"])
+def test_a_nested_tree_of_another_structure_misses(change):
+    src = nested()
+    names, leaves, _ = flat_named(src)
+    dst = {name: torch.zeros(tuple(a.shape)) for name, a in zip(names, leaves)}
+    jax_amem.swap(src, dst, progress=False)
+    other = nested(2.0)
+    if change == "extra key":
+        other["extra"] = jnp.ones(2)
+    elif change == "shorter list":
+        other["layers"].pop()
+    elif change == "None for a leaf":
+        other["head"] = (None,)
+    elif change == "list for a tuple":
+        other["head"] = list(other["head"])
+    else:
+        other["embed2"] = other.pop("embed")
+    assert not hits(other, dst)
+    if change == "list for a tuple":  # the same names: a tree JAX flattens alike, swapped by the full path
+        jax_amem.swap(other, dst, progress=False)
+        np.testing.assert_array_equal(dst["head/0"].numpy(), np.asarray(other["head"][0]))
+    else:
+        with pytest.raises(SwapError):
+            jax_amem.swap(other, dst, progress=False)
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+def test_a_tree_with_other_nodes_and_two_trees_in_turn_repeat_through_the_flattened_tree():
+    """A namedtuple is a node the native walk leaves to JAX: such a tree is flattened and its
+    structure compared; two trees swapped in turn each repeat (the last one first, the other by
+    its structure)."""
+    first = {"p": Pair(jnp.ones(3), jnp.zeros(2))}
+    first_dst = {"p/a": torch.zeros(3), "p/b": torch.zeros(2)}
+    second = sources(3)
+    second_dst = {name: torch.zeros(8, 4) for name in second}
+    assert repeat.tree_spec(first, jax.tree_util.tree_leaves(first)) is None
+    jax_amem.swap(first, first_dst, progress=False)
+    jax_amem.swap(second, second_dst, progress=False)
+    for _ in range(2):
+        first, second = step(first), step(second)
+        assert hits(first, first_dst) and hits(second, second_dst)
+        jax_amem.swap(first, first_dst, progress=False)
+        jax_amem.swap(second, second_dst, progress=False)
+        np.testing.assert_array_equal(first_dst["p/b"].numpy(), np.asarray(first["p"].b))
+        assert_written(second, second_dst)
+
+
+def test_a_reordered_destination_misses_and_is_written_by_name():
+    src, dst = swapped()
+    reordered = dict(reversed(list(dst.items())))
+    assert not hits(src, reordered)
+    src = step(src)
+    jax_amem.swap(src, reordered, progress=False)
+    assert_written(src, dst)
+
+
+def _check(**changes):
+    leaf = jnp.ones(2)
+    tensor = torch.zeros(2)
+    arguments = dict(spec=(0, ("x",), (0,)), array_type=type(leaf), aval_attribute="aval",
+                     sharding_attribute="sharding", leaves=[leaf], names=["x"], tensors=[tensor],
+                     readers=[(torch.Tensor.data_ptr,)], rewritten=[0], groups=[[0]],
+                     pointers=[np.zeros(1, np.int64)], wait=jax.block_until_ready)
+    arguments.update(changes)
+    return core.copy.RepeatCheck(*arguments.values())
+
+
+def test_repeat_check_fills_the_pointers_and_misses_on_a_change():
+    pointers = np.zeros(1, np.int64)
+    leaf = jnp.ones(2)
+    tensor = torch.zeros(2)
+    check = _check(leaves=[leaf], tensors=[tensor], pointers=[pointers])
+    assert check.walks and check.leaves == 1 and check.tensors == 1
+    assert pointers[0] == 0  # filled on a hit
+    assert check.check({"x": leaf}, True, {"x": tensor}, False) is True
+    assert pointers[0] == leaf.unsafe_buffer_pointer()
+    new = leaf + 1
+    assert check.check([new], False, {"x": tensor}, True) == [new] and pointers[0] == new.unsafe_buffer_pointer()
+    assert check.check({"x": new}, True, {"y": tensor}, False) is None          # another name
+    assert check.check({"x": new}, True, {"x": torch.zeros(2)}, False) is None  # another tensor
+    assert check.check({"x": new.astype(jnp.bfloat16)}, True, {"x": tensor}, False) is None
+    assert check.check({"x": np.ones(2)}, True, {"x": tensor}, False) is None    # not a jax.Array
+    tensor.set_(torch.zeros(4))  # another storage: another address
+    assert check.check({"x": new}, True, {"x": tensor}, False) is None
+    assert pointers[0] == new.unsafe_buffer_pointer()  # a miss changes nothing
+
+
+@pytest.mark.parametrize("changes, error, match", [
+    (dict(leaves=[np.ones(2)]), TypeError, "array_type"),
+    (dict(spec=(0, ("x", "y"), (0, 1))), ValueError, "another number of leaves"),
+    (dict(spec=(0, ("x", "y"), (0,))), ValueError, "do not match its keys"),
+    (dict(spec=(2, 1, (1,))), ValueError, "numbered in order"),
+    (dict(rewritten=[1]), ValueError, "no such reader"),
+    (dict(names=["x", "y"]), ValueError, "one name per tensor"),
+    (dict(groups=[[1]]), ValueError, "no such leaf"),
+    (dict(groups=[[0], [0]]), ValueError, "one pointer array per group"),
+    (dict(pointers=[np.zeros(2, np.int64)]), ValueError, "another length"),
+])
+def test_repeat_check_refuses_what_does_not_fit(changes, error, match):
+    with pytest.raises(error, match=match):
+        _check(**changes)

@@ -40,7 +40,7 @@ class ByAddress(Protocol):
     signature: tuple
     # This process's PyTorch tensors by name, when the destination is that: large whole copies
     # then go to PyTorch's own copy_ (in_process/torch_copies.py), and a swap that repeats
-    # the last one is recognised by identity and `fingerprint()` (in_process/repeat.py). None
+    # the last one is recognised by identity and `repeat_readers()` (in_process/repeat.py). None
     # for memory that is not this process's PyTorch tensors.
     torch_tensors: Mapping | None
 
@@ -49,10 +49,9 @@ class ByAddress(Protocol):
     def layouts(self) -> dict: ...                  # {name: reshard.Layout}: what to plan for
     def targets(self) -> dict[str, Target]: ...     # checked (writable, open, not JAX memory)
     def addresses(self) -> tuple: ...               # cheap, read on every swap (a cache key)
-    # Where torch_tensors is not None (repeats are recognised only then): (addresses(),
-    # versions()), and each tensor's version counter.
-    def fingerprint(self) -> tuple: ...
-    def versions(self) -> tuple: ...
+    # Where torch_tensors is not None (repeats are recognised only then): per fact of a tensor,
+    # a chain of C callables, and which facts the swap's own write moves (read again after it).
+    def repeat_readers(self) -> tuple[list, list]: ...
     def before_writing(self, devices) -> None: ...  # what must finish before the first write
     def host_bytes(self, name: str, owner) -> np.ndarray: ...  # uint8, for verify=True
 

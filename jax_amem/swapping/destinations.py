@@ -97,7 +97,7 @@ class TorchDestination(WrittenHere):
     def __init__(self, tensors: Mapping):
         self.tensors = dict(tensors)
         self.torch_tensors = self.tensors
-        checks.torch_tensor_kinds(self.tensors)  # per swap, repeats too: a lazy conj/neg view has the same key
+        self._kinds_checked = False
         self._tied = None
         self._facts = None  # torch_bridge.facts, read once by targets()
 
@@ -105,12 +105,21 @@ class TorchDestination(WrittenHere):
     def signature(self) -> tuple:
         """Everything later checks depend on, so a cached plan and program are reused only for
         tensors that would pass the same checks; read in C for thousands of tensors. Read only
-        when a swap is not a repeat (in_process/repeat.py checks `fingerprint()` instead)."""
+        when a swap is not a repeat (in_process/repeat.py reads `repeat_readers()` instead)."""
         import torch
 
+        self._check_kinds()
         values = self.tensors.values()
         return ("torch", tuple(self.tensors), tuple(map(_tensor_facts, values)),
                 tuple(map(torch.Tensor.stride, values)), tuple(self.tied()))
+
+    def _check_kinds(self) -> None:
+        """The tensors' kinds (checks.torch_tensor_kinds), before anything else reads them, on
+        every swap that is not a repeat (a lazy conj/neg view has the same cache key as its
+        tensor); a repeat writes the very tensor objects a checked swap wrote (repeat.py)."""
+        if not self._kinds_checked:
+            checks.torch_tensor_kinds(self.tensors)
+            self._kinds_checked = True
 
     def names(self) -> list[str]:
         return list(self.tensors)
@@ -145,27 +154,28 @@ class TorchDestination(WrittenHere):
         new program's checks (targets) refuse it. About 0.15 us per tensor."""
         import torch
 
+        self._check_kinds()
         values = self.tensors.values()
         return (tuple(map(torch.Tensor.data_ptr, values)), tuple(map(torch.Tensor.storage_offset, values)),
                 tuple(map(torch.UntypedStorage.nbytes, map(torch.Tensor.untyped_storage, values))))
 
-    def fingerprint(self) -> tuple:
-        """What a repeat swap compares with the last swap's (in_process/repeat.py), besides the
-        tensors' identity: (`addresses()`: a moved, freed or shrunk storage; `versions()`)."""
-        return self.addresses(), self.versions()
-
-    def versions(self) -> tuple:
-        """Each tensor's version counter: in-place metadata changes (`resize_`, `set_`,
-        `as_strided_`, `t_`) bump it, and so does every swap (`before_writing`). Inference
-        tensors have no version counter: their shape, stride and dtype instead. One read in
-        C per tensor, no hashing."""
+    def repeat_readers(self) -> tuple[list, list]:
+        """What a repeat swap reads of every tensor to know it unchanged since the last swap
+        (in_process/repeat.py, besides each tensor's identity), as chains of C callables read in
+        one native pass: the address, storage offset and storage size (a moved, freed or shrunk
+        storage: `addresses()`) and the version counter (in-place metadata changes, `resize_`,
+        `set_`, `as_strided_`, `t_`, bump it; so does every swap, `before_writing`: the second
+        list names the facts read again after writing). Inference tensors have no version
+        counter: their device, shape, dtype and strides instead."""
         import torch
 
-        values = self.tensors.values()
+        readers = [(torch.Tensor.data_ptr,), (torch.Tensor.storage_offset,),
+                   (torch.Tensor.untyped_storage, torch.UntypedStorage.nbytes)]
         try:
-            return tuple(map(_version, values))
+            sum(map(_version, self.tensors.values()))
         except RuntimeError:  # an inference tensor ("Inference tensors do not track version counter")
-            return (tuple(map(_tensor_facts, values)), tuple(map(torch.Tensor.stride, values)))
+            return readers + [(_tensor_facts,), (torch.Tensor.stride,)], []
+        return readers + [(_version,)], [len(readers)]
 
     def before_writing(self, devices) -> None:
         """Work PyTorch queued on the destination GPUs (a rollout still reading the old

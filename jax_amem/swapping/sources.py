@@ -105,7 +105,7 @@ class Sources:
             leaves, treedef = flatten(tree, "source tree")
         names = names_of(tree, treedef)
         check_live_arrays(names, leaves, "source")
-        self.leaves, self.treedef, self.names = leaves, treedef, names
+        self.tree, self.leaves, self.treedef, self.names = tree, leaves, treedef, names
         self.arrays = dict(zip(names, leaves))
         # The tree structure fixes the names; the facts fix every layout.
         self.signature = (treedef, tuple(map(array_facts, leaves)))

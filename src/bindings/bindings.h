@@ -9,6 +9,7 @@ namespace amem::bindings {
 void BindCuda(nanobind::module_& m);
 void BindCopy(nanobind::module_& m);
 void BindDirectCopy(nanobind::module_& copy_module);  // called by BindCopy
+void BindRepeatCheck(nanobind::module_& copy_module);  // called by BindDirectCopy
 void BindFfi(nanobind::module_& m);
 void BindReshard(nanobind::module_& m);
 void BindMemory(nanobind::module_& m);

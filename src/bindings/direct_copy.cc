@@ -117,6 +117,7 @@ void BindDirectCopy(nb::module_& m) {
   m.def("direct_stream", &DirectStream, nb::arg("device"),
         "A non-blocking stream of this process on `device`, made once: where a direct copy runs when the "
         "destination's reader has no stream here (CUDA IPC).");
+  BindRepeatCheck(m);
 }
 
 }  // namespace amem::bindings

@@ -18,7 +18,8 @@ addresses, which travel with the kernel launch (nothing uploaded per swap). The 
 kept between swaps: a source that is the same live array as last time keeps its entry, and
 only the sources JAX gave new buffers (a training step's outputs, new LoRA adapters beside
 frozen weights) are awaited and read again, with `unsafe_buffer_pointer()` in C-level map()
-calls: no Python per array.
+calls: no Python per array. A repeat swap (repeat.py) does the same inside its one native check
+of its inputs and hands `launch` the addresses it read.
 
 Ordering: before, the new sources are awaited on the host, all at once (one batched
 block_until_ready); their addresses are read after. The copies run on PyTorch's current stream
@@ -150,11 +151,16 @@ class DirectProgram:
         Returns when the copies are done; their failure to launch or run raises after every
         copy already launched has finished (nothing still writes when the error leaves)."""
         self._refresh(operands)  # every address read before the first launch
+        self.launch(self.pointers, destination, show_progress)
+
+    def launch(self, pointers: list, destination, show_progress: bool = False) -> None:
+        """Copies every group with `pointers[k]`, group k's source addresses (int64, one per
+        operand, read after the sources were awaited); returns as run() does."""
         streams = self._streams(destination)
         bar = _progress(sum(self.nbytes)) if show_progress else None
         launched = []
         try:
-            for copy, addresses, ordinal, nbytes in zip(self.copies, self.pointers, self.ordinals, self.nbytes):
+            for copy, addresses, ordinal, nbytes in zip(self.copies, pointers, self.ordinals, self.nbytes):
                 stream = streams.get(ordinal, 0)
                 copy.run(addresses, stream)
                 launched.append((ordinal, stream))

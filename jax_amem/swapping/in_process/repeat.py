@@ -1,68 +1,73 @@
 """The repeat swap into PyTorch tensors: the swap a training loop makes every step, with the
-same tensors and new arrays of the same layouts, costs a fingerprint check and the cached calls.
+same tensors and new arrays of the same layouts, costs one native pass over its inputs and the
+cached calls.
 
-After a swap into PyTorch tensors the program is kept here with what it was checked against:
-- the source tree's structure and each leaf's `aval` and `sharding` (JAX shares these objects
-  between the outputs of one jitted function call after call, so comparing the tuples is
-  mostly identity checks), and that every leaf is a live `ArrayImpl`;
-- the destination's names, the identity of every tensor (weak references: a tensor that dies
-  drops the entry, so an id can never stand for a newer tensor), and
-  `TorchDestination.fingerprint()`: address, storage offset, storage size and version counter
-  per tensor (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses; the
-  swap's own version bump, `before_writing`, is read back after it);
+After a swap into PyTorch tensors the program is kept here with what it was checked against,
+in a `core.copy.RepeatCheck` (src/bindings/repeat_check.cc), which compares a later swap's
+inputs with it in one loop in C:
+- the source tree's structure (exact dicts with the same keys, lists and tuples of the same
+  length, None: walked without flattening; another tree is flattened and its structure
+  compared), each leaf a live `ArrayImpl` with the same `aval` and `sharding` (JAX shares these
+  objects between the outputs of one jitted function call after call; equal other objects are
+  kept, so the next check compares identities);
+- the destination's names in order, the identity of every tensor (weak references: a tensor
+  that dies drops the entry, so an identity can never stand for a newer tensor), and per tensor
+  `TorchDestination.repeat_readers()`: address, storage offset, storage size and version counter
+  (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses; the swap's own
+  version bump, `before_writing`, is read back after it);
 - for every group, which leaves are its operands (positions in the flattened tree).
-A swap whose inputs match runs the groups' calls with those leaves, no plan lookup, no
-signature hashing, no dictionary of arrays. From the first repeat on, a group's call goes to
-its loaded XLA executable directly (`execute_sharded`), skipping jit's per-operand checks (a
-few microseconds per operand, most of a swap of thousands of small tensors): the fingerprint
-above is exactly what those checks would compare, and the runtime still refuses an operand on
-another device. Where this JAX does not expose the executable plainly (constants hoisted as
-operands, effects, pruned operands) the group keeps its jitted call. Anything else (a miss, verify, a progress bar, a
-source that must be staged on another device first) takes the full path in run.py, which
-checks everything and stores a new entry.
+On a hit, for a program launched directly (direct.py), the arrays that are not the last swap's
+are awaited in one call and their addresses read into the launch's pointer arrays, in the same
+pass: the swap then costs O(1) Python and that one native call, whatever its number of tensors.
+Programs that run in XLA get the leaves and call their groups with them, no plan lookup, no
+signature hashing. From the first repeat on, a group's call goes to its loaded XLA executable
+directly (`execute_sharded`), skipping jit's per-operand checks (a few microseconds per
+operand): the check above is exactly what those checks would compare, and the runtime still
+refuses an operand on another device. Where this JAX does not expose the executable plainly
+(constants hoisted as operands, effects, pruned operands) the group keeps its jitted call.
+Anything else (a miss, verify, a progress bar, a source that must be staged on another device
+first) takes the full path in run.py, which checks everything and stores a new entry.
+
+The last entry that hit is tried first, on the tree as given; the others by the flattened
+tree's structure and the destination's names.
 
 Not detected here (the full path refuses these, the repeat writes the old layout): a tensor
 re-pointed with `tensor.data = view` at the same address and storage with another shape,
-stride or dtype (PyTorch does not count `.data =` as a change). The storage bounds are
-checked either way, so no byte outside the tensor's storage is written.
+stride or dtype (PyTorch does not count `.data =` as a change), and the conjugate or negative
+bit set in place on a tensor already written (`torch._C._set_conj`, `_set_neg`: private calls;
+the lazy views `t.conj()` and `torch._neg_view(t)` are other tensors, refused by the full path).
+The storage bounds are checked either way, so no byte outside the tensor's storage is written.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 
 import jax
+import numpy as np
 
 from ... import _jax_compat
+from ..._native import core
 from ..cache import Lru
+from ..sources import flatten
 from . import torch_copies
 
 _entries = Lru("repeat swaps (in process)")
-
-_aval = operator.attrgetter("aval")
-_is_deleted = operator.methodcaller("is_deleted")
-
-
-def _array_type():
-    """The concrete class of jax.Arrays (`jax.Array` itself also admits tracers)."""
-    return type(jax.numpy.zeros(()))
-
-
-_ARRAY = None
+_last = Lru("the last repeat swap")  # one entry, under LAST: tried before the tree is flattened
+LAST = "last"
+_await = _jax_compat.batched_wait()  # one C call that waits for many arrays
 
 
 class Repeat:
-    """A program and the fingerprints of the inputs it was last run with (module docstring)."""
+    """A program and the facts of the inputs it was last run with (module docstring)."""
 
-    def __init__(self, program, leaves, names, destination, how):
+    def __init__(self, program, sources, destination, how):
         self.program = program
-        self.avals = tuple(map(_aval, leaves))
-        self.read_sharding = _jax_compat.sharding_reader(leaves)  # fast where JAX allows
-        self.shardings = tuple(map(self.read_sharding, leaves))
         self.how = how
-        values = tuple(destination.torch_tensors.values())
-        self.ids = tuple(map(id, values))
+        tensors = destination.torch_tensors
+        values = list(tensors.values())
         self.alive = [True]
         flag = self.alive
 
@@ -70,13 +75,21 @@ class Repeat:
             flag[0] = False
 
         self._refs = [weakref.ref(t, died) for t in values]  # kept: a dead reference calls `died`
-        self.fingerprint = destination.fingerprint()
-        position = {name: k for k, name in enumerate(names)}
-        self.operands = [operator.itemgetter(*[position[name] for name, _, _ in g.source_refs])
-                         for g in program.groups]
-        self.singles = [len(g.source_refs) == 1 for g in program.groups]
+        position = {name: k for k, name in enumerate(sources.names)}
+        operands = [[position[name] for name, _, _ in g.source_refs] for g in program.groups]
+        self.operands = [operator.itemgetter(*o) for o in operands]
+        self.singles = [len(o) == 1 for o in operands]
         self.devices = {g.device for g in program.groups}
         self.calls = None  # per group, execute_sharded or None (the jitted call): made on the first repeat
+        # Per group, its operands' buffer addresses, filled by the check (programs launched directly).
+        self.pointers = [np.zeros(len(o), np.int64) for o in operands] if program.direct else None
+        leaves = sources.leaves
+        readers, rewritten = destination.repeat_readers()
+        self.table = core.copy.RepeatCheck(
+            tree_spec(sources.tree, leaves), type(leaves[0]), "aval", _jax_compat.sharding_attribute(leaves),
+            list(leaves), list(tensors), values, readers, rewritten,
+            operands if program.direct else None, self.pointers or [], _await)
+        self.walks = self.table.walks
 
     def make_calls(self, leaves) -> None:
         """The groups' direct calls, made once per program (Program.direct_calls)."""
@@ -86,6 +99,39 @@ class Repeat:
                                                                         else operands(leaves))
                                     for fn, operands, single in zip(program.fns, self.operands, self.singles)]
         self.calls = program.direct_calls
+
+    def check(self, given, is_tree: bool, tensors):
+        """None on a miss; else the leaves (programs run in XLA) or True, the addresses read."""
+        if not self.alive[0]:
+            return None
+        return self.table.check(given, is_tree, tensors, not self.program.direct)
+
+
+def tree_spec(tree, leaves):
+    """The structure of `tree` for RepeatCheck (leaf: its position; dict (0, sorted keys,
+    children); list (1, n, children); tuple (2, n, children); None (3,)), or None where the tree
+    has other nodes or its walk would not give `leaves` (JAX's flattening) in their order."""
+    found = []
+
+    def walk(node):
+        kind = type(node)
+        if kind is dict:
+            keys = tuple(sorted(node))
+            return 0, keys, tuple(walk(node[k]) for k in keys)
+        if kind is list or kind is tuple:
+            return (1 if kind is list else 2), len(node), tuple(map(walk, node))
+        if node is None:
+            return (3,)
+        found.append(node)
+        return len(found) - 1
+
+    try:
+        spec = walk(tree)
+    except (TypeError, RecursionError):  # keys that do not sort, a tree too deep to walk here
+        return None
+    if len(found) != len(leaves) or any(map(operator.is_not, found, leaves)):
+        return None  # a node JAX flattens further (a custom pytree, a namedtuple, ...)
+    return spec
 
 
 def direct_call(fn, shards):
@@ -100,7 +146,7 @@ def key_of(treedef, names, how) -> tuple:
 
 def _repeats(destination) -> bool:
     """Whether the destination is this process's PyTorch tensors, whose repeats are known by
-    identity and fingerprint (by_address.ByAddress.torch_tensors)."""
+    identity and facts (by_address.ByAddress.torch_tensors)."""
     return destination.writes_by_address and destination.torch_tensors is not None
 
 
@@ -108,44 +154,46 @@ def remember(program, sources, destination, how) -> None:
     """Keeps `program` for repeats when every group reads whole single-device sources already
     on its device (no shard selection, no staging); else nothing is kept. `sources`: the
     swap's Sources (the tree as it flattened it)."""
-    global _ARRAY
-    if not _repeats(destination) or program.route != "addresses":
+    if not _repeats(destination) or program.route != "addresses" or not sources.leaves:
         return
     for group in program.groups:
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return
-    leaves = sources.leaves
-    if _ARRAY is None:
-        _ARRAY = _array_type()
-    if any(type(leaf) is not _ARRAY for leaf in leaves):
+    array = type(sources.leaves[0])
+    if array is not _array_type() or any(type(leaf) is not array for leaf in sources.leaves):
         return
-    _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how),
-                 Repeat(program, leaves, sources.names, destination, how))
+    try:
+        entry = Repeat(program, sources, destination, how)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return  # a tensor or array whose facts cannot be read: no repeat; the swap itself is done
+    _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how), entry)
+    _last.put(LAST, entry)
 
 
-def find(leaves, treedef, destination, how):
-    """The remembered Repeat when this swap (its tree flattened: `leaves`, `treedef`) repeats
-    one exactly, else None."""
-    if _ARRAY is None or not _repeats(destination):
-        return None
+@functools.cache
+def _array_type():
+    """The concrete class of jax.Arrays (`jax.Array` itself also admits tracers)."""
+    return type(jax.numpy.zeros(()))
+
+
+def find(src_params, destination, how) -> tuple:
+    """(the remembered Repeat when this swap repeats one exactly, else None; the leaves, or None
+    where the swap is launched directly on a hit; the treedef, or None where the tree was not
+    flattened). A miss that flattened the tree hands its leaves and treedef to the full path."""
+    if not _repeats(destination):
+        return None, None, None
     tensors = destination.torch_tensors
+    last = _last.get(LAST)
+    if last is not None and last.walks and last.how == how:
+        got = last.check(src_params, True, tensors)
+        if got is not None:
+            return last, (None if got is True else got), None
+    leaves, treedef = flatten(src_params, "source tree")
     entry = _entries.get(key_of(treedef, tuple(tensors), how))
-    if entry is None or not entry.alive[0]:
-        return None
-    try:  # a leaf that is no ArrayImpl (a tracer, a numpy array) lacks one of these
-        avals, shardings = tuple(map(_aval, leaves)), tuple(map(entry.read_sharding, leaves))
-        if avals != entry.avals or shardings != entry.shardings:
-            return None
-    except AttributeError:
-        return None
-    # Equal, but perhaps other objects (a jitted step's outputs after device_put's arrays): keep
-    # these, so that the next repeat compares identical objects (no Python __eq__ per leaf).
-    entry.avals, entry.shardings = avals, shardings
-    if any(map(_is_deleted, leaves)):
-        return None  # the full path names what is wrong
-    if tuple(map(id, tensors.values())) != entry.ids or destination.fingerprint() != entry.fingerprint:
-        return None
-    return entry
+    if entry is None or entry.check(leaves, False, tensors) is None:
+        return None, leaves, treedef
+    _last.put(LAST, entry)
+    return entry, leaves, treedef
 
 
 def run(entry: Repeat, leaves, destination) -> None:
@@ -160,10 +208,9 @@ def run(entry: Repeat, leaves, destination) -> None:
     destination.before_writing(entry.devices)
     # before_writing moved the tensors' version counters on (as copy_ does): the next repeat
     # compares against these (the addresses are as find() read them).
-    entry.fingerprint = entry.fingerprint[0], destination.versions()
-    if program.direct:  # launched outside XLA (direct.py): the groups' operands, one itemgetter each
-        program.direct.run([(get(leaves),) if single else get(leaves)
-                            for get, single in zip(entry.operands, entry.singles)], destination)
+    entry.table.written()
+    if program.direct:  # launched outside XLA (direct.py), with the addresses the check read
+        program.direct.launch(entry.pointers, destination)
         return
     outputs = []
     try:

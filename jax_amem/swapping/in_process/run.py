@@ -111,14 +111,16 @@ def _check_sources(plan, sources: Sources) -> None:
 def swap(src_params, destination, rules, plan, verify, version, progress) -> SwapReport:
     """The body of `jax_amem.swap` for a destination this process writes (its arguments as
     there); the version is numbered once the program is ready, so a refusal numbers nothing.
-    The source tree is flattened once, here."""
+    The source tree is flattened once at most (a repeat of the last swap walks it natively)."""
     start = time.perf_counter()
     how = _how(rules, plan)
-    leaves, treedef = flatten(src_params, "source tree")
+    leaves = treedef = None
     if not verify and progress is not True:
-        found = repeat.find(leaves, treedef, destination, how)
+        found, leaves, treedef = repeat.find(src_params, destination, how)
         if found is not None and (progress is False or not _shows_progress(found.program)):
             return _repeat(found, leaves, destination, version, start)
+    if treedef is None:
+        leaves, treedef = flatten(src_params, "source tree")
     sources = Sources(src_params, leaves, treedef)
     program = prepare(sources, destination, rules, plan, how)
     number = number_version(version)

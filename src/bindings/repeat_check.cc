@@ -1,0 +1,464 @@
+// jax_amem._core.copy.RepeatCheck: whether a swap repeats the last swap of its program exactly,
+// told in one native pass over its inputs (jax_amem/swapping/in_process/repeat.py).
+//
+// Why here: a repeat swap of thousands of small tensors spent 2.5-4 us per tensor in Python-level
+// passes (the tree flattened, each leaf's aval, sharding and deleted state, each tensor's address,
+// storage and version read into tuples, then compared), against a copy of a few microseconds.
+// One loop in C over the same facts reads each once and compares it on the spot.
+//
+// What a check compares, all before anything is written:
+// - the source tree, walked along the structure remembered (exact dicts with the same keys,
+//   lists and tuples of the same length, None), or a flattened list of leaves; every leaf an
+//   array of the remembered class, not deleted, with the remembered aval and sharding (equal
+//   objects are kept, so the next comparison is by identity); a leaf that is the very array
+//   of the last swap (a weak reference says so) keeps its facts and its address;
+// - the destination: the same names in the same order, each the same tensor object (the
+//   caller's weak references drop the whole entry when one dies, so an identity is never a
+//   newer object's), and each tensor's facts read by the remembered readers (chains of C
+//   callables: address, storage offset, storage size, version counter) equal to the last ones.
+// A miss leaves everything as it was; the caller's full path then checks and names the problem.
+// On a hit, the arrays that are not the last swap's are awaited together (one call of the
+// batched wait) and their buffer addresses read into the launch's pointer arrays.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/vector.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings/bindings.h"
+
+namespace nb = nanobind;
+
+namespace amem::bindings {
+namespace {
+
+using PointerArray = nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+enum class Kind { kDict, kList, kTuple, kNone, kLeaf };
+
+// The remembered tree structure, parsed once from its Python description (repeat.py, tree_spec):
+// a leaf is an int (its position), a dict (0, keys, children), a list (1, n, children), a tuple
+// (2, n, children), None (3,).
+struct Node {
+  Kind kind = Kind::kLeaf;
+  std::vector<nb::object> keys;  // a dict's keys, in the leaves' order
+  std::vector<int> children;     // node indices
+  Py_ssize_t leaf = -1;
+};
+
+struct LeafFacts {
+  nb::object reference;  // weak reference to the array last seen here, or none
+  nb::object aval;
+  nb::object sharding;
+  int64_t pointer = 0;
+};
+
+struct TensorFacts {
+  PyObject* identity = nullptr;  // not owned (module comment)
+  nb::object name;
+  std::vector<nb::object> facts;  // one per reader; none after a failed read (misses)
+};
+
+nb::str Interned(const char* text) { return nb::steal<nb::str>(PyUnicode_InternFromString(text)); }
+
+PyObject* Referent(PyObject* reference) {
+  if (reference == nullptr) return nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* object = nullptr;
+  if (PyWeakref_GetRef(reference, &object) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_XDECREF(object);  // only compared by identity; the caller holds the candidate alive
+  return object;
+#else
+  PyObject* object = PyWeakref_GetObject(reference);
+  return object == Py_None ? nullptr : object;
+#endif
+}
+
+// Equal by identity first, then by ==; an error in the comparison counts as different.
+bool Same(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (a == nullptr || b == nullptr) return false;
+  int equal = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (equal < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return equal == 1;
+}
+
+class RepeatCheck {
+ public:
+  RepeatCheck(nb::handle spec, nb::handle array_type, nb::str aval_attribute, nb::str sharding_attribute,
+              nb::list leaves, nb::list names, nb::list tensors, nb::list readers, std::vector<int> rewritten,
+              nb::object groups, nb::list pointers, nb::object wait)
+      : array_type_(nb::borrow(array_type)),
+        aval_attribute_(std::move(aval_attribute)),
+        sharding_attribute_(std::move(sharding_attribute)),
+        wait_(std::move(wait)),
+        rewritten_(std::move(rewritten)) {
+    if (!spec.is_none()) {
+      root_ = Parse(spec);
+    }
+    leaves_.resize(nb::len(leaves));
+    for (size_t i = 0; i < leaves_.size(); ++i) {
+      nb::handle leaf = leaves[i];
+      if (leaf.type().ptr() != array_type_.ptr()) throw nb::type_error("every leaf must be of array_type");
+      leaves_[i].aval = nb::getattr(leaf, aval_attribute_);
+      leaves_[i].sharding = nb::getattr(leaf, sharding_attribute_);
+    }
+    if (root_ >= 0 && spec_leaves_ != static_cast<Py_ssize_t>(leaves_.size())) {
+      throw nb::value_error("the tree's structure names another number of leaves than given");
+    }
+    for (nb::handle reader : readers) readers_.push_back(nb::cast<nb::tuple>(reader));
+    for (int r : rewritten_) {
+      if (r < 0 || r >= static_cast<int>(readers_.size())) throw nb::value_error("rewritten: no such reader");
+    }
+    if (nb::len(names) != nb::len(tensors)) throw nb::value_error("one name per tensor");
+    tensors_.resize(nb::len(tensors));
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      tensors_[t].identity = tensors[t].ptr();
+      tensors_[t].name = names[t];
+      tensors_[t].facts.resize(readers_.size());
+      for (size_t r = 0; r < readers_.size(); ++r) {
+        PyObject* fact = Read(readers_[r], tensors_[t].identity);
+        if (fact == nullptr) throw nb::python_error();
+        tensors_[t].facts[r] = nb::steal(fact);
+      }
+    }
+    if (!groups.is_none()) {
+      nb::list per_group = nb::cast<nb::list>(groups);
+      if (nb::len(per_group) != nb::len(pointers)) throw nb::value_error("one pointer array per group");
+      for (size_t g = 0; g < nb::len(per_group); ++g) {
+        std::vector<int64_t> positions = nb::cast<std::vector<int64_t>>(per_group[g]);
+        PointerArray out = nb::cast<PointerArray>(pointers[g]);
+        if (out.shape(0) != positions.size()) throw nb::value_error("a pointer array of another length");
+        for (int64_t p : positions) {
+          if (p < 0 || p >= static_cast<int64_t>(leaves_.size())) throw nb::value_error("no such leaf");
+        }
+        groups_.push_back(std::move(positions));
+        outputs_.push_back(std::move(out));
+      }
+      with_pointers_ = true;
+      // The swap just made awaited these arrays and copied from them: their addresses are
+      // known now, and a repeat with the same arrays reads none again.
+      for (size_t i = 0; i < leaves_.size(); ++i) {
+        PyObject* leaf = leaves[i].ptr();
+        PyObject* pointer = PyObject_CallMethodNoArgs(leaf, unsafe_buffer_pointer_.ptr());
+        const int64_t value = pointer == nullptr ? -1 : PyLong_AsLongLong(pointer);
+        Py_XDECREF(pointer);
+        PyObject* reference = value == -1 ? nullptr : PyWeakref_NewRef(leaf, nullptr);
+        if (reference == nullptr) {
+          PyErr_Clear();  // read on the first repeat instead
+          continue;
+        }
+        leaves_[i].pointer = value;
+        leaves_[i].reference = nb::steal(reference);
+      }
+    }
+  }
+
+  // The check over a tree (walked along the remembered structure) or a list of its leaves
+  // (flattened by the caller, whose structure it compared): None on a miss, else the leaves
+  // (a list) when asked for, or True.
+  nb::object Check(nb::handle given, bool is_tree, nb::handle tensors, bool want_leaves) {
+    if (!SameTensors(tensors)) return nb::none();
+    std::vector<PyObject*> leaves;
+    leaves.reserve(leaves_.size());
+    if (is_tree) {
+      if (root_ < 0 || !Walk(root_, given.ptr(), &leaves)) return nb::none();
+    } else {
+      if (!PyList_CheckExact(given.ptr()) || PyList_GET_SIZE(given.ptr()) != static_cast<Py_ssize_t>(leaves_.size())) {
+        return nb::none();
+      }
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(given.ptr()); ++i) leaves.push_back(PyList_GET_ITEM(given.ptr(), i));
+    }
+    if (leaves.size() != leaves_.size()) return nb::none();
+    // Pass 1: every fact compared; what changes is kept aside until everything passed.
+    std::vector<std::pair<size_t, nb::object>> avals, shardings;
+    std::vector<size_t> changed;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      PyObject* leaf = leaves[i];
+      if (Py_TYPE(leaf) != reinterpret_cast<PyTypeObject*>(array_type_.ptr())) return nb::none();
+      LeafFacts& known = leaves_[i];
+      if (Referent(known.reference.ptr()) != leaf) {
+        if (!Compare(leaf, aval_attribute_, known.aval, i, &avals) ||
+            !Compare(leaf, sharding_attribute_, known.sharding, i, &shardings)) {
+          return nb::none();
+        }
+        changed.push_back(i);
+      }
+      PyObject* deleted = PyObject_CallMethodNoArgs(leaf, is_deleted_.ptr());
+      if (deleted == nullptr) {
+        PyErr_Clear();
+        return nb::none();
+      }
+      int truth = PyObject_IsTrue(deleted);
+      Py_DECREF(deleted);
+      if (truth != 0) {
+        if (truth < 0) PyErr_Clear();
+        return nb::none();  // the full path names the deleted array
+      }
+    }
+    // Pass 2 (a hit): the new arrays awaited in one call, then their addresses read.
+    std::vector<std::pair<size_t, int64_t>> addresses;
+    std::vector<nb::object> references;
+    if (with_pointers_ && !changed.empty()) {
+      nb::list waited;
+      for (size_t i : changed) waited.append(nb::handle(leaves[i]));
+      wait_(waited);
+      for (size_t i : changed) {
+        PyObject* pointer = PyObject_CallMethodNoArgs(leaves[i], unsafe_buffer_pointer_.ptr());
+        if (pointer == nullptr) throw nb::python_error();
+        int64_t value = PyLong_AsLongLong(pointer);
+        Py_DECREF(pointer);
+        if (value == -1 && PyErr_Occurred()) throw nb::python_error();
+        addresses.emplace_back(i, value);
+        PyObject* reference = PyWeakref_NewRef(leaves[i], nullptr);
+        if (reference == nullptr) PyErr_Clear();  // no weak reference: read again next time
+        references.push_back(nb::steal(reference));
+      }
+    }
+    for (auto& [i, aval] : avals) leaves_[i].aval = std::move(aval);
+    for (auto& [i, sharding] : shardings) leaves_[i].sharding = std::move(sharding);
+    for (size_t k = 0; k < addresses.size(); ++k) {
+      LeafFacts& known = leaves_[addresses[k].first];
+      known.pointer = addresses[k].second;
+      known.reference = std::move(references[k]);
+    }
+    if (with_pointers_) {
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        int64_t* out = outputs_[g].data();
+        const std::vector<int64_t>& positions = groups_[g];
+        for (size_t s = 0; s < positions.size(); ++s) out[s] = leaves_[positions[s]].pointer;
+      }
+    }
+    if (!want_leaves) return nb::bool_(true);
+    nb::list out = nb::steal<nb::list>(PyList_New(static_cast<Py_ssize_t>(leaves.size())));
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      Py_INCREF(leaves[i]);
+      PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), leaves[i]);
+    }
+    return out;
+  }
+
+  // After the swap wrote: the facts writing changes (the version counters), read again on the
+  // first call; from then on each moves by what it moved then (a tensor listed twice, or views
+  // sharing a counter, move it more than once), so they are computed, not read. Only the swap
+  // itself runs between its check and this call, and a check compares every fact, so a counter
+  // that moved otherwise makes the next check miss. A fact that is no int, or a read that
+  // fails, is read (or left empty: the next check misses).
+  void Written() {
+    const bool learn = steps_.empty();
+    if (learn) steps_.assign(tensors_.size() * rewritten_.size(), kRead);
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      TensorFacts& tensor = tensors_[t];
+      for (size_t k = 0; k < rewritten_.size(); ++k) {
+        nb::object& fact = tensor.facts[rewritten_[k]];
+        int64_t& step = steps_[t * rewritten_.size() + k];
+        if (!learn && step != kRead && fact.is_valid()) {
+          const int64_t before = PyLong_AsLongLong(fact.ptr());
+          if (!(before == -1 && PyErr_Occurred())) {
+            fact = nb::steal(PyLong_FromLongLong(before + step));
+            continue;
+          }
+          PyErr_Clear();
+        }
+        PyObject* read = Read(readers_[rewritten_[k]], tensor.identity);
+        if (read == nullptr) PyErr_Clear();
+        if (learn && read != nullptr && fact.is_valid() && PyLong_CheckExact(read) && PyLong_CheckExact(fact.ptr())) {
+          const int64_t now = PyLong_AsLongLong(read), before = PyLong_AsLongLong(fact.ptr());
+          if (PyErr_Occurred()) {
+            PyErr_Clear();
+          } else {
+            step = now - before;
+          }
+        }
+        fact = nb::steal(read);
+      }
+    }
+  }
+
+  bool walks() const { return root_ >= 0; }
+  size_t leaves() const { return leaves_.size(); }
+  size_t tensors() const { return tensors_.size(); }
+
+ private:
+  int Parse(nb::handle spec) {
+    const int index = static_cast<int>(nodes_.size());
+    nodes_.emplace_back();
+    if (PyLong_Check(spec.ptr())) {
+      nodes_[index].kind = Kind::kLeaf;
+      nodes_[index].leaf = nb::cast<Py_ssize_t>(spec);
+      if (nodes_[index].leaf != spec_leaves_) throw nb::value_error("leaves must be numbered in order");
+      ++spec_leaves_;
+      return index;
+    }
+    nb::tuple node = nb::cast<nb::tuple>(spec);
+    const int kind = nb::cast<int>(node[0]);
+    if (kind == 3) {
+      nodes_[index].kind = Kind::kNone;
+      return index;
+    }
+    if (kind < 0 || kind > 2 || node.size() != 3) throw nb::value_error("a tree node is (kind, keys or n, children)");
+    nodes_[index].kind = kind == 0 ? Kind::kDict : kind == 1 ? Kind::kList : Kind::kTuple;
+    if (kind == 0) {
+      for (nb::handle key : nb::cast<nb::tuple>(node[1])) nodes_[index].keys.push_back(nb::borrow(key));
+    }
+    std::vector<int> children;
+    for (nb::handle child : nb::cast<nb::tuple>(node[2])) children.push_back(Parse(child));
+    if (kind == 0 ? children.size() != nodes_[index].keys.size() : children.size() != nb::cast<size_t>(node[1])) {
+      throw nb::value_error("a tree node's children do not match its keys or length");
+    }
+    nodes_[index].children = std::move(children);
+    return index;
+  }
+
+  // Appends the leaves of `object` along node `index`; false where its structure differs.
+  bool Walk(int index, PyObject* object, std::vector<PyObject*>* leaves) const {
+    const Node& node = nodes_[index];
+    switch (node.kind) {
+      case Kind::kLeaf:
+        leaves->push_back(object);
+        return true;
+      case Kind::kNone:
+        return object == Py_None;
+      case Kind::kDict: {
+        if (!PyDict_CheckExact(object) || PyDict_GET_SIZE(object) != static_cast<Py_ssize_t>(node.keys.size())) {
+          return false;
+        }
+        for (size_t k = 0; k < node.keys.size(); ++k) {
+          PyObject* child = PyDict_GetItemWithError(object, node.keys[k].ptr());
+          if (child == nullptr) {
+            PyErr_Clear();
+            return false;
+          }
+          if (!Walk(node.children[k], child, leaves)) return false;
+        }
+        return true;
+      }
+      case Kind::kList:
+      case Kind::kTuple: {
+        const bool list = node.kind == Kind::kList;
+        if (list ? !PyList_CheckExact(object) : !PyTuple_CheckExact(object)) return false;
+        const Py_ssize_t size = list ? PyList_GET_SIZE(object) : PyTuple_GET_SIZE(object);
+        if (size != static_cast<Py_ssize_t>(node.children.size())) return false;
+        for (Py_ssize_t k = 0; k < size; ++k) {
+          PyObject* child = list ? PyList_GET_ITEM(object, k) : PyTuple_GET_ITEM(object, k);
+          if (!Walk(node.children[k], child, leaves)) return false;
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool SameTensors(nb::handle given) const {
+    PyObject* tensors = given.ptr();
+    if (!PyDict_CheckExact(tensors) || PyDict_GET_SIZE(tensors) != static_cast<Py_ssize_t>(tensors_.size())) {
+      return false;
+    }
+    Py_ssize_t position = 0;
+    PyObject* name = nullptr;
+    PyObject* tensor = nullptr;
+    for (const TensorFacts& known : tensors_) {
+      if (!PyDict_Next(tensors, &position, &name, &tensor)) return false;
+      if (tensor != known.identity || !Same(name, known.name.ptr())) return false;
+      for (size_t r = 0; r < readers_.size(); ++r) {
+        PyObject* fact = Read(readers_[r], tensor);
+        if (fact == nullptr) {
+          PyErr_Clear();
+          return false;
+        }
+        const bool same = Same(fact, known.facts[r].ptr());
+        Py_DECREF(fact);
+        if (!same) return false;
+      }
+    }
+    return true;
+  }
+
+  // A reader's chain of callables applied in turn: new reference, or null with an error set.
+  static PyObject* Read(const nb::tuple& chain, PyObject* tensor) {
+    Py_INCREF(tensor);
+    PyObject* value = tensor;
+    for (size_t c = 0; c < chain.size() && value != nullptr; ++c) {
+      PyObject* next = PyObject_CallOneArg(chain[c].ptr(), value);
+      Py_DECREF(value);
+      value = next;
+    }
+    return value;
+  }
+
+  // The leaf's attribute equal to the remembered one; an equal but other object is kept aside.
+  static bool Compare(PyObject* leaf, const nb::str& attribute, const nb::object& known, size_t i,
+                      std::vector<std::pair<size_t, nb::object>>* replacements) {
+    PyObject* value = PyObject_GetAttr(leaf, attribute.ptr());
+    if (value == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    nb::object owned = nb::steal(value);
+    if (value == known.ptr()) return true;
+    if (!Same(value, known.ptr())) return false;
+    replacements->emplace_back(i, std::move(owned));
+    return true;
+  }
+
+  nb::object array_type_;
+  nb::str aval_attribute_;
+  nb::str sharding_attribute_;
+  nb::object wait_;
+  nb::str is_deleted_ = Interned("is_deleted");
+  nb::str unsafe_buffer_pointer_ = Interned("unsafe_buffer_pointer");
+  std::vector<Node> nodes_;
+  int root_ = -1;
+  Py_ssize_t spec_leaves_ = 0;
+  std::vector<LeafFacts> leaves_;
+  std::vector<nb::tuple> readers_;
+  std::vector<int> rewritten_;
+  std::vector<TensorFacts> tensors_;
+  static constexpr int64_t kRead = INT64_MIN;  // a rewritten fact read after each swap
+  std::vector<int64_t> steps_;                 // per tensor and rewritten fact: its move per swap, or kRead
+  bool with_pointers_ = false;
+  std::vector<std::vector<int64_t>> groups_;
+  std::vector<PointerArray> outputs_;
+};
+
+}  // namespace
+
+void BindRepeatCheck(nb::module_& m) {
+  nb::class_<RepeatCheck>(m, "RepeatCheck",
+                          "Whether a swap's inputs repeat those of the last swap of a program, in one native pass "
+                          "(jax_amem/swapping/in_process/repeat.py).")
+      .def(nb::init<nb::handle, nb::handle, nb::str, nb::str, nb::list, nb::list, nb::list, nb::list, std::vector<int>,
+                    nb::object, nb::list, nb::object>(),
+           nb::arg("spec").none(), nb::arg("array_type"), nb::arg("aval_attribute"), nb::arg("sharding_attribute"),
+           nb::arg("leaves"), nb::arg("names"), nb::arg("tensors"), nb::arg("readers"), nb::arg("rewritten"),
+           nb::arg("groups").none(), nb::arg("pointers"), nb::arg("wait"),
+           "spec: the tree's structure (leaf: its position; dict (0, keys, children); list (1, n, children); tuple "
+           "(2, n, children); None (3,)), or None to check flattened leaves only. leaves: the arrays, each of "
+           "array_type, whose aval and sharding (the attributes named) are remembered. names, tensors: the "
+           "destination in order. readers: per fact, a tuple of callables applied in turn to a tensor; rewritten: "
+           "the readers read again by written(). groups: per launch group, the leaf position of each operand, with "
+           "pointers (an int64 array per group) to fill with their buffer addresses on a hit, the new arrays first "
+           "awaited with wait(list); None: no addresses (no wait).")
+      .def("check", &RepeatCheck::Check, nb::arg("given"), nb::arg("is_tree"), nb::arg("tensors"),
+           nb::arg("want_leaves"),
+           "None when the inputs differ (nothing changed), else the leaves (want_leaves) or True, with the pointer "
+           "arrays filled.")
+      .def("written", &RepeatCheck::Written,
+           "After the swap wrote: the rewritten facts read again (the first time), then moved by what they moved "
+           "then.")
+      .def_prop_ro("walks", &RepeatCheck::walks, "Whether check() takes the tree itself (else its leaves).")
+      .def_prop_ro("leaves", &RepeatCheck::leaves)
+      .def_prop_ro("tensors", &RepeatCheck::tensors);
+}
+
+}  // namespace amem::bindings
