@@ -199,19 +199,27 @@ def test_gpu_kernel_equals_the_cpu_reference(src, dst):
     gpu = jax.devices("gpu")[0]
     x = random_floats(1 << 20, 4).astype(src)
     vector = tuple(float(v) for v in np.asarray(np.linspace(0.3, 3.0, 5), np.float32).astype(src).astype(np.float32))
-    for steps in ((Step("mul", np.dtype(src).name, (float(np.asarray(0.3, src)),)),),
-                  (Step("mul", "float32", vector, axis=1, start=0), Step("add", np.dtype(dst).name, (1.0,)))):
+    scale = (Step("mul", np.dtype(src).name, (float(np.asarray(0.3, src)),)),)
+    scalars = (Step("rsub", np.dtype(src).name, (float(np.asarray(0.7, src)),)), Step("sub", "float32", (0.25,)),
+               Step("mul", "bfloat16", (3.0,)))                     # several scalar steps, each rounded
+    vectors = (Step("mul", "float32", vector, axis=1, start=0), Step("div", "float32", (0.7,)),
+               Step("add", np.dtype(dst).name, (1.0,)))
+    n = (x.size // 5) * 5                                           # not a multiple of 4 or 8: a tail
+    # (rows, destination elements, the part written, the source part it holds): misaligned ends (the
+    # element-wise path), and aligned ends (16-byte loads, then the tail).
+    placements = ((np.array([[0, 0, 3, 1, n - 3, 0]]), n + 1, slice(1, n - 2), slice(3, n)),
+                  (np.array([[0, 0, 0, 0, n, 0]]), n, slice(0, n), slice(0, n)))
+    for steps in (scale, scalars, vectors):
         program = A.Program(Affine(steps), np.dtype(src).name, np.dtype(dst).name, (x.size // 5, 5), (0, 1), (0, 0))
         table = A.encode([program])
-        n = (x.size // 5) * 5
-        rows = np.array([[0, 0, 3, 1, n - 3, 0]])                  # misaligned ends: the element-wise path too
-        out = jax.jit(lambda s, d: A.affine_copy_many([s], [d], rows, table)[0])(
-            jax.device_put(x[:n], gpu), jax.device_put(np.zeros(n + 1, dst), gpu))
-        want = Affine(steps).apply_numpy(x[:n].reshape(-1, 5), dst).reshape(-1)[3:]
-        got = np.asarray(out)[1:n - 2]
-        same = got.view(np.uint8).reshape(len(got), -1) == want.view(np.uint8).reshape(len(want), -1)
-        nan = np.isnan(got.astype(np.float64)) & np.isnan(want.astype(np.float64))
-        assert (same.all(axis=1) | nan).all(), (src, dst, steps)
+        for rows, size, written, read in placements:
+            out = jax.jit(lambda s, d: A.affine_copy_many([s], [d], rows, table)[0])(
+                jax.device_put(x[:n], gpu), jax.device_put(np.zeros(size, dst), gpu))
+            want = Affine(steps).apply_numpy(x[:n].reshape(-1, 5), dst).reshape(-1)[read]
+            got = np.asarray(out)[written]
+            same = got.view(np.uint8).reshape(len(got), -1) == want.view(np.uint8).reshape(len(want), -1)
+            nan = np.isnan(got.astype(np.float64)) & np.isnan(want.astype(np.float64))
+            assert (same.all(axis=1) | nan).all(), (src, dst, steps, rows)
 
 
 @pytest.mark.gpu

@@ -13,18 +13,24 @@ struct HostRow {
   const AffineProgram* program;
   const double* constants;
 
+  // `N` elements from element `i` of the row.
+  template <typename S, typename D, typename C, int N>
+  void Run(const S* in, D* out, int64_t i) {
+    C v[N];
+    for (int u = 0; u < N; ++u) v[u] = affine_math::Load<C>(in[i + u]);
+    affine_kernel::RunSteps<C, N>(v, *program, constants, row->src_element + i);
+    for (int u = 0; u < N; ++u) out[i + u] = affine_math::Store<D, C>::Of(v[u]);
+  }
+
   template <typename S, typename D>
   bool Go() {
     using C = typename affine_kernel::ComputeOf<S, D>::type;
+    constexpr int kPack = 8;
     const S* in = reinterpret_cast<const S*>(src) + row->src_element;
     D* out = reinterpret_cast<D*>(dst) + row->dst_element;
-    C v[affine_kernel::kPack];
-    for (int64_t i = 0; i < row->count; i += affine_kernel::kPack) {
-      const int n = static_cast<int>(row->count - i < affine_kernel::kPack ? row->count - i : affine_kernel::kPack);
-      for (int u = 0; u < n; ++u) v[u] = affine_math::Load<C>(in[i + u]);
-      affine_kernel::RunPack<C>(v, n, *program, constants, row->src_element + i);
-      for (int u = 0; u < n; ++u) out[i + u] = affine_math::Store<D, C>::Of(v[u]);
-    }
+    int64_t i = 0;
+    for (; i + kPack <= row->count; i += kPack) Run<S, D, C, kPack>(in, out, i);
+    for (; i < row->count; ++i) Run<S, D, C, 1>(in, out, i);
     return true;
   }
 };

@@ -12,8 +12,10 @@
 
 #if defined(__CUDACC__)
 #define AMEM_HD __host__ __device__ __forceinline__
+#define AMEM_UNROLL _Pragma("unroll")
 #else
 #define AMEM_HD inline
+#define AMEM_UNROLL
 #endif
 
 namespace amem::copy::affine_math {
