@@ -17,8 +17,9 @@ _NAME = "jax_amem_vllm._core"   # the extension's init function is PyInit__core:
 
 def core():
     """The loaded core (once per process); ImportError saying what is missing."""
-    if _NAME in sys.modules:
-        return sys.modules[_NAME]
+    for name in (_NAME, "jax_amem._core"):   # a process that imported jax_amem (a trainer) has it already
+        if name in sys.modules:
+            return sys.modules[name]
     spec = importlib.util.find_spec("jax_amem")   # finds the package without running it
     folders = list(spec.submodule_search_locations or []) if spec else []
     files = [os.path.join(d, f) for d in folders for f in sorted(os.listdir(d)) if f.startswith("_core.")]

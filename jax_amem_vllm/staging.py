@@ -38,9 +38,19 @@ def allocate(nbytes: int, device: torch.device, directory: str, session: str, ra
         path = os.path.join(directory, f"jax_amem-{session}-rank{rank}.staging")
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(fd, max(nbytes, 1))   # a new file reads as zeros
-        finally:
+            # Reserved now (a new file reads as zeros): a full /dev/shm must fail here, not as a
+            # SIGBUS when a page is first written.
+            os.posix_fallocate(fd, 0, max(nbytes, 1))
+        except OSError as error:
             os.close(fd)
+            remove(path)
+            # A trainer in this process still writes the buffer directly; one in another process
+            # is told why it cannot.
+            return torch.zeros(nbytes, dtype=torch.uint8), {
+                "kind": "shared_memory", "error": f"{directory} has no room for the {nbytes}-byte staging buffer "
+                f"({error}): give the engine's host or container more shared memory (docker: --shm-size or "
+                "--ipc=host)"}
+        os.close(fd)
         return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8), {"kind": "shared_memory", "path": path}
     staging = torch.zeros(nbytes, dtype=torch.uint8, device=device)
     return staging, cuda_ipc_place(staging)

