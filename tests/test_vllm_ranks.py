@@ -178,3 +178,17 @@ def test_a_full_dev_shm_is_reported_to_a_trainer_in_another_process(tmp_path, mo
     with pytest.raises(VllmBackendError, match=r"rank 0's worker could not share its staging buffer: .* has no room "
                                                r"for the 4096-byte staging buffer .*--shm-size"):
         open_rank(note)
+
+
+def test_a_worker_this_trainer_cannot_reach_is_refused(tmp_path):
+    """No note (a worker on another host, or without this host's /dev/shm), or a note from
+    another host: VllmBackendError saying so, before anything is mapped."""
+    from jax_amem.vllm import VllmBackendError
+    from jax_amem.vllm.trainer import _notes
+    from jax_amem.vllm.transports import open_rank
+
+    with pytest.raises(VllmBackendError, match=r"rank 0's worker left no note at .*another host"):
+        _notes(str(tmp_path), "nosuch", 1)
+    note = {"tp_rank": 1, "host": "elsewhere", "pid": 1, "staging": {"kind": "cuda_ipc"}}
+    with pytest.raises(VllmBackendError, match=r"rank 1's worker runs on host 'elsewhere'.*trainer's host only"):
+        open_rank(note)
