@@ -4,9 +4,11 @@ worker when the engine is started with weight_transfer_config={"backend": "jax_a
 The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
 `finish_weight_update`); what travels in it:
 
-* init  {"session": name}: the worker describes its model (layout.describe: every parameter in
-  its loaded form, per layer group, TP rank and size), allocates one staging buffer the size of
-  the largest group, and publishes itself under `session` for the trainer of this process.
+* init  {"session": name, "directory": dir}: the worker describes its model (layout.describe:
+  every parameter in its loaded form, per layer group, TP rank and size), allocates one staging
+  buffer the size of the largest group (staging.py: a shared file on CPU, CUDA IPC on a GPU),
+  writes a note saying where both are (`dir/jax_amem-<session>-rank<r>.json`), and publishes
+  itself under `session` for a trainer in this process.
 * update {"group": g}: the trainer has written group g's new values into the staging buffer
   (jax_amem.swap, by address); the worker commits them: plain parameters copied in, processed
   modules written through vLLM's processing (reprocess.py).
@@ -30,17 +32,16 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+from . import staging as staging_buffer
 from .layout import describe
 from .registry import publish
 from .reprocess import reprocess
-
-TRANSPORTS = ("in_process",)
 
 
 @dataclass
 class JaxAmemInitInfo(WeightTransferInitInfo):
     session: str
-    transport: str = "in_process"
+    directory: str = ""   # where the note goes (staging.py); default /dev/shm
 
 
 @dataclass
@@ -62,6 +63,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.layout = None
         self.tp_rank = 0
         self.staging: torch.Tensor | None = None
+        self.place: dict | None = None            # where another process finds the staging buffer
+        self.files: tuple[str, ...] = ()         # the note and the shared file, until the trainer takes them
         self.committed: set[int] | None = None   # None: no update in flight
         self.refusal = None                      # the forward pre-hook while versions are mixed
         self.refusal_reason = ""
@@ -71,7 +74,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def description(self) -> dict[str, Any]:
         return {"tp_size": self.parallel_config.tensor_parallel_size, "tp_rank": self.tp_rank,
                 "device": str(self.device), "groups": self.layout.wire(),
-                "staging_bytes": self.layout.staging_bytes}
+                "staging_bytes": self.layout.staging_bytes, "staging": self.place}
 
     def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
@@ -91,25 +94,28 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
 
     # --- vLLM's protocol ----------------------------------------------------------------------
     def init_transfer_engine(self, init_info: JaxAmemInitInfo) -> None:
-        if init_info.transport not in TRANSPORTS:
-            raise ValueError(f"jax_amem: transport {init_info.transport!r} is not built; "
-                             f"this worker supports {TRANSPORTS}")
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, model_parallel_is_initialized
 
         # vLLM's parallel groups are per process, not per engine (another engine of this process
         # shut down removes them); with one rank there is only rank 0.
         if self.parallel_config.tensor_parallel_size > 1 or model_parallel_is_initialized():
             self.tp_rank = get_tensor_model_parallel_rank()
-        self.layout = describe(self.model, self.parallel_config.tensor_parallel_size)
-        self.staging = torch.zeros(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
+        self.shutdown()   # a trainer connecting again: the previous session's buffer and files go
+        self.layout = describe(self.model)
+        directory = init_info.directory or staging_buffer.default_directory()
+        self.staging, self.place = staging_buffer.allocate(self.layout.staging_bytes, self.device, directory,
+                                                           init_info.session, self.tp_rank)
+        note = staging_buffer.note_path(directory, init_info.session, self.tp_rank)
+        self.files = (note, self.place.get("path"))
+        staging_buffer.write_note(note, self.description())
         publish(init_info.session, self)
 
     def start_weight_update(self) -> None:
         if self.layout is None:
             raise RuntimeError("jax_amem: init_weight_transfer_engine must come before an update")
-        if self.committed is not None:
-            raise RuntimeError("jax_amem: an update is already in flight on this worker "
-                               f"({len(self.committed)} of {len(self.layout.groups)} groups committed)")
+        # vLLM refuses a start while its own update is active, so an update of ours still open
+        # here is one vLLM dropped after a failed update_weights: end it (refusing if it wrote).
+        self.abandon()
         self.committed = set()
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
@@ -151,6 +157,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             self._refuse(f"an update stopped after committing {done} of {total} groups")
 
     def shutdown(self) -> None:
+        staging_buffer.remove(*self.files)
+        self.files = ()
         self.staging = None
 
     # --- inside -------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ class Describe:
     followers: dict[int, list[tuple[torch.nn.Module, dict[str, str]]]] = field(default_factory=dict)
 
     def wire(self) -> list[list[dict]]:
-        return [[{"name": t.name, "shape": list(visible_shape(t)), "dtype": t.dtype, "offset": t.offset,
-                  "processed": t.processed} for t in group] for group in self.groups]
+        return [[{"name": t.name, "shape": list(visible_shape(t)), "loaded": list(t.shape), "dtype": t.dtype,
+                  "offset": t.offset, "processed": t.processed} for t in group] for group in self.groups]
 
 
 def visible_shape(t: Tensor) -> tuple[int, ...]:
@@ -50,15 +50,16 @@ def visible_shape(t: Tensor) -> tuple[int, ...]:
     return t.shape if t.rows is None else (t.rows, *t.shape[1:])
 
 
-def vocabulary_rows(module: torch.nn.Module, shape: tuple[int, ...], tp_size: int) -> int | None:
-    """The real rows of a vocabulary-parallel embedding or head with padding, else None."""
-    rows = getattr(module, "org_vocab_size", None)
-    if rows is None or not shape or rows == shape[0]:
+def vocabulary_rows(module: torch.nn.Module, shape: tuple[int, ...]) -> int | None:
+    """The real rows of this rank's slice of a vocabulary-parallel embedding or head with
+    padding, else None. vLLM pads the vocabulary, then splits it into equal slices: rank r holds
+    padded rows [r * n, (r + 1) * n), of which the first `rows` are real (the rest, and every
+    row of a slice past the vocabulary, are padding)."""
+    indices = getattr(module, "shard_indices", None)
+    if indices is None or not shape:
         return None
-    if tp_size != 1:
-        raise NotImplementedError(f"jax_amem: a padded vocabulary ({rows} rows in {shape[0]}) split over "
-                                  f"{tp_size} ranks is not supported yet")
-    return rows
+    rows = indices.org_vocab_end_index - indices.org_vocab_start_index
+    return None if rows == shape[0] else rows
 
 
 def recorded(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -82,7 +83,7 @@ def processed_module(module: torch.nn.Module) -> bool:
     return getattr(module, "quant_method", None) is not None
 
 
-def describe(model: torch.nn.Module, tp_size: int = 1) -> Describe:
+def describe(model: torch.nn.Module) -> Describe:
     from vllm.distributed.weight_transfer.base import layerwise_groups
 
     params = dict(model.named_parameters())           # tied parameters appear once
@@ -101,7 +102,7 @@ def describe(model: torch.nn.Module, tp_size: int = 1) -> Describe:
             shape, dtype = loaded_form(module, attr, params[name])
             processed = processed_module(module) and attr in recorded(module)
             group.append(Tensor(name, shape, str(dtype).removeprefix("torch."), offset, processed,
-                                vocabulary_rows(module, shape, tp_size)))
+                                vocabulary_rows(module, shape)))
             owners[name] = (module, attr)
             if processed and module not in modules:
                 modules.append(module)

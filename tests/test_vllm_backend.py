@@ -2,8 +2,9 @@
 trainer's weights written into a running engine, checked against transformers and against
 vLLM's own loader, and every refusal with nothing served changed.
 
-The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, tensor_parallel_size=1).
-Skips cleanly where vllm is not importable.
+The engines run in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, tensor_parallel_size=1),
+but for one whose engine core and worker are in another process (vLLM's default).
+Tensor parallel engines: test_vllm_tp.py. Skips cleanly where vllm is not importable.
 """
 
 import gc
@@ -66,41 +67,65 @@ def release(*engines):
     gc.collect()
 
 
-def test_worker_half_imports_no_jax(tmp_path):
-    """vLLM loads the plugin and builds the worker engine in its own process, which never
-    imports JAX or jax_amem; a trainer that cannot reach the worker gets a clear error."""
+def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
+    """vLLM's default: the engine core and its worker in another process (TP=1). vLLM loads the
+    plugin and builds the worker engine there, which never imports JAX or jax_amem; the trainer
+    reaches its staging buffer through a shared file, and the update serves transformers' tokens."""
+    import json
     import subprocess
     import sys
     import textwrap
-    vm.checkpoint(vm.hf_model("llama", vm.flax_tree("llama", 0)), tmp_path / "m")
+    trees = [vm.flax_tree("llama", seed) for seed in (0, 1)]
+    vm.checkpoint(vm.hf_model("llama", trees[0]), tmp_path / "m")
+    np.savez(tmp_path / "v1.npz", **{"/".join(k): v for k, v in _flat(trees[1]).items()})
     script = textwrap.dedent(f"""
-        import sys
+        import json, os, sys
+        import numpy as np
         import vllm
         if __name__ == "__main__":
             llm = vllm.LLM(model={str(tmp_path / "m")!r}, skip_tokenizer_init=True, dtype="float32",
                            max_model_len=128, enforce_eager=True, kv_cache_memory_bytes=64 << 20,
                            weight_transfer_config={{"backend": "jax_amem"}})
             def probe(worker):
-                import sys
-                return (type(worker.weight_transfer_engine).__name__,
+                import os, sys
+                return (os.getpid(), type(worker.weight_transfer_engine).__name__,
                         sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jax_amem."))))
-            print("WORKER", llm.collective_rpc(probe))
             import jax_amem.vllm as jv, jax.numpy as jnp
-            try:
-                jv.connect(llm, {{"w": jnp.zeros(2)}}, family="llama")
-            except jv.VllmBackendError as error:
-                print("REFUSED", error)
+            tree = {{}}
+            for key, value in np.load({str(tmp_path / "v1.npz")!r}).items():
+                node = tree
+                *path, leaf = key.split("/")
+                for part in path:
+                    node = node.setdefault(part, {{}})
+                node[leaf] = jnp.asarray(value)
+            engine = jv.connect(llm, tree, family="llama")
+            print("TRANSPORT", engine.transport)
+            engine.update(tree)
+            outs = llm.generate([{{"prompt_token_ids": p}} for p in {PROMPTS!r}],
+                                vllm.SamplingParams(max_tokens={NEW_TOKENS}, temperature=0, detokenize=False),
+                                use_tqdm=False)
+            print("TOKENS", json.dumps([list(o.outputs[0].token_ids) for o in outs]))
+            print("WORKER", json.dumps([os.getpid(), *llm.collective_rpc(probe)]))
             llm.llm_engine.engine_core.shutdown()
     """)
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
-    lines = done.stdout.splitlines()
-    worker = [line for line in lines if line.startswith("WORKER")]
-    assert worker, done.stdout[-2000:] + done.stderr[-4000:]
-    assert worker[0] == "WORKER [('JaxAmemWeightTransferEngine', [])]", worker
-    refused = [line for line in lines if line.startswith("REFUSED")]
-    assert refused and "another process" in refused[0], done.stdout[-2000:]
+    said = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines()
+            if line.startswith(("TRANSPORT", "TOKENS", "WORKER"))}
+    assert "WORKER" in said, done.stdout[-2000:] + done.stderr[-4000:]
+    trainer_pid, [worker_pid, kind, modules] = json.loads(said["WORKER"])
+    assert worker_pid != trainer_pid and kind == "JaxAmemWeightTransferEngine" and modules == []
+    assert said["TRANSPORT"] == "shared_memory"
+    hf = vm.hf_model("llama", trees[1])
+    assert json.loads(said["TOKENS"]) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
+
+
+def _flat(tree, prefix=()):
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, prefix + (key,)) if isinstance(value, dict) else {prefix + (key,): value})
+    return out
 
 
 @pytest.mark.parametrize("family, source", [("llama", "flax"), ("qwen3", "maxtext"), ("qwen3_moe", "flax")])

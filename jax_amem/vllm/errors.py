@@ -15,9 +15,9 @@ class VllmPlanError(JaxAmemError, ValueError):
 
 class VllmUpdateError(JaxAmemError):
     """An update failed. `served` says what the engine does now: "old" (nothing it serves was
-    written: it serves the previous version), "new" (written, but the prefix cache not reset) or
-    "refusing" (it holds a mix and refuses to run
-    until a complete update)."""
+    written: it serves the previous version), "updating" (another update is in flight), "new"
+    (written, but the prefix cache not reset), "refusing" (it holds a mix and refuses to run
+    until a complete update) or "dead" (a worker process died: vLLM shut the engine down)."""
 
     def __init__(self, message: str, served: str):
         super().__init__(message)

@@ -1,15 +1,20 @@
-"""The trainer's handle on one vLLM engine: connect once (the worker describes its model, the
-trainer plans every layer group once), then `update(params)` per training step.
+"""The trainer's handle on one vLLM engine: connect once (each worker describes its model, the
+trainer plans every layer group once per tensor-parallel rank), then `update(params)` per
+training step.
 
 An update is vLLM's protocol driven through `llm.collective_rpc`: start_weight_update; per
-layer group, the swap writes the new values into the worker's staging buffer (by address, the
-group's cached program) and update_weights({"group": g}) commits them (vLLM's processing
-included); finish_weight_update; then the prefix cache is reset, so no KV block computed with
-the old weights is reused.
+layer group, the swap writes each rank's slice of the new values into that rank's staging
+buffer (by address, the group's cached program; transports.py says how the buffer is reached)
+and update_weights({"group": g}) commits them on every rank (vLLM's processing included);
+finish_weight_update; then the prefix cache is reset, so no KV block computed with the old
+weights is reused.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,11 +24,13 @@ import numpy as np
 from .. import reshard
 from ..reshard import Layout
 from ..swapping import swap
-from ..swapping.torch_bridge import owner_of
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
+from .ranks import rank_pieces
+from .transports import InProcess, alive, open_rank
 
 BACKEND = "jax_amem"
+WATCH_S = 0.05   # how often a call into workers of other processes checks that they are alive
 
 
 @dataclass
@@ -79,8 +86,8 @@ def _backend_of(llm) -> str | None:
     return None if config is None else config.backend
 
 
-def _worker(llm, session: str):
-    """The worker engine published under `session` in this process."""
+def _worker(session: str):
+    """The worker engine published under `session` in this process, or None."""
     try:
         from jax_amem_vllm.registry import lookup
     except ImportError as error:
@@ -89,15 +96,47 @@ def _worker(llm, session: str):
     return lookup(session)
 
 
+def _notes(directory: str, session: str, tp: int) -> list[dict]:
+    """Each rank's note (jax_amem_vllm/staging.py), read and removed."""
+    from jax_amem_vllm.staging import note_path
+
+    notes = []
+    for rank in range(tp):
+        path = note_path(directory, session, rank)
+        try:
+            with open(path) as f:
+                notes.append(json.load(f))
+        except FileNotFoundError:
+            raise VllmBackendError(
+                f"rank {rank}'s worker left no note at {path} after init_weight_transfer_engine: its worker runs on "
+                "another host or does not share this host's /dev/shm; this release writes into workers on the "
+                "trainer's host only (docs/vllm.md)") from None
+        finally:
+            _remove(path)
+    return notes
+
+
+def _remove(*paths) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, TypeError):
+            pass
+
+
 def connect(llm, params, *, family: str | None = None, source: str = "flax", rules=None,
-            cast: str | None = None, session: str | None = None) -> "VllmEngine":
+            cast: str | None = None, session: str | None = None, timeout: float = 300.0) -> "VllmEngine":
     """Connects to `llm` (a `vllm.LLM` started with weight_transfer_config={"backend": "jax_amem"})
-    and plans `params` (the trainer's pytree; only layouts are read) into its model.
+    and plans `params` (the trainer's pytree; only layouts are read) into its model, one plan
+    per layer group and tensor-parallel rank.
 
     Rules: `family` (a `reshard.rules.preset` family; `source` "flax" or "maxtext") or `rules`
     (e.g. from `reshard.rules.from_function`), in vLLM's layout (fused qkv and gate_up, MoE w13/w2).
+    `timeout`: seconds any one call into the engine's workers may take before the update fails.
     Raises VllmBackendError (engine not set up for it) or VllmPlanError (the tree or rules do not
     match the engine's model), before anything is written."""
+    from jax_amem_vllm.staging import default_directory
+
     backend = _backend_of(llm)
     if backend != BACKEND:
         raise VllmBackendError(
@@ -106,24 +145,46 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
             "(or --weight-transfer-config '{\"backend\": \"jax_amem\"}')")
     if (family is None) == (rules is None):
         raise VllmPlanError("connect needs exactly one of family= (a preset) and rules=")
-    session = session or uuid.uuid4().hex
-    llm.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": {"session": session}})
-    worker = _worker(llm, session)
-    if worker is None:
-        raise VllmBackendError(
-            "the engine's worker runs in another process (VLLM_ENABLE_V1_MULTIPROCESSING is not 0, or "
-            "tensor_parallel_size > 1): this release writes into an engine in the trainer's own process "
-            "only; start it with VLLM_ENABLE_V1_MULTIPROCESSING=0 and tensor_parallel_size=1 (docs/vllm.md)")
-    return VllmEngine(llm, worker, params, family=family, source=source, rules=rules, cast=cast)
+    parallel = llm.llm_engine.vllm_config.parallel_config
+    if parallel.pipeline_parallel_size != 1 or parallel.data_parallel_size != 1:
+        raise VllmBackendError(f"the engine runs pipeline_parallel_size={parallel.pipeline_parallel_size} and "
+                               f"data_parallel_size={parallel.data_parallel_size}: this release writes into "
+                               "tensor-parallel engines only (both 1)")
+    session, directory = session or uuid.uuid4().hex, default_directory()
+    try:
+        llm.collective_rpc("init_weight_transfer_engine", timeout=timeout,
+                           kwargs={"init_info": {"session": session, "directory": directory}})
+    except Exception as error:
+        raise VllmBackendError(f"the engine's workers could not set up the jax_amem backend: {error}") from error
+    notes = _notes(directory, session, parallel.tensor_parallel_size)
+    worker = _worker(session)
+    ranks = []
+    try:
+        if worker is not None and len(notes) == 1:
+            ranks.append(InProcess(worker, notes[0]))
+        for note in notes if not ranks else ():
+            ranks.append(open_rank(note))
+        return VllmEngine(llm, ranks, params, family=family, source=source, rules=rules, cast=cast, timeout=timeout)
+    except BaseException:
+        for rank in ranks:
+            rank.close()
+        raise
+    finally:
+        _remove(*(note["staging"].get("path") for note in notes))  # mapped by both sides now
 
 
 class VllmEngine:
-    def __init__(self, llm, worker, params, *, family, source, rules, cast):
-        self.llm, self.worker = llm, worker
-        self.description = worker.description()
+    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout):
+        self.llm, self.ranks, self.timeout = llm, ranks, timeout
+        self.worker = ranks[0].worker   # the worker engine itself when it is in this process
+        self.transport = ranks[0].kind
+        self.description = ranks[0].note
         groups = self.description["groups"]
         names = [t["name"] for group in groups for t in group]
         tp = self.description["tp_size"]
+        for rank in ranks[1:]:
+            if [[t["name"] for t in g] for g in rank.note["groups"]] != [[t["name"] for t in g] for g in groups]:
+                raise VllmBackendError(f"rank {rank.note['tp_rank']}'s worker holds other tensors than rank 0's")
         if family is not None:
             try:
                 rules = reshard.rules.preset(family, params, source=source, layout="vllm", tp=tp, cast=cast,
@@ -138,22 +199,34 @@ class VllmEngine:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
                                 f"runs tensor_parallel_size={tp}: make them with tp={tp}")
         self._source_layouts = reshard.layouts_of(params)
-        self.plans, self.picks, self.bytes = [], [], 0
+        self.plans, self.picks, self.bytes = [], [], 0   # plans[group][rank]
         for index, group in enumerate(groups):
-            staged = worker.staged(index)
-            owner = owner_of(next(iter(staged.values())))
-            layouts = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in group}
-            mine, pick = _one_layer(r for r in rules if r.dst in layouts)
+            mine, pick = _one_layer(r for r in rules if r.dst in {t["name"] for t in group})
             self.picks.append(pick)
-            try:
-                plan = reshard.plan(pick(params), layouts, mine)
-            except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
-                raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
-                                    f"({', '.join(layouts)[:200]}): {error}") from error
-            self.plans.append(plan)
-            self.bytes += plan.nbytes
+            picked = pick(params)
+            plans = []
+            for rank in ranks:
+                wire, owner = rank.note["groups"][index], rank.owner(index)
+                layouts = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
+                try:
+                    pieces = mine if tp == 1 else rank_pieces(mine, reshard.layouts_of(picked), wire, owner,
+                                                              rank.note["tp_rank"], tp)
+                    plan = reshard.plan(picked, layouts, pieces)
+                except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
+                    raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
+                                        f"({', '.join(layouts)[:200]}) on rank {rank.note['tp_rank']}: "
+                                        f"{error}") from error
+                plans.append(plan)
+                self.bytes += plan.nbytes
+            self.plans.append(plans)
         self.version = 0
         self._in_flight = False
+        self._died: list[dict] = []
+
+    def close(self) -> None:
+        """Unmaps the workers' staging buffers (the engine keeps serving; connect again to update)."""
+        for rank in self.ranks:
+            rank.close()
 
     def _check_source(self, params) -> None:
         try:
@@ -166,35 +239,69 @@ class VllmEngine:
             raise VllmPlanError(f"update: the trainer's tree is not the one planned at connect "
                                 f"(names, shapes, dtypes or shardings of {changed[:6]}): connect again for it")
 
+    def _rpc(self, method: str, **kwargs):
+        """`llm.collective_rpc(method)`, bounded by the timeout. Into workers of other processes it
+        runs on a thread while this one watches their processes: a worker that dies ends the call
+        at once (vLLM would wait for its answer until the timeout)."""
+        call = lambda: self.llm.collective_rpc(method, timeout=self.timeout, kwargs=kwargs or None)  # noqa: E731
+        if self.worker is not None:
+            return call()
+        box = {}
+
+        def run():
+            try:
+                box["result"] = call()
+            except BaseException as error:  # noqa: BLE001 - handed to the caller below
+                box["error"] = error
+        thread = threading.Thread(target=run, daemon=True, name=f"jax_amem {method}")
+        thread.start()
+        while thread.is_alive():
+            thread.join(WATCH_S)
+            if thread.is_alive() and self._dead():
+                raise RuntimeError(f"a worker process exited during {method}")
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    def _dead(self) -> list[dict]:
+        """The ranks whose processes are gone; the first ones seen are kept (`_died`): once one
+        worker dies, vLLM stops the others."""
+        dead = [rank.note for rank in self.ranks if rank.worker is None and not alive(rank.note)]
+        if dead and not self._died:
+            self._died = dead
+        return dead
+
     def update(self, params, *, version: int | None = None) -> VllmUpdateReport:
         """Writes `params` into the engine. On return the engine serves them, its prefix cache
-        reset. On failure, VllmUpdateError says what it serves (`served`: "old" or "refusing")."""
+        reset. On failure, VllmUpdateError says what it serves (`served`: "old", "refusing", or
+        "dead" when a worker died)."""
         start = time.perf_counter()
         self._check_source(params)
-        if self._in_flight or self.worker.committed is not None:
+        if self._in_flight or (self.worker is not None and self.worker.committed is not None):
             raise VllmUpdateError("an update is already in flight on this engine: wait for it to finish; "
-                                  "nothing was written", served=self.worker.serving_state())
+                                  "nothing was written", served=self.worker.serving_state() if self.worker else "updating")
         self._in_flight = True
+        self._died = []
         try:
-            self.llm.collective_rpc("start_weight_update")
+            self._start()
             swap_s = commit_s = 0.0
+            attempted = committed = 0
             try:
-                for index, plan in enumerate(self.plans):
+                for index, plans in enumerate(self.plans):
                     t0 = time.perf_counter()
-                    swap(self.picks[index](params), self.worker.staged(index), plan=plan, progress=False)
+                    picked = self.picks[index](params)
+                    for rank, plan in zip(self.ranks, plans):
+                        swap(picked, rank.destination(index), plan=plan, progress=False)
                     t1 = time.perf_counter()
-                    self.llm.collective_rpc("update_weights", kwargs={"update_info": {"group": index}})
+                    if self._dead():
+                        raise RuntimeError("a worker process exited")
+                    attempted += 1
+                    self._rpc("update_weights", update_info={"group": index})
+                    committed += 1
                     swap_s, commit_s = swap_s + t1 - t0, commit_s + time.perf_counter() - t1
             except BaseException as error:
-                committed = len(self.worker.committed or ())
-                self._finish_quietly()
-                served = "old" if committed == 0 else "refusing"
-                raise VllmUpdateError(
-                    f"the update failed after committing {committed} of {len(self.plans)} layer groups: "
-                    + ("the engine still serves the previous version" if served == "old" else
-                       "the engine holds a mix of versions and refuses to serve until a complete update")
-                    + f" ({type(error).__name__}: {error})", served=served) from error
-            self.llm.collective_rpc("finish_weight_update")
+                raise self._failed(error, attempted, committed) from error
+            self._rpc("finish_weight_update")
         finally:
             self._in_flight = False
         if not self.llm.reset_prefix_cache():
@@ -204,9 +311,47 @@ class VllmEngine:
         return VllmUpdateReport(self.version, self.bytes, len(self.plans), time.perf_counter() - start,
                                 swap_s, commit_s)
 
+    def _start(self) -> None:
+        try:
+            if self._dead():
+                raise RuntimeError("a worker process exited")
+            self._rpc("start_weight_update")
+        except Exception as error:
+            if self._dead():
+                raise self._failed(error, 0, 0) from error
+            if "already active" in str(error):
+                raise VllmUpdateError("an update is already in flight on this engine (vLLM's workers say so): "
+                                      "wait for it to finish; nothing was written", served="updating") from error
+            raise VllmUpdateError(f"the engine refused to start an update: {error}; nothing was written",
+                                  served="old") from error
+
+    def _failed(self, error: BaseException, attempted: int, committed: int) -> VllmUpdateError:
+        """The error for an update stopped by `error`, after `attempted` commits were sent."""
+        total = len(self.plans)
+        dead = self._dead()
+        if dead:
+            name = lambda notes: ", ".join(f"rank {n['tp_rank']} (pid {n['pid']})" for n in notes)  # noqa: E731
+            first = self._died
+            then = [n for n in dead if n not in first]
+            return VllmUpdateError(
+                f"the engine's worker {name(first)} died during the update, after {committed} of {total} layer groups "
+                "were committed"
+                + (f" (vLLM then stopped {name(then)})" if then else "")
+                + ": vLLM shuts an engine down when one of its workers dies, so it serves nothing now. Restart the "
+                "engine (a new vllm.LLM) and connect to it again; the trainer's weights are intact "
+                f"({type(error).__name__}: {error})", served="dead")
+        self._finish_quietly()
+        served = "old" if attempted == 0 else "refusing"
+        return VllmUpdateError(
+            f"the update failed after committing {committed} of {total} layer groups: "
+            + ("the engine still serves the previous version" if served == "old" else
+               "the engine holds a mix of versions and refuses to serve until a complete update")
+            + f" ({type(error).__name__}: {error})", served=served)
+
     def _finish_quietly(self) -> None:
         try:
-            self.llm.collective_rpc("finish_weight_update")
+            self._rpc("finish_weight_update")
         except Exception:
-            pass  # vLLM's worker drops an update whose update_weights raised: end ours directly
-        self.worker.abandon()
+            pass  # vLLM's worker drops an update whose update_weights raised: ours ends at the next start
+        if self.worker is not None:
+            self.worker.abandon()

