@@ -49,6 +49,15 @@ class JaxAmemUpdateInfo(WeightTransferUpdateInfo):
     group: int
 
 
+def head_size(vllm_config) -> int | None:
+    """The model's attention head size as vLLM sizes it, None for a model vLLM gives none: the
+    trainer's presets need it to split heads over ranks when its tree merges heads with head_dim."""
+    try:
+        return int(vllm_config.model_config.get_head_size())
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 class MixedVersionsError(RuntimeError):
     """Raised by the model's forward while it holds parts of two weight versions."""
 
@@ -73,7 +82,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     # --- what the trainer reads (same process) ---------------------------------------------
     def description(self) -> dict[str, Any]:
         return {"tp_size": self.parallel_config.tensor_parallel_size, "tp_rank": self.tp_rank,
-                "device": str(self.device), "groups": self.layout.wire(),
+                "head_dim": head_size(self.vllm_config), "device": str(self.device), "groups": self.layout.wire(),
                 "staging_bytes": self.layout.staging_bytes, "staging": self.place}
 
     def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:

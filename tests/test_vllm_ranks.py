@@ -35,11 +35,16 @@ def split_axis(name: str):
     return None
 
 
-def expected(tree, name: str, rank: int) -> np.ndarray:
-    """Rank `rank`'s slice of vLLM's tensor `name`, cut by hand from the Flax-style tree."""
-    def block(a, axis):
-        n = a.shape[axis] // TP
-        return np.take(a, range(rank * n, (rank + 1) * n), axis=axis)
+def expected(tree, name: str, rank: int, tp: int = TP) -> np.ndarray:
+    """Rank `rank`'s slice of vLLM's tensor `name`, cut by hand from the Flax-style tree. Where
+    tp exceeds the KV heads, each rank holds KV head rank // (tp // KV) (vLLM's
+    QKVParallelLinear: num_kv_head_replicas)."""
+    def block(a, axis, parts=tp, index=rank):
+        n = a.shape[axis] // parts
+        return np.take(a, range(index * n, (index + 1) * n), axis=axis)
+
+    def kv_block(a):
+        return block(a, 0, min(tp, vm.KV), rank // max(1, tp // vm.KV))
     if name == "model.embed_tokens.weight":
         return block(tree["embed"]["embedding"], 0)
     if name == "lm_head.weight":
@@ -55,7 +60,8 @@ def expected(tree, name: str, rank: int) -> np.ndarray:
         "post_attention_layernorm.weight": lambda: lay["post_attn_norm"]["scale"][i],
         "self_attn.q_norm.weight": lambda: lay["attn"]["q_norm"]["scale"][i],
         "self_attn.k_norm.weight": lambda: lay["attn"]["k_norm"]["scale"][i],
-        "self_attn.qkv_proj.weight": lambda: np.concatenate([block(t(lay["attn"][x]["kernel"]), 0) for x in "qkv"]),
+        "self_attn.qkv_proj.weight": lambda: np.concatenate([block(t(lay["attn"]["q"]["kernel"]), 0)]
+                                                            + [kv_block(t(lay["attn"][x]["kernel"])) for x in "kv"]),
         "self_attn.o_proj.weight": lambda: block(t(lay["attn"]["o"]["kernel"]), 1),
         "mlp.gate_up_proj.weight": lambda: np.concatenate([block(t(lay["mlp"][x]["kernel"]), 0) for x in ("gate", "up")]),
         "mlp.down_proj.weight": lambda: block(t(lay["mlp"]["down"]["kernel"]), 1),
@@ -65,18 +71,19 @@ def expected(tree, name: str, rank: int) -> np.ndarray:
     }[leaf]()
 
 
-def notes(family: str, source: str, params, loaded=lambda name, shape: shape) -> list[dict]:
+def notes(family: str, source: str, params, loaded=lambda name, shape: shape, tp: int = TP) -> list[dict]:
     """Each rank's note as the worker half writes it: vLLM's names grouped per layer, the rank's
     loaded shapes, places in one staging buffer."""
-    rules = jax_amem.rules.preset(family, params, source=source, layout="vllm", tp=TP, tie_embeddings=vm.tied(family))
+    rules = jax_amem.rules.preset(family, params, source=source, layout="vllm", tp=tp, tie_embeddings=vm.tied(family),
+                                  head_dim=vm.HD)
     sources = jax_amem.reshard.layouts_of(params)
     out = []
-    for rank in range(TP):
+    for rank in range(tp):
         groups: dict[str, list] = {}
         for rule in rules:
             whole = whole_shape(rule, sources)
             axis = split_axis(rule.dst)
-            shape = list(whole) if axis is None else [n // TP if a == axis else n for a, n in enumerate(whole)]
+            shape = list(whole) if axis is None else [n // tp if a == axis else n for a, n in enumerate(whole)]
             shape = list(loaded(rule.dst, shape))
             key = rule.dst.split(".")[2] if ".layers." in rule.dst else rule.dst
             groups.setdefault(key, []).append({"name": rule.dst, "shape": shape, "loaded": shape,
@@ -86,7 +93,7 @@ def notes(family: str, source: str, params, loaded=lambda name, shape: shape) ->
             for t in group:
                 t["offset"] = offset
                 offset += -(-int(np.prod(t["shape"])) * 4 // 64) * 64
-        out.append({"tp_size": TP, "tp_rank": rank, "pid": 0, "groups": list(groups.values()),
+        out.append({"tp_size": tp, "tp_rank": rank, "pid": 0, "head_dim": vm.HD, "groups": list(groups.values()),
                     "staging_bytes": max(sum(-(-int(np.prod(t["shape"])) * 4 // 64) * 64 for t in g)
                                          for g in groups.values())})
     return out
@@ -145,6 +152,26 @@ def test_each_rank_holds_its_own_slice(family, source):
             for name, tensor in rank.held.items():
                 assert np.array_equal(tensor.numpy(), expected(tree, name, rank.note["tp_rank"])), \
                     (version, rank.note["tp_rank"], name)
+
+
+@pytest.mark.parametrize("family, source", [("llama", "flax"), ("qwen3", "maxtext")])
+def test_ranks_beyond_the_kv_heads_each_hold_a_replicated_kv_head(family, source):
+    """tp=4 over 2 KV heads: each rank's fused qkv holds its query head and KV head
+    rank // 2, the engine's head size (the worker's note) splitting the flax naming's merged heads."""
+    tp = 4
+    tree = vm.flax_tree(family, 5)
+    params = jax.tree.map(jnp.asarray, tree if source == "flax" else vm.maxtext_tree(tree))
+    ranks = [Rank(note) for note in notes(family, source, params, tp=tp)]
+    engine = VllmEngine(Commits(ranks), ranks, params, family=family, source=source, rules=None, cast=None,
+                        timeout=60)
+    engine.update(params)
+    for rank in ranks:
+        for name, tensor in rank.held.items():
+            assert np.array_equal(tensor.numpy(), expected(tree, name, rank.note["tp_rank"], tp)), \
+                (rank.note["tp_rank"], name)
+    qkv = [r.held["model.layers.0.self_attn.qkv_proj.weight"].numpy() for r in ranks]
+    q_rows = vm.H // tp * vm.HD
+    assert np.array_equal(qkv[0][q_rows:], qkv[1][q_rows:]) and not np.array_equal(qkv[1][q_rows:], qkv[2][q_rows:])
 
 
 def test_a_rank_shape_that_is_no_slice_is_refused_by_name():

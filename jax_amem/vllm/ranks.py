@@ -26,12 +26,15 @@ from .errors import VllmPlanError
 
 
 def whole_shape(rule: Rule, sources: Mapping[str, Layout]) -> tuple[int, ...]:
-    """The shape the rule's parts make, concatenated along its axis."""
+    """The shape the rule's parts make, concatenated along its axis. A part replicated over k
+    ranks (`Part.replicas`: a KV head when tp exceeds the KV heads) counts k times: every rank
+    that holds it holds its own copy, so the ranks' slices together are that much larger."""
     views = [_part_view(part, rule.dst, sources, rule.origin)[2] for part in rule.parts]
     if not views[0]:
         return ()
     axis = rule.axis % len(views[0])
-    return tuple(sum(v[axis] for v in views) if i == axis else n for i, n in enumerate(views[0]))
+    extent = sum(v[axis] * getattr(part, "replicas", 1) for v, part in zip(views, rule.parts))
+    return tuple(extent if i == axis else n for i, n in enumerate(views[0]))
 
 
 def rank_box(name: str, whole: tuple[int, ...], loaded: tuple[int, ...], written: tuple[int, ...],

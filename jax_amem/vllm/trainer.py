@@ -187,8 +187,11 @@ class VllmEngine:
                 raise VllmBackendError(f"rank {rank.note['tp_rank']}'s worker holds other tensors than rank 0's")
         if family is not None:
             try:
+                # The worker reports the engine's head size: the flax naming merges heads with
+                # head_dim, so a split into tp ranks cannot be read from the tree's shapes alone.
                 rules = reshard.rules.preset(family, params, source=source, layout="vllm", tp=tp, cast=cast,
-                                             tie_embeddings="lm_head.weight" not in names)
+                                             tie_embeddings="lm_head.weight" not in names,
+                                             head_dim=self.description.get("head_dim") if tp > 1 else None)
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
