@@ -280,7 +280,7 @@ def _rows(*rows):
     (([0], "dst", [64], _rows((0, 0, 0, 60, 8, 0)), _rows()), "bulk .*writes outside destination buffer 0"),
     (([0], "dst", [64], _rows(), _rows((0, 1, 0, 0, 8, 0))), "buffer index out of range"),
     (([0], "dst", [64], _rows(), _rows((0, 0, 0, 0, 8, 1))), "sixth column must be 0"),
-    (([0], 0x1000, [64], _rows(), _rows((0, 0, 0, 0, 8, 0))), "is not memory this process can have"),
+    (([0], 0x1000, [64], _rows(), _rows((0, 0, 0, 0, 8, 0))), "destination 0: address 0x1000 cannot be memory of this process"),
     (([0], "dst", [64, 8], _rows(), _rows()), "1 destinations but 2 sizes"),
 ])
 def test_direct_copy_refuses_rows_outside_their_buffers(chunk, match):

@@ -32,13 +32,11 @@ Status CheckChunk(size_t index, const DirectChunk& chunk, const std::vector<int6
     }
     chunk_source_bytes.push_back(source_bytes[slot]);
   }
-  for (size_t d = 0; d < chunk.destinations.size(); ++d) {
-    const int64_t address = chunk.destinations[d];
-    const int64_t bytes = chunk.destination_bytes[d];
-    if (bytes < 0 || (bytes > 0 && (address < kMinAddress || address >= kAddressLimit))) {
-      return Status::Error(name + "destination " + std::to_string(d) + " (address " + std::to_string(address) +
-                           ", " + std::to_string(bytes) + " bytes) is not memory this process can have");
-    }
+  // The one destination check (segments.h), as the custom calls' callers run it.
+  if (Status addresses = CheckDestinations(chunk.destinations.data(), chunk.destination_bytes.data(),
+                                           static_cast<int64_t>(chunk.destinations.size()));
+      !addresses.ok()) {
+    return Prefixed(name, addresses);
   }
   if (Status bulk = CheckBufferSegmentsInBounds(chunk.bulk.data(), static_cast<int64_t>(chunk.bulk.size()),
                                                 chunk_source_bytes, chunk.destination_bytes);
