@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from . import _ffi, _jax_compat
 from ._native import core
+from .errors import CopyRowError
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
 MAX_BUFFERS_PER_SIDE = core.copy.MAX_BUFFERS_PER_SIDE
@@ -23,8 +24,21 @@ ADDRESS_LIMIT = core.copy.ADDRESS_LIMIT
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-def _nbytes(x) -> int:
-    return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+def _nbytes(x, what: str = "an operand") -> int:
+    try:
+        return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+    except (AttributeError, TypeError) as error:
+        raise CopyRowError(f"{what} is {type(x).__name__}, not an array ({error})") from None
+
+
+def _arrays(values, what: str) -> list:
+    """`values` as a list of arrays (anything with .shape and .dtype), refused otherwise."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise CopyRowError(f"{what} is {type(values).__name__}: give a list of arrays")
+    values = list(values)
+    for i, value in enumerate(values):
+        _nbytes(value, f"{what}[{i}]")
+    return values
 
 
 def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray:
@@ -33,28 +47,39 @@ def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray
     try:
         table = np.asarray(segments)
     except ValueError as error:  # rows of different lengths
-        raise ValueError(f"segment rows must all have {' or '.join(map(str, widths))} columns "
-                         f"{columns}: {error}") from None
+        raise CopyRowError(f"segment rows must all have {' or '.join(map(str, widths))} columns "
+                           f"{columns}: {error}") from None
     if table.size == 0:
         return np.zeros((0, widths[-1]), np.int64)
     if table.ndim != 2 or table.shape[1] not in widths:
-        raise ValueError(f"segment rows must have {' or '.join(map(str, widths))} columns {columns}; "
-                         f"got an array of shape {table.shape}")
+        raise CopyRowError(f"segment rows must have {' or '.join(map(str, widths))} columns {columns}; "
+                           f"got an array of shape {table.shape}")
     if table.dtype.kind not in "iu" or (table.dtype.kind == "u" and table.max() > _INT64_MAX):
-        raise ValueError(f"segment rows must be integers that fit int64; got {table.dtype} values, "
-                         f"such as row 0: {table[0].tolist()}. Round them on purpose (astype) if meant")
+        raise CopyRowError(f"segment rows must be integers that fit int64; got {table.dtype} values, "
+                           f"such as row 0: {table[0].tolist()}. Round them on purpose (astype) if meant")
     return np.ascontiguousarray(table, dtype=np.int64)
+
+
+def _checked_by_core(prepare, table: np.ndarray, src_bytes, dst_bytes, max_piece: int) -> np.ndarray:
+    """`prepare(table, src_bytes, dst_bytes, max_piece)` of the core, its refusals (a row out of
+    bounds, empty or overlapping another's destination) raised as CopyRowError."""
+    try:
+        return prepare(table, src_bytes, dst_bytes, max_piece)
+    except (ValueError, TypeError) as error:  # TypeError: a size nanobind cannot hold in an int64
+        raise CopyRowError(str(error)) from None
 
 
 def prepare_segments(segments, src_bytes: int, dst_bytes: int,
                      max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
     """Validates a table of (src_offset, dst_offset, bytes) rows and splits long rows.
 
-    Raises ValueError for rows that are not three integers, and naming the first row that is
-    out of bounds, empty, or that overlaps another row's destination bytes.
+    Raises CopyRowError (a ValueError) for rows that are not three integers, and naming the
+    first row that is out of bounds, empty, or that overlaps another row's destination bytes.
     """
     table = _integer_rows(segments, "(src_offset, dst_offset, bytes)", (3,))
-    return core.copy.prepare_segments(table, int(src_bytes), int(dst_bytes), int(max_piece))
+    src_bytes, dst_bytes, max_piece = _integers([src_bytes, dst_bytes, max_piece],
+                                                "(src_bytes, dst_bytes, max_piece)")
+    return _checked_by_core(core.copy.prepare_segments, table, src_bytes, dst_bytes, max_piece)
 
 
 def segment_copy(src: jax.Array, dst: jax.Array, segments) -> jax.Array:
@@ -65,7 +90,7 @@ def segment_copy(src: jax.Array, dst: jax.Array, segments) -> jax.Array:
     Offsets are in bytes of the arrays' row-major storage.
     """
     _ffi.register_targets()
-    table = prepare_segments(segments, _nbytes(src), _nbytes(dst))
+    table = prepare_segments(segments, _nbytes(src, "src"), _nbytes(dst, "dst"))
     call = jax.ffi.ffi_call(
         _ffi.SEGMENT_COPY,
         jax.ShapeDtypeStruct(dst.shape, dst.dtype),
@@ -85,7 +110,7 @@ def _table_beside(dst, table: np.ndarray):
         return jnp.asarray(table)
     devices = dst.sharding.device_set
     if len(devices) != 1:
-        raise ValueError(
+        raise CopyRowError(
             f"segment_copy works on single-device arrays; dst is sharded over {len(devices)} "
             "devices. Call it per shard inside jax.shard_map."
         )
@@ -99,8 +124,8 @@ def prepare_buffer_segments(segments, src_bytes, dst_bytes,
     table = _integer_rows(segments, "(src_index, dst_index, src_offset, dst_offset, bytes[, 0])", (5, 6))
     if table.shape[1] == 5:
         table = np.concatenate([table, np.zeros((len(table), 1), np.int64)], axis=1)
-    return core.copy.prepare_buffer_segments(table, [int(b) for b in src_bytes],
-                                             [int(b) for b in dst_bytes], int(max_piece))
+    return _checked_by_core(core.copy.prepare_buffer_segments, table, _integers(src_bytes, "src_bytes"),
+                            _integers(dst_bytes, "dst_bytes"), _integers([max_piece], "max_piece")[0])
 
 
 def segment_copy_many(srcs, dsts, segments) -> list:
@@ -112,7 +137,7 @@ def segment_copy_many(srcs, dsts, segments) -> list:
     be concrete; it is validated against every buffer's size on the host.
     """
     _ffi.register_targets()
-    srcs, dsts = list(srcs), list(dsts)
+    srcs, dsts = _arrays(srcs, "srcs"), _arrays(dsts, "dsts")
     table = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], [_nbytes(d) for d in dsts])
     call = jax.ffi.ffi_call(
         _ffi.SEGMENT_COPY_MANY,
@@ -144,12 +169,12 @@ def _integers(values, what: str) -> list[int]:
     else refused, so that nothing is truncated or wrapped on its way to int64."""
     if isinstance(values, np.ndarray):
         values = values.reshape(-1).tolist()
-    elif np.ndim(values) == 0:
+    elif not isinstance(values, (list, tuple, range)):  # np.ndim would fail on ragged lists
         values = [values]
     out = []
     for i, value in enumerate(values):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{what}[{i}] is {value!r}: give integers")
+            raise CopyRowError(f"{what}[{i}] is {value!r}: give integers")
         out.append(int(value))
     return out
 
@@ -157,11 +182,11 @@ def _integers(values, what: str) -> list[int]:
 def _checked_destinations(addresses, sizes) -> None:
     for d, (address, size) in enumerate(zip(addresses, sizes)):
         if size < 0:
-            raise ValueError(f"destination {d} has a negative size ({size} bytes)")
+            raise CopyRowError(f"destination {d} has a negative size ({size} bytes)")
         if size > 0 and not MIN_ADDRESS <= address < ADDRESS_LIMIT:
-            raise ValueError(f"destination {d}: address {address:#x} cannot be memory of this process "
-                             f"(user memory lies in [{MIN_ADDRESS:#x}, {ADDRESS_LIMIT:#x})); give a "
-                             "tensor's data_ptr() or an address an IPC handle was opened at")
+            raise CopyRowError(f"destination {d}: address {address:#x} cannot be memory of this process "
+                               f"(user memory lies in [{MIN_ADDRESS:#x}, {ADDRESS_LIMIT:#x})); give a "
+                               "tensor's data_ptr() or an address an IPC handle was opened at")
 
 
 def _write_ends(rows: np.ndarray, count: int) -> np.ndarray:
@@ -179,14 +204,14 @@ def _checked_alignment(srcs, addresses, rows: np.ndarray, alignment) -> None:
         needed = np.ones(len(addresses), np.int64)
         np.maximum.at(needed, rows[:, 1], itemsizes[rows[:, 0]])
     else:
-        if isinstance(alignment, bool) or not isinstance(alignment, (int, np.integer)) or alignment < 1:
-            raise ValueError(f"alignment must be a positive integer, got {alignment!r}")
+        if isinstance(alignment, bool) or not isinstance(alignment, (int, np.integer)) or not 1 <= alignment < 2**63:
+            raise CopyRowError(f"alignment must be a positive integer, got {alignment!r}")
         needed = np.full(len(addresses), int(alignment), np.int64)
     for d, address in enumerate(addresses):
         if address % int(needed[d]):
-            raise ValueError(f"destination {d}: address {address:#x} is not a multiple of {int(needed[d])} "
-                             "(the item size of the sources written into it; pass alignment= to say "
-                             "otherwise)")
+            raise CopyRowError(f"destination {d}: address {address:#x} is not a multiple of {int(needed[d])} "
+                               "(the item size of the sources written into it; pass alignment= to say "
+                               "otherwise)")
 
 
 def _platform(srcs) -> str:
@@ -207,37 +232,37 @@ def _bounded_by_allocations(addresses, ends: np.ndarray) -> None:
         try:
             extent = core.cuda.extent_at(address, end)
         except RuntimeError as error:
-            raise ValueError(f"destination {d} (address {address:#x}): {error}") from None
+            raise CopyRowError(f"destination {d} (address {address:#x}): {error}") from None
         if extent < end:
-            raise ValueError(f"destination {d}: rows write {end} bytes from address {address:#x}, but "
-                             f"its allocation ends {extent} bytes after that address: the rows or "
-                             "destination_bytes are larger than the tensor's memory")
+            raise CopyRowError(f"destination {d}: rows write {end} bytes from address {address:#x}, but "
+                               f"its allocation ends {extent} bytes after that address: the rows or "
+                               "destination_bytes are larger than the tensor's memory")
 
 
 def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int | None = None,
                  alignment: int | None = None, platform: str | None = None) -> tuple:
     """What a copy into destinations given by address runs, every check of
-    segment_copy_to_addresses done (ValueError naming the input): (addresses, destination sizes
+    segment_copy_to_addresses done (CopyRowError naming the input): (addresses, destination sizes
     as lists of ints, bulk rows (n, 6) run as one driver copy each, the other rows (m, 6) split
     into pieces for one kernel launch). `srcs`: anything with `.shape` and `.dtype` (arrays,
     avals); `platform`: where the copy runs ("gpu": each destination is bounded by its device
     allocation too). The custom call and the direct launch of an eager swap
     (swapping/in_process/direct.py) both run these rows."""
     if not srcs:
-        raise ValueError("segment_copy_to_addresses needs at least one source array")
+        raise CopyRowError("segment_copy_to_addresses needs at least one source array")
     address_list = _integers(addresses, "addresses")
     size_list = _integers(destination_bytes, "destination_bytes")
     if len(address_list) != len(size_list):
-        raise ValueError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
+        raise CopyRowError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
     if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
-        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
-                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
+        raise CopyRowError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
+                           f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
     _checked_destinations(address_list, size_list)
     rows = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], size_list, max_piece=_WHOLE)
     _checked_alignment(srcs, address_list, rows, alignment)
     if platform == "gpu":
         _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
-    bulk, short = split_bulk(rows, int(BULK_BYTES if bulk_bytes is None else bulk_bytes))
+    bulk, short = split_bulk(rows, BULK_BYTES if bulk_bytes is None else _integers([bulk_bytes], "bulk_bytes")[0])
     table = core.copy.split_buffer_segments(short, MAX_PIECE_BYTES)  # validated above, as one table
     return address_list, size_list, bulk, table
 
@@ -251,7 +276,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     driver copy per row of at least `bulk_bytes` (None: BULK_BYTES, read at each call). Returns
     a token (a uint8 scalar whose value means nothing): the copy is done when the token is ready.
 
-    Checked before anything runs (ValueError naming the input): addresses and sizes are
+    Checked before anything runs (CopyRowError, a ValueError, naming the input): addresses and sizes are
     integers, sizes not negative, each address of a non-empty destination in
     [MIN_ADDRESS, ADDRESS_LIMIT) and a multiple of `alignment` (None: the largest item size of
     the sources written into it), the rows in bounds of the sizes given. On CUDA each
@@ -268,7 +293,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     concrete.
     """
     _ffi.register_targets()
-    srcs = list(srcs)
+    srcs = _arrays(srcs, "srcs")
     address_list, size_list, bulk, table = address_rows(srcs, addresses, destination_bytes, segments,
                                                         bulk_bytes, alignment, _platform(srcs) if srcs else None)
     # Not has_side_effect: an effect would keep every call of the jitted function off JAX's C++

@@ -112,6 +112,8 @@ EXPECTED = {
     "generated_plan": (None, ""),
     "generated_to_torch": (None, ""),
     "generated_pause_arguments": (None, ""),
+    # every verb of docs/api.md with bad arguments (tests/hostile/every_verb.py): only family errors
+    "every_public_verb_raises_only_family_errors": (None, ""),
 }
 
 # Children: a batch runs its cases in one process; a solo case gets a process of its own.
@@ -133,7 +135,8 @@ BATCHES = {
     **{name: [name] for name in EXPECTED if name.startswith("generated_")},
 }
 SOLO_CPU = ["copy_to_address_0x1000", "copy_to_address_negative", "copy_to_address_float_address"]
-SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")]
+# The sweep runs over the fake NCCL too, so that jax_amem.nccl's verbs reach their argument checks.
+SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")] + ["every_public_verb_raises_only_family_errors"]
 # Cases that need a fake NCCL without ncclCommSuspend (2.27): pause()'s "auto" then recreates, which
 # destroys the communicators.
 NCCL_WITHOUT_SUSPEND = {"nccl_process_pause_whose_destroy_fails"}
@@ -202,7 +205,7 @@ def _judge(name: str, expected_name: str, lines: dict, done) -> None:
 
 
 _NO_TORCH = importlib.util.find_spec("torch") is None
-TORCH_DESTINATIONS = {"preset_llama_maxtext_query_scaling"}  # cases that swap into PyTorch tensors
+TORCH_DESTINATIONS = {"preset_llama_maxtext_query_scaling", "every_public_verb_raises_only_family_errors"}  # cases that swap into PyTorch tensors
 
 
 def _marks(name: str, *extra) -> list:

@@ -275,6 +275,8 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
                             "sources make it (a preset such as rules.qwen3(params, source='maxtext'), "
                             "rules.from_function(convert, params), or Rule/Part)")
         rules = identity_rules(destinations)
+    if isinstance(rules, (str, bytes, dict)) or not hasattr(rules, "__iter__"):
+        raise RuleError(f"rules is {type(rules).__name__} {rules!r:.60}: give a list of Rule or Piece, or None")
     rules = list(rules)
     by_dst: dict[str, list[Piece]] = defaultdict(list)
     for rule in rules:

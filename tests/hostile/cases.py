@@ -1091,8 +1091,10 @@ def describe(error) -> dict:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with -P: this folder is not on the path
 from generated import GENERATED  # noqa: E402 - hypothesis over trees, names, rules and layouts
+from every_verb import every_public_verb_raises_only_family_errors  # noqa: E402 - the sweep of docs/api.md
 
 CASES.update(GENERATED)
+CASES["every_public_verb_raises_only_family_errors"] = every_public_verb_raises_only_family_errors
 
 
 def main(names) -> int:
