@@ -112,6 +112,8 @@ EXPECTED = {
     "generated_plan": (None, ""),
     "generated_to_torch": (None, ""),
     "generated_pause_arguments": (None, ""),
+    "generated_scale_rule": (None, ""),
+    "generated_scale_function": (None, ""),
     # every verb of docs/api.md with bad arguments (tests/hostile/every_verb.py): only family errors
     "every_public_verb_raises_only_family_errors": (None, ""),
 }

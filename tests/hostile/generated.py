@@ -49,8 +49,12 @@ class _Tally:
             self.accepted += 1
         else:
             self.refused += 1
+            if os.environ.get("HOSTILE_TRACE"):
+                print(f"{self.verb} refused: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
     def check(self) -> None:
+        if os.environ.get("HOSTILE_TRACE"):
+            print(f"{self.verb}: {self.accepted} accepted, {self.refused} refused", flush=True)
         assert self.accepted and self.refused, (f"{self.verb}: {self.accepted} accepted, {self.refused} refused: "
                                                 "the generated inputs no longer cross both branches")
 
@@ -393,6 +397,186 @@ def generated_pause_arguments():
             assert not np.asarray(new).any(), f"drop came back non-zero: {inputs!r}"
         resumed_again = _outcome(jax_amem.resume)[1]
         assert isinstance(resumed_again, jax_amem.PauseError), resumed_again
+
+    check()
+    tally.check()
+    return None
+
+
+# ----------------------------------------------------------------------------- the fused scale
+
+EXAMPLES.update({"scale_rule": 60, "scale_function": 60})
+
+
+def _swap_into_torch(src: dict, rules):
+    """{name: numpy float64 values} the swap wrote into fresh PyTorch tensors of the destination
+    shapes and dtypes `rules` lower to, or the error it (or the planning) raised."""
+    import jax_amem
+    import torch
+
+    destinations = _rule_destinations(rules, src)
+    dst = {n: torch.full(tuple(l.shape), 7, dtype=getattr(torch, str(l.dtype))) for n, l in destinations.items()}
+    jax_amem.swap(src, dst, rules=rules)
+    return {n: t.double().numpy() for n, t in dst.items()}
+
+
+def _rule_destinations(rules, src):
+    """The destination layout of each one-part copy rule: the part's view of its source, cast."""
+    import jax.numpy as jnp
+
+    from jax_amem.reshard import Layout, Owner
+
+    out = {}
+    for rule in rules:
+        part = rule.parts[0]
+        view = jnp.zeros(src[part.src].shape, src[part.src].dtype)
+        dtype = part.cast or view.dtype
+        out[rule.dst] = Layout.single(view.shape, dtype, Owner(0, 0))
+    return out
+
+
+def _same(got, want) -> bool:
+    return got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+
+
+@_generated
+def generated_scale_rule():
+    """Rule.copy(scale=, offset=, along=) over float and integer sources: scalars and vectors
+    (lengths that fit the axis or not, NaN and infinite values, strings), axes in range or out.
+    Each swap writes exactly what JAX computes eagerly (`x * scale + offset` in the source's
+    dtype, the vector along `along`, then the cast), or the rule is refused with a family error
+    naming the tensor, with the destination untouched."""
+    import jax.numpy as jnp
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from jax_amem.reshard import Rule
+
+    number = st.one_of(st.sampled_from([0.5, -2.0, 3.0, 0.0, 1e-3, float("nan"), float("inf"), -float("inf")]),
+                       st.floats(-8, 8, allow_nan=False, width=32))
+    vector = st.lists(st.sampled_from([0.5, -1.0, 2.0, 0.25, float("nan")]), min_size=0, max_size=5)
+    constant = st.one_of(st.none(), st.none(), number, vector, st.sampled_from(["two", [1.0, "x"]]))
+    shape = st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple)
+    tally = _Tally("Rule.copy(scale=)")
+
+    @_settings(EXAMPLES["scale_rule"])
+    @given(shape, st.sampled_from(["float32", "bfloat16", "float16", "int32"]), constant, constant,
+           st.integers(-4, 3), st.sampled_from([None, None, "float32", "bfloat16"]))
+    def check(shape, dtype, scale, offset, along, cast):
+        x = _array((shape, dtype, 1)) * (jnp.asarray(0.5, dtype) if dtype != "int32" else 1)
+        src = {"w": x}
+        inputs = (shape, dtype, scale, offset, along, cast)
+        rule, error = _outcome(lambda: [Rule.copy("v", "w", scale=scale, offset=offset, along=along, cast=cast)])
+        written = None
+        if error is None:
+            written, error = _outcome(lambda: _swap_into_torch(src, rule))
+        tally(error)
+        if error is not None:
+            _in_family(error, "Rule.copy(scale=) and swap", inputs)
+            assert "'w'" in str(error) or "'v'" in str(error), f"the refusal names no tensor: {error}"
+            return
+        want = x
+        for constant, op in ((scale, jnp.multiply), (offset, jnp.add)):
+            if constant is None:
+                continue
+            c = jnp.asarray(constant, x.dtype)
+            if c.ndim:
+                c = c.reshape((-1,) + (1,) * (x.ndim - 1 - along % x.ndim))
+            want = op(want, c)
+        want = np.asarray(want.astype(cast) if cast else want).astype(np.float64)
+        assert _same(written["v"], want), f"the swap wrote other values than JAX computes: {inputs!r}"
+
+    check()
+    tally.check()
+    return None
+
+
+def _convert(op: str, constant):
+    """A conversion function: one operation of `w` with `constant` (or with itself, or another
+    source), as a user writes it in JAX."""
+    import jax.numpy as jnp
+
+    ops = {
+        "mul": lambda w, c: w * c, "div": lambda w, c: w / c, "add": lambda w, c: w + c, "sub": lambda w, c: w - c,
+        "rsub": lambda w, c: c - w, "mul_then_add": lambda w, c: w * c + 1.0,
+        "rdiv": lambda w, c: c / w,                      # not affine in w
+        "square": lambda w, c: w * w,                    # data-dependent
+        "by_its_max": lambda w, c: w * jnp.max(w),       # a data-dependent constant
+        "exp": lambda w, c: jnp.exp(w) * c,
+        "by_another_source": lambda w, c: w * c,         # c is the source 'u' (below)
+    }
+    return ops[op]
+
+
+@_generated
+def generated_scale_function():
+    """rules.from_function over conversions that multiply, divide, add or subtract a constant
+    (scalars, one-axis vectors of fitting and unfitting lengths, NaN, inf), or do what the copy
+    cannot (non-affine, data-dependent, a product of sources), on float and integer sources.
+    Each ends in values equal to JAX's own `jit(convert)(params)` (for a division at most one
+    unit in the last place from numpy's, as documented), in a family error, or, where JAX
+    itself cannot evaluate the function, in the user's own error with a note."""
+    import jax
+    import jax.numpy as jnp
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    import jax_amem
+
+    ops = st.sampled_from(["mul", "div", "add", "sub", "rsub", "mul_then_add", "mul", "div",
+                           "rdiv", "square", "by_its_max", "exp", "by_another_source"])
+    scalar = st.one_of(st.sampled_from([2.0, 0.125, -3.0, 0.0, float("nan"), float("inf")]),
+                       st.floats(-4, 4, allow_nan=False, width=32))
+    # a vector along one axis: (n,) runs along the last axis, (n, 1) along the first
+    vector = st.tuples(st.lists(st.sampled_from([2.0, -0.5, 4.0, float("nan")]), min_size=1, max_size=4),
+                       st.booleans())
+    constant = st.one_of(scalar, scalar, vector)
+    tally = _Tally("from_function(scale)")
+
+    @_settings(EXAMPLES["scale_function"])
+    @given(ops, constant, st.sampled_from(["float32", "bfloat16", "int32"]), st.integers(1, 4), st.integers(1, 4))
+    def check(op, constant, dtype, m, n):
+        w = _array(((m, n), dtype, 2))
+        params = {"w": w, "u": _array(((m, n), dtype, 3))}
+        if isinstance(constant, tuple):
+            values, first_axis = constant
+            c = np.asarray(values, np.float32).reshape((-1, 1) if first_axis else (-1,))
+        else:
+            c = constant
+        function = _convert(op, c)
+
+        def convert(p):
+            other = p["u"] if op == "by_another_source" else c
+            return {"v": function(p["w"], other)}
+
+        inputs = (op, constant, dtype, m, n)
+        oracle, jax_failed = _outcome(lambda: jax.jit(convert)(params))
+        rules, error = _outcome(lambda: jax_amem.rules.from_function(convert, params))
+        written = None
+        if error is None:
+            import torch
+
+            v = oracle["v"]
+            dst = {"v": torch.full(v.shape, 7, dtype=getattr(torch, str(v.dtype)))}
+            written, error = _outcome(lambda: jax_amem.swap(params, dst, rules=rules) and dst)
+        tally(error)
+        if error is not None:
+            theirs = any("from_function traced it" in note for note in getattr(error, "__notes__", ()))
+            if jax_failed is not None and theirs:
+                return  # the function fails in JAX too: the user's own error, passed on with a note
+            _in_family(error, "from_function and swap", inputs)
+            assert "'w'" in str(error) or "'v'" in str(error), f"the refusal names no tensor: {error}"
+            if os.environ.get("HOSTILE_TRACE"):
+                print("inputs", inputs, flush=True)
+            return
+        assert jax_failed is None, f"from_function and the swap accepted what JAX refuses ({jax_failed}): {inputs!r}"
+        got = written["v"].double().numpy()
+        want = np.asarray(oracle["v"]).astype(np.float64)
+        assert _same(got, want), f"the swap wrote other values than jit(convert) computes: {inputs!r}"
+        if op != "div" and dtype == "float32":  # numpy agrees exactly but for XLA's reciprocal
+            with np.errstate(all="ignore"):
+                numpy_value = np.asarray(convert({k: np.asarray(a) for k, a in params.items()})["v"], np.float32)
+            assert _same(got, numpy_value.astype(np.float64)), f"differs from numpy: {inputs!r}"
 
     check()
     tally.check()
