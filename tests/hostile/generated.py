@@ -581,3 +581,121 @@ def generated_scale_function():
     check()
     tally.check()
     return None
+
+
+# ----------------------------------------------------------------------------- the vLLM backend's trainer half
+
+EXAMPLES["vllm_layout"] = 12
+
+
+class _EngineWorker:
+    """What the trainer's half reads of a vLLM worker (jax_amem_vllm.engine.WorkerEngine): its
+    description (tp and the layer groups' names, shapes and dtypes) and each group's staging
+    tensors. No engine runs: the checks under test are the trainer's own."""
+
+    def __init__(self, groups, tp):
+        self.groups, self.tp, self.committed = groups, tp, None
+
+    def description(self):
+        return {"tp_size": self.tp, "tp_rank": 0, "device": "cpu", "staging_bytes": 0,
+                "groups": [[{"name": n, "shape": list(s), "dtype": d} for n, s, d in group] for group in self.groups]}
+
+    def staged(self, group):
+        import torch
+
+        return {n: torch.zeros(s, dtype=getattr(torch, d)) for n, s, d in self.groups[group]}
+
+
+@_generated
+def generated_vllm_layout():
+    """The trainer's half of the vLLM backend (jax_amem.vllm.trainer) against generated engine
+    layouts: a Llama in vLLM's names at tp 1 or 2, its tensors in generated layer groups, then one
+    thing wrong or none: a tensor missing or extra, one held a module deeper (vLLM's MoE naming:
+    matched), a shape or a dtype changed, a trainer leaf missing
+    or reshaped; then update()'s check of a changed tree. A good pair plans every group; a bad
+    one raises VllmPlanError naming the tensor at connect, never anything else."""
+    import jax.numpy as jnp
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    sys_path_tests()
+    import preset_models
+
+    from jax_amem.reshard import names_tree, tree_names
+    from jax_amem.vllm import VllmPlanError
+    from jax_amem.vllm.trainer import VllmEngine
+
+    weights = preset_models.logical("llama", np.random.default_rng(0))
+    flaws = st.sampled_from([None, None, "engine_missing", "engine_extra", "engine_deeper", "engine_shape",
+                             "engine_dtype", "tree_missing", "tree_shape"])
+    tally = _Tally("vllm connect")
+
+    @_settings(EXAMPLES["vllm_layout"])
+    @given(st.sampled_from([1, 2]), flaws, st.integers(0, 10**6), st.integers(1, 3),
+           st.sampled_from(["float32", "bfloat16"]), st.sampled_from([None, "leaf_shape", "leaf_dtype"]))
+    def check(tp, flaw, victim, group_count, dtype, changed):
+        tree = preset_models.source_tree("llama", "flax", weights)
+        params = names_tree({n: jnp.asarray(a, dtype) for n, a in tree_names(tree).items()})
+        state = preset_models.oracle("llama", "vllm", weights, np, tp=tp)
+        tensors = sorted((n, tuple(a.shape), dtype) for n, a in state.items())
+        engine_tp, named = tp, None
+        index = victim % len(tensors)
+        name, shape, kind = tensors[index]
+        if flaw == "engine_missing":
+            del tensors[index]
+            named = name
+        elif flaw == "engine_extra":
+            named = "model.layers.0.mlp.extra_proj.weight"
+            tensors.append((named, (2, 2), dtype))
+        elif flaw == "engine_deeper":
+            head, _, last = name.rpartition(".")
+            tensors[index] = (f"{head}.inner.{last}", shape, kind)
+        elif flaw == "engine_shape":
+            tensors[index] = (name, (shape[0] + 1,) + shape[1:], kind)
+            named = name
+        elif flaw == "engine_dtype":
+            tensors[index] = (name, shape, "float16")
+        flat = dict(tree_names(params))
+        leaf = sorted(flat)[victim % len(flat)]
+        if flaw == "tree_missing":
+            del flat[leaf]
+            named = leaf
+        elif flaw == "tree_shape":
+            flat[leaf] = jnp.zeros(flat[leaf].shape[:-1] + (flat[leaf].shape[-1] + 1,), flat[leaf].dtype)
+            named = leaf
+        groups = [[t for i, t in enumerate(tensors) if (i * 7 + victim) % group_count == g] for g in range(group_count)]
+        groups = [g for g in groups if g]
+        inputs = (tp, flaw, victim, group_count, dtype)
+        engine, error = _outcome(lambda: VllmEngine(None, _EngineWorker(groups, engine_tp), names_tree(flat),
+                                                    family="llama", source="flax", rules=None, cast=None))
+        tally(error)
+        if error is not None:
+            assert isinstance(error, VllmPlanError), f"connect raised {type(error).__name__}: {error} for {inputs}"
+            if named is not None:
+                assert named.rpartition("/")[2].rpartition(".")[0] in str(error) or named in str(error), (
+                    f"the refusal does not name {named!r}: {error}")
+            assert flaw not in (None, "engine_deeper"), f"a good engine layout was refused: {error} for {inputs}"
+            return
+        assert flaw in (None, "engine_deeper", "engine_dtype"), f"connect accepted a {flaw} for {inputs}"
+        assert engine.bytes == sum(int(np.prod(s)) * np.dtype(d if d != "bfloat16" else "float16").itemsize
+                                   for group in groups for _, s, d in group), "the plans do not write every byte"
+        if changed:  # update() checks the tree against the one planned, before anything is written
+            leaf = sorted(flat)[victim % len(flat)]
+            wrong = dict(flat)
+            wrong[leaf] = (jnp.zeros(flat[leaf].shape + (1,), flat[leaf].dtype) if changed == "leaf_shape"
+                           else flat[leaf].astype("float16"))
+            refused = _outcome(lambda: engine._check_source(names_tree(wrong)))[1]
+            assert isinstance(refused, VllmPlanError) and leaf in str(refused), f"update's check: {refused!r}"
+
+    check()
+    tally.check()
+    return None
+
+
+def sys_path_tests():
+    """tests/ on the path (preset_models: tiny models built independently of the presets)."""
+    import sys
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
