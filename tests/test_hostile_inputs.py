@@ -115,6 +115,7 @@ EXPECTED = {
     "generated_scale_rule": (None, ""),
     "generated_scale_function": (None, ""),
     "generated_vllm_layout": (None, ""),
+    "vllm_connect_bad_arguments": ("VllmPlanError", r"connect needs exactly one of family= \(a preset\) and rules="),
     # every verb of docs/api.md with bad arguments (tests/hostile/every_verb.py): only family errors
     "every_public_verb_raises_only_family_errors": (None, ""),
 }
@@ -133,6 +134,7 @@ BATCHES = {
     "newer_surfaces": [n for n in EXPECTED if n.startswith(("to_torch_", "swap_", "errors_", "old_layout_"))]
     + ["plan_keys_0_and_str_0", "pause_keep_keys_0_and_str_0", "plan_sources_not_a_tree_of_arrays",
        "plan_split_bytes_a_string", "plan_owner_not_a_pair"],
+    "vllm": ["vllm_connect_bad_arguments"],
     "demo": ["demo_json_empty_path", "demo_json_a_directory", "demo_rollout_where_jax_can_write"],
     # one child per verb: a crash in one fails that verb's test alone
     **{name: [name] for name in EXPECTED if name.startswith("generated_")},
