@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from . import _ffi, _jax_compat
-from .errors import CopyError
 from ._native import core
+from .errors import CopyError
 
 MAX_PIECE_BYTES = core.copy.MAX_PIECE_BYTES
 MAX_BUFFERS_PER_SIDE = core.copy.MAX_BUFFERS_PER_SIDE
@@ -27,8 +27,21 @@ ADDRESS_LIMIT = core.copy.ADDRESS_LIMIT
 _INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 
-def _nbytes(x) -> int:
-    return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+def _nbytes(x, what: str = "an operand") -> int:
+    try:
+        return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+    except (AttributeError, TypeError) as error:
+        raise CopyError(f"{what} is {type(x).__name__}, not an array ({error})") from None
+
+
+def _arrays(values, what: str) -> list:
+    """`values` as a list of arrays (anything with .shape and .dtype), refused otherwise."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise CopyError(f"{what} is {type(values).__name__}: give a list of arrays")
+    values = list(values)
+    for i, value in enumerate(values):
+        _nbytes(value, f"{what}[{i}]")
+    return values
 
 
 def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray:
@@ -37,16 +50,16 @@ def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray
     try:
         table = np.asarray(segments)
     except ValueError as error:  # rows of different lengths
-        raise ValueError(f"segment rows must all have {' or '.join(map(str, widths))} columns "
-                         f"{columns}: {error}") from None
+        raise CopyError(f"segment rows must all have {' or '.join(map(str, widths))} columns "
+                           f"{columns}: {error}") from None
     if table.size == 0:
         return np.zeros((0, widths[-1]), np.int64)
     if table.ndim != 2 or table.shape[1] not in widths:
-        raise ValueError(f"segment rows must have {' or '.join(map(str, widths))} columns {columns}; "
-                         f"got an array of shape {table.shape}")
+        raise CopyError(f"segment rows must have {' or '.join(map(str, widths))} columns {columns}; "
+                           f"got an array of shape {table.shape}")
     if table.dtype.kind not in "iu" or (table.dtype.kind == "u" and table.max() > _INT64_MAX):
-        raise ValueError(f"segment rows must be integers that fit int64; got {table.dtype} values, "
-                         f"such as row 0: {table[0].tolist()}. Round them on purpose (astype) if meant")
+        raise CopyError(f"segment rows must be integers that fit int64; got {table.dtype} values, "
+                           f"such as row 0: {table[0].tolist()}. Round them on purpose (astype) if meant")
     return np.ascontiguousarray(table, dtype=np.int64)
 
 
@@ -64,8 +77,8 @@ def prepare_segments(segments, src_bytes: int, dst_bytes: int,
     """Validates a table of (src_offset, dst_offset, bytes) rows and splits long rows: as
     prepare_buffer_segments with one buffer a side, returned as (n, 3) rows.
 
-    Raises ValueError for rows that are not three integers, and naming the first row that is
-    out of bounds, empty, or that overlaps another row's destination bytes.
+    Raises CopyError (a ValueError) for rows that are not three integers, and naming the
+    first row that is out of bounds, empty, or that overlaps another row's destination bytes.
     """
     rows = prepare_buffer_segments(_one_buffer_rows(segments), [src_bytes], [dst_bytes], max_piece)
     return np.ascontiguousarray(rows[:, 2:5])
@@ -92,7 +105,7 @@ def _table_beside(dst, table: np.ndarray):
         return jnp.asarray(table)
     devices = dst.sharding.device_set
     if len(devices) != 1:
-        raise ValueError(
+        raise CopyError(
             f"segment_copy works on single-device arrays; dst is sharded over {len(devices)} "
             "devices. Call it per shard inside jax.shard_map."
         )
@@ -103,11 +116,21 @@ def prepare_buffer_segments(segments, src_bytes, dst_bytes,
                             max_piece: int = MAX_PIECE_BYTES) -> np.ndarray:
     """Validates rows (src_index, dst_index, src_offset, dst_offset, bytes[, 0]) between several
     buffers whose sizes are `src_bytes` and `dst_bytes` (lists) and splits long rows into pieces
-    of at most `max_piece` bytes: (n, 6) int64 rows. ValueError for rows that are not five or six
-    integers, and naming the first row whose indices are out of range, that is out of bounds,
-    empty, or that overlaps another row's destination bytes."""
-    return core.copy.prepare_buffer_segments(_six_columns(segments), [int(b) for b in src_bytes],
-                                             [int(b) for b in dst_bytes], int(max_piece))
+    of at most `max_piece` bytes: (n, 6) int64 rows. CopyError (a ValueError) for rows that are
+    not five or six integers, and naming the first row whose indices are out of range, that is
+    out of bounds, empty, or that overlaps another row's destination bytes."""
+    return _checked_by_core(core.copy.prepare_buffer_segments, _six_columns(segments),
+                            _integers(src_bytes, "src_bytes"), _integers(dst_bytes, "dst_bytes"),
+                            _integers([max_piece], "max_piece")[0])
+
+
+def _checked_by_core(prepare, *args):
+    """`prepare(*args)` of the native core, its refusals (a row out of bounds, empty or
+    overlapping another's destination) raised as CopyError."""
+    try:
+        return prepare(*args)
+    except (ValueError, TypeError) as error:  # TypeError: a size nanobind cannot hold in an int64
+        raise CopyError(str(error)) from None
 
 
 def _six_columns(segments) -> np.ndarray:
@@ -128,7 +151,7 @@ def segment_copy_many(srcs, dsts, segments) -> list:
     be concrete; it is validated against every buffer's size on the host.
     """
     _ffi.register_targets()
-    srcs, dsts = list(srcs), list(dsts)
+    srcs, dsts = _arrays(srcs, "srcs"), _arrays(dsts, "dsts")
     table = prepare_buffer_segments(segments, [_nbytes(s) for s in srcs], [_nbytes(d) for d in dsts])
     call = jax.ffi.ffi_call(
         _ffi.SEGMENT_COPY_MANY,
@@ -155,7 +178,7 @@ def _integers(values, what: str) -> list[int]:
     int64. Values past int64 are no address or size of this process's memory."""
     if isinstance(values, np.ndarray):
         values = values.reshape(-1).tolist()
-    elif np.ndim(values) == 0:
+    elif not isinstance(values, (list, tuple, range)):  # np.ndim would fail on ragged lists
         values = [values]
     out = []
     for i, value in enumerate(values):
@@ -193,7 +216,7 @@ def _checked_alignment(srcs, addresses, rows: np.ndarray, alignment) -> None:
         needed = np.ones(len(addresses), np.int64)
         np.maximum.at(needed, rows[:, 1], itemsizes[rows[:, 0]])
     else:
-        if isinstance(alignment, bool) or not isinstance(alignment, (int, np.integer)) or alignment < 1:
+        if isinstance(alignment, bool) or not isinstance(alignment, (int, np.integer)) or not 1 <= alignment < 2**63:
             raise CopyError(f"alignment must be a positive integer, got {alignment!r}")
         needed = np.full(len(addresses), int(alignment), np.int64)
     for d, address in enumerate(addresses):
@@ -232,27 +255,27 @@ def address_rows(srcs, addresses, destination_bytes, segments, bulk_bytes: int |
                  alignment: int | None = None, platform: str | None = None) -> tuple:
     """What a copy into destinations given by address runs, every check of
     segment_copy_to_addresses done once (naming the input: CopyError for the destinations'
-    addresses, sizes and alignment, ValueError for rows): (addresses, destination sizes as lists
+    addresses, sizes and alignment, and for rows): (addresses, destination sizes as lists
     of ints, bulk rows (n, 6) run as one driver copy each, the other rows (m, 6) split into
     pieces for one kernel launch). `srcs`: anything with `.shape` and `.dtype` (arrays,
     avals); `platform`: where the copy runs ("gpu": each destination is bounded by its device
     allocation too). The custom call and the direct launch of an eager swap
     (swapping/in_process/direct.py) both run these rows."""
     if not srcs:
-        raise ValueError("segment_copy_to_addresses needs at least one source array")
+        raise CopyError("segment_copy_to_addresses needs at least one source array")
     address_list = _integers(addresses, "addresses")
     size_list = _integers(destination_bytes, "destination_bytes")
     if len(address_list) != len(size_list):
         raise CopyError(f"{len(address_list)} addresses but {len(size_list)} destination sizes: give one of each")
     if len(srcs) > MAX_BUFFERS_PER_SIDE or len(address_list) > MAX_BUFFERS_PER_SIDE:
-        raise ValueError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
-                         f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
+        raise CopyError(f"{len(srcs)} sources and {len(address_list)} destinations: at most "
+                           f"{MAX_BUFFERS_PER_SIDE} of each per call; split the rows into several calls")
     _checked_destinations(address_list, size_list)
     rows = _six_columns(segments)
     # Validated once, as one table, then split: bulk rows whole, the others into pieces.
-    bulk, table = core.copy.prepare_address_rows(rows, [_nbytes(s) for s in srcs], size_list,
-                                                 int(BULK_BYTES if bulk_bytes is None else bulk_bytes),
-                                                 MAX_PIECE_BYTES)
+    bulk_bytes = BULK_BYTES if bulk_bytes is None else _integers([bulk_bytes], "bulk_bytes")[0]
+    bulk, table = _checked_by_core(core.copy.prepare_address_rows, rows, [_nbytes(s) for s in srcs], size_list,
+                                   bulk_bytes, MAX_PIECE_BYTES)
     _checked_alignment(srcs, address_list, rows, alignment)
     if platform == "gpu":
         _bounded_by_allocations(address_list, _write_ends(rows, len(address_list)))
@@ -285,7 +308,7 @@ def segment_copy_to_addresses(srcs, addresses, destination_bytes, segments,
     concrete.
     """
     _ffi.register_targets()
-    srcs = list(srcs)
+    srcs = _arrays(srcs, "srcs")
     address_list, size_list, bulk, table = address_rows(srcs, addresses, destination_bytes, segments,
                                                         bulk_bytes, alignment, _platform(srcs) if srcs else None)
     # Not has_side_effect: an effect would keep every call of the jitted function off JAX's C++

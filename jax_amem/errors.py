@@ -9,6 +9,7 @@ RuntimeErrors (JaxAmemError itself is one), so code written against either keeps
         NativeCoreMissingError         (also ImportError) the compiled core is not built
         PauseError                     pause / resume / paused / reserve refused or failed
             NcclPauseError             jax_amem.nccl.pause / resume / recover refused or failed
+                NcclArgumentError      (also ValueError, TypeError) an argument of a jax_amem.nccl verb
         NcclNotInstalledError          the NCCL interposer is not in front of NCCL in this process
         LayoutError (ValueError)       a layout or a tree of names is inconsistent
         RuleError (ValueError)         rules do not describe the destination exactly
@@ -18,7 +19,7 @@ RuntimeErrors (JaxAmemError itself is one), so code written against either keeps
         SwapError (ValueError)         swap / to_torch refused its input; nothing was written
             PartialSwapError           a swap into jax.Arrays failed after donating: nothing lost
         ReadOnlyViewError              a write into a view that to_torch returned
-        CopyError (ValueError)         a copy by address refused a destination's address or size
+        CopyError (ValueError)         jax_amem.copy refused a row table, an address or a size
 
 docs/api.md lists which verb raises which.
 """
@@ -45,6 +46,12 @@ class PauseError(JaxAmemError):
 class NcclPauseError(PauseError):
     """A pause or resume of NCCL communicators could not be done; the message names the
     communicator and the fix."""
+
+
+class NcclArgumentError(NcclPauseError, ValueError, TypeError):
+    """An argument of a jax_amem.nccl verb of the wrong type or out of range (ids=, timeout=,
+    strategy=, teardown=, agree=, async_=); nothing was touched. Also a ValueError and a
+    TypeError, the classes these refusals had before the family."""
 
 
 class NcclNotInstalledError(JaxAmemError):
@@ -101,15 +108,15 @@ class ReadOnlyViewError(JaxAmemError):
 
 
 class CopyError(JaxAmemError, ValueError):
-    """A copy into destinations given by address (jax_amem.copy.segment_copy_to_addresses,
-    affine_copy_to_addresses) refused a destination: an address or size that is not an integer
-    of int64, an address that cannot be memory of this process, a misaligned address, rows past
-    the allocation that holds it. Refused before any byte moves; the message names the
-    destination."""
+    """jax_amem.copy's primitives refused their input before anything ran: a row table that is
+    not integer rows of the right width, a row out of bounds, empty or overlapping another's
+    destination bytes; a destination address or size that is not an integer of int64, an address
+    that cannot be memory of this process, a misaligned address, rows past the allocation that
+    holds it. The message names the input."""
 
 
 FAMILY = (JaxAmemError, GpuUnavailableError, NativeCoreMissingError, PauseError, NcclPauseError,
-          NcclNotInstalledError, LayoutError, RuleError, TraceError, PlanError, SwapError, PartialSwapError,
-          ReadOnlyViewError, CopyError)
+          NcclArgumentError, NcclNotInstalledError, LayoutError, RuleError, TraceError, AffineError, PlanError,
+          SwapError, PartialSwapError, ReadOnlyViewError, CopyError)
 
 __all__ = [error.__name__ for error in FAMILY]

@@ -112,6 +112,12 @@ EXPECTED = {
     "generated_plan": (None, ""),
     "generated_to_torch": (None, ""),
     "generated_pause_arguments": (None, ""),
+    "generated_scale_rule": (None, ""),
+    "generated_scale_function": (None, ""),
+    "generated_vllm_layout": (None, ""),
+    "vllm_connect_bad_arguments": ("VllmPlanError", r"connect needs exactly one of family= \(a preset\) and rules="),
+    # every verb of docs/api.md with bad arguments (tests/hostile/every_verb.py): only family errors
+    "every_public_verb_raises_only_family_errors": (None, ""),
 }
 
 # Children: a batch runs its cases in one process; a solo case gets a process of its own.
@@ -128,12 +134,14 @@ BATCHES = {
     "newer_surfaces": [n for n in EXPECTED if n.startswith(("to_torch_", "swap_", "errors_", "old_layout_"))]
     + ["plan_keys_0_and_str_0", "pause_keep_keys_0_and_str_0", "plan_sources_not_a_tree_of_arrays",
        "plan_split_bytes_a_string", "plan_owner_not_a_pair"],
+    "vllm": ["vllm_connect_bad_arguments"],
     "demo": ["demo_json_empty_path", "demo_json_a_directory", "demo_rollout_where_jax_can_write"],
     # one child per verb: a crash in one fails that verb's test alone
     **{name: [name] for name in EXPECTED if name.startswith("generated_")},
 }
 SOLO_CPU = ["copy_to_address_0x1000", "copy_to_address_negative", "copy_to_address_float_address"]
-SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")]
+# The sweep runs over the fake NCCL too, so that jax_amem.nccl's verbs reach their argument checks.
+SOLO_NCCL = [n for n in EXPECTED if n.startswith("nccl_")] + ["every_public_verb_raises_only_family_errors"]
 # Cases that need a fake NCCL without ncclCommSuspend (2.27): pause()'s "auto" then recreates, which
 # destroys the communicators.
 NCCL_WITHOUT_SUSPEND = {"nccl_process_pause_whose_destroy_fails"}
@@ -202,7 +210,7 @@ def _judge(name: str, expected_name: str, lines: dict, done) -> None:
 
 
 _NO_TORCH = importlib.util.find_spec("torch") is None
-TORCH_DESTINATIONS = {"preset_llama_maxtext_query_scaling"}  # cases that swap into PyTorch tensors
+TORCH_DESTINATIONS = {"preset_llama_maxtext_query_scaling", "every_public_verb_raises_only_family_errors"}  # cases that swap into PyTorch tensors
 
 
 def _marks(name: str, *extra) -> list:

@@ -18,10 +18,11 @@ def test_bad_ids_are_refused_and_nothing_is_touched(fake_with_suspend):
             new_calls=fake_log()[before:], paused=nccl.paused_ids())
     """, env={"FAKE_NCCL_VERSION": "23007"})
     errors = seen["errors"]
-    assert errors["duplicate"][0] == "ValueError" and "given twice" in errors["duplicate"][1]
-    assert errors["negative"][0] == "ValueError" and "out of range" in errors["negative"][1]
-    assert errors["too_big"][0] == "ValueError" and "out of range" in errors["too_big"][1]
-    assert errors["not_int"][0] == errors["bool"][0] == errors["not_a_list"][0] == "TypeError"
+    # NcclArgumentError: a member of the family, and the ValueError / TypeError these were before it
+    assert errors["duplicate"][0] == "NcclArgumentError" and "given twice" in errors["duplicate"][1]
+    assert errors["negative"][0] == "NcclArgumentError" and "out of range" in errors["negative"][1]
+    assert errors["too_big"][0] == "NcclArgumentError" and "out of range" in errors["too_big"][1]
+    assert errors["not_int"][0] == errors["bool"][0] == errors["not_a_list"][0] == "NcclArgumentError"
     assert errors["unknown"][0] == "NcclPauseError" and "no communicator with id 99" in errors["unknown"][1]
     assert seen["states"] == ["active", "active"] and seen["new_calls"] == [] and seen["paused"] == []
 
@@ -65,8 +66,7 @@ def test_bad_timeouts_and_flags_are_refused_alone_too(fake_with_suspend):
         nccl.resume(timeout=5)
         out(errors=errors, untouched=untouched, still=still, states=[c.state for c in nccl.communicators()])
     """, env={"FAKE_NCCL_VERSION": "23007"})
-    assert [e[0] for e in seen["errors"]] == ["ValueError", "ValueError", "TypeError", "TypeError",
-                                              "ValueError", "TypeError", "ValueError"], seen["errors"]
+    assert [e[0] for e in seen["errors"]] == ["NcclArgumentError"] * 7, seen["errors"]
     assert "jax_amem.nccl.pause(agree='no'): agree is True or False, not str" in seen["errors"][2][1]
     assert "jax_amem.nccl.resume(timeout=0): timeout must be a finite number of seconds, above 0" in seen["errors"][4][1]
     assert seen["untouched"] and seen["still"] == ["paused"] and seen["states"] == ["active"]

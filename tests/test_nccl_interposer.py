@@ -153,7 +153,7 @@ def test_error_paths_leave_state_intact(fake):
     assert "nothing to resume" in errors["resume_without_pause"][1]
     assert "NCCL >= 2.29.7" in errors["suspend_unavailable"][1]
     assert "recreate" in errors["suspend_unavailable"][1]
-    assert errors["bad_strategy"][0] == "ValueError"
+    assert errors["bad_strategy"][0] == "NcclArgumentError"
     assert "no communicator with id 99" in errors["unknown_id"][1]
     assert "1 registered buffer(s)" in errors["registered"][1]
     assert "is paused, not active" in errors["pause_paused_id"][1]

@@ -95,6 +95,11 @@ def test_the_error_family_is_one_hierarchy():
         assert issubclass(error, ValueError), error
     # pause() documents PauseError; the NCCL part of a pause fails with a member of it.
     assert issubclass(NcclPauseError, jax_amem.PauseError)
+    # Refusals that were plain ValueError / TypeError before the family still are.
+    assert issubclass(errors.CopyError, ValueError)
+    assert issubclass(jax_amem.nccl.NcclArgumentError, NcclPauseError)
+    assert issubclass(jax_amem.nccl.NcclArgumentError, ValueError)
+    assert issubclass(jax_amem.nccl.NcclArgumentError, TypeError)
 
 
 def test_primitives_are_reachable_only_under_their_modules():

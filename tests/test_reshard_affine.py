@@ -275,3 +275,17 @@ def test_a_changed_numpy_scale_in_a_closure_traces_again():
     assert first[0].affine.steps[0].values == (2.0,) and second[0].affine.steps[0].values == (3.0,)
     plan = reshard.plan(sharded(tree), {"y": Layout.replicated((4, 6), np.float32, OWNERS)}, second)
     assert "views with constant steps" in str(plan)
+
+
+@pytest.mark.parametrize("constant", [np.array([2.0, -0.5], np.float32), np.array([2.0, 2.0, 2.0], np.float32)],
+                         ids=["varying", "uniform"])
+def test_a_unit_axis_stretched_by_a_vector_constant(constant):
+    """lax multiplies w of shape (1, 1) by a constant of shape (1, n) (its unit axis stretched):
+    the rules read w's one element n times. This ended in numpy's bare broadcast ValueError, or
+    in rules that covered only the first column."""
+    w = np.asarray([[3.0]], np.float32)
+    pieces = rules.from_function(lambda p: {"v": p["w"] * constant}, {"w": w})
+    got = reshard.execute_numpy(reshard.plan({"w": Layout.single((1, 1), "float32", Owner(0, 0))},
+                                             {"v": Layout.single((1, len(constant)), "float32", Owner(0, 0))},
+                                             pieces), {("w", Owner(0, 0)): w})
+    assert np.array_equal(got[("v", Owner(0, 0))], w * constant)

@@ -62,7 +62,7 @@ def test_an_owner_the_layouts_do_not_name():
     plan = reshard.plan(src, dst)
     with pytest.raises(KeyError, match=r"owner \(0, 9\) holds no shard"):
         plan.for_owner((0, 9))
-    with pytest.raises(KeyError, match=r"source 'tensor': no shard given for owner"):
+    with pytest.raises(reshard.PlanError, match=r"source 'tensor': no shard given for owner"):
         reshard.execute_numpy(plan, {})
 
 

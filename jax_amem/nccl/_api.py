@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from ..errors import NcclNotInstalledError
+from ..errors import NcclArgumentError, NcclNotInstalledError
 from . import _agree, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
@@ -32,20 +32,20 @@ _resuming = False
 def _checked_timeout(timeout, verb: str) -> float:
     """`timeout` as seconds, refused before anything is touched unless 0 < timeout <= 1e6."""
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise TypeError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout is a number of seconds, "
-                        f"not {type(timeout).__name__}")
+        raise NcclArgumentError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout is a number of seconds, "
+                                f"not {type(timeout).__name__}")
     value = float(timeout)
     if not (math.isfinite(value) and 0 < value <= _TIMEOUT_LIMIT):
-        raise ValueError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout must be a finite number of "
-                         f"seconds, above 0 and at most {_TIMEOUT_LIMIT:g} (the default is 60)")
+        raise NcclArgumentError(f"jax_amem.nccl.{verb}(timeout={timeout!r}): timeout must be a finite number of "
+                                f"seconds, above 0 and at most {_TIMEOUT_LIMIT:g} (the default is 60)")
     return value
 
 
 def _check_flag(value, verb: str, name: str) -> None:
     """A flag must be a bool: agree="no" is a true string, and would agree."""
     if not isinstance(value, bool):
-        raise TypeError(f"jax_amem.nccl.{verb}({name}={value!r}): {name} is True or False, "
-                        f"not {type(value).__name__}")
+        raise NcclArgumentError(f"jax_amem.nccl.{verb}({name}={value!r}): {name} is True or False, "
+                                f"not {type(value).__name__}")
 
 
 def _refuse_while_resuming(verb: str) -> None:
@@ -175,18 +175,18 @@ def _device_free(devices) -> dict[int, int]:
 def _checked_ids(ids) -> list[int]:
     """Communicator ids as given, refused (nothing touched) when one is not a valid id."""
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"ids must be a list of communicator ids (ints), got {ids!r}")
+        raise NcclArgumentError(f"ids must be a list of communicator ids (ints), got {ids!r}")
     chosen = []
     for value in ids:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"communicator id {value!r} is not an int: use the ids from "
-                            "jax_amem.nccl.communicators()")
+            raise NcclArgumentError(f"communicator id {value!r} is not an int: use the ids from "
+                                    "jax_amem.nccl.communicators()")
         if not 0 <= value < _ID_LIMIT:
-            raise ValueError(f"communicator id {value} is out of range (ids are 1 .. 2**64-1): use "
-                             "the ids from jax_amem.nccl.communicators()")
+            raise NcclArgumentError(f"communicator id {value} is out of range (ids are 1 .. 2**64-1): use "
+                                    "the ids from jax_amem.nccl.communicators()")
         if value in chosen:
-            raise ValueError(f"communicator id {value} is given twice in ids={list(ids)!r}: name "
-                             "each communicator once")
+            raise NcclArgumentError(f"communicator id {value} is given twice in ids={list(ids)!r}: name "
+                                    "each communicator once")
         chosen.append(value)
     return chosen
 
@@ -214,10 +214,10 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
     timeout = _checked_timeout(timeout, "pause")
     _check_flag(agree, "pause", "agree")
     control = _require()
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
-    if teardown not in TEARDOWNS:
-        raise ValueError(f"teardown must be one of {sorted(TEARDOWNS)}, got {teardown!r}")
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise NcclArgumentError(f"strategy must be one of {sorted(STRATEGIES)}, got {strategy!r}")
+    if not isinstance(teardown, str) or teardown not in TEARDOWNS:
+        raise NcclArgumentError(f"teardown must be one of {sorted(TEARDOWNS)}, got {teardown!r}")
     requested = None if ids is None else _checked_ids(ids)
     with _lock:
         _refuse_while_resuming("pause")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import PlanError
+
 SRC, DST, RUN, N1, SS1, DS1, N0, SS0, DS0 = range(9)
 
 
@@ -20,7 +22,11 @@ def block_bytes(blocks: np.ndarray) -> np.ndarray:
 
 def expand(blocks: np.ndarray) -> np.ndarray:
     """The (n, 3) rows (src_offset, dst_offset, bytes) of `jax_amem.copy.segment_copy`."""
-    blocks = np.asarray(blocks, dtype=np.int64).reshape(-1, 9)
+    try:
+        blocks = np.asarray(blocks, dtype=np.int64).reshape(-1, 9)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise PlanError(f"expand: blocks must be a plan's (n, 9) int64 block table (Plan.blocks), got "
+                        f"{type(blocks).__name__} ({error})") from None
     count = blocks[:, N1] * blocks[:, N0]
     which = np.repeat(np.arange(len(blocks)), count)
     within = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)

@@ -83,12 +83,20 @@ def _refuse_collision(flat) -> None:
 def names_tree(flat: dict) -> dict:
     """The inverse of `tree_names` for nested dicts: `{"a/b": x}` -> `{"a": {"b": x}}`
     (e.g. a `{name: Layout}` mapping made a tree, for `rules.from_function`)."""
+    if not hasattr(flat, "items"):
+        raise LayoutError(f"names_tree: flat is {type(flat).__name__}: give a mapping of 'a/b' names to leaves")
     tree: dict = {}
     for path, leaf in flat.items():
+        if not isinstance(path, str):
+            raise LayoutError(f"names_tree: name {path!r} is {type(path).__name__}, not a str like 'a/b'")
         node = tree
         *parents, last = path.split("/")
         for key in parents:
             node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise LayoutError(f"names_tree: {path!r} lies under {key!r}, which is a leaf itself")
+        if isinstance(node.get(last), dict):
+            raise LayoutError(f"names_tree: {path!r} is a leaf and the parent of other names")
         node[last] = leaf
     return tree
 

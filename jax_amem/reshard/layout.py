@@ -43,6 +43,13 @@ def _as_owner(owner) -> Owner:
         raise LayoutError(f"owner {owner!r} must be a (process, device) pair of ints") from None
 
 
+def _owners(owners, what: str) -> list[Owner]:
+    """A list of owners; LayoutError for anything that is not an iterable of (process, device) pairs."""
+    if isinstance(owners, (str, bytes)) or not hasattr(owners, "__iter__"):
+        raise LayoutError(f"{what}: owners={owners!r:.60} is not a list of (process, device) pairs")
+    return [_as_owner(o) for o in owners]
+
+
 def _ints(values, what: str) -> tuple[int, ...]:
     """A shape, an offset or a size as a tuple of ints; LayoutError for anything else (2.5, '3')."""
     try:
@@ -69,10 +76,15 @@ class Layout:
     def __init__(self, shape, dtype, owners, starts, sizes, box_of_owner):
         self.shape = _ints(shape, "shape")
         self.dtype = _dtype(dtype)
-        self.owners = tuple(_as_owner(o) for o in owners)
-        self.starts = _box_array(starts, len(self.shape))
-        self.sizes = _box_array(sizes, len(self.shape))
-        self.box_of_owner = np.ascontiguousarray(box_of_owner, dtype=np.int64)
+        self.owners = tuple(_owners(owners, "Layout"))
+        try:
+            self.starts = _box_array(starts, len(self.shape))
+            self.sizes = _box_array(sizes, len(self.shape))
+            self.box_of_owner = np.ascontiguousarray(box_of_owner, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise LayoutError(f"Layout: starts, sizes and box_of_owner are int64 arrays, one row of {len(self.shape)} "
+                              f"per box and one box per owner ({error}); build layouts with Layout.single, "
+                              "replicated, tensor_parallel or from_boxes") from None
         self._validate()
         for array in (self.starts, self.sizes, self.box_of_owner):
             array.flags.writeable = False
@@ -241,7 +253,7 @@ class Layout:
     @classmethod
     def replicated(cls, shape, dtype, owners: Iterable) -> "Layout":
         """Every owner holds the whole tensor."""
-        owners = [_as_owner(o) for o in owners]
+        owners = _owners(owners, "replicated")
         shape = _ints(shape, "shape")
         return cls(shape, dtype, owners, [(0,) * len(shape)], [shape], [0] * len(owners))
 
@@ -253,7 +265,8 @@ class Layout:
         `k` replicas of the tensor-parallel group (owners[j*tp + r] is rank r of
         replica j), as data-parallel rollout replicas do.
         """
-        return _split_layout(shape, dtype, owners, {dim: tp}, what="tensor_parallel")
+        return _split_layout(shape, dtype, owners, {_ints((dim,), "tensor_parallel: dimension")[0]: tp},
+                             what="tensor_parallel")
 
     @classmethod
     def expert_parallel(cls, shape, dtype, ep: int, owners: Sequence, dim: int = 0,
@@ -310,8 +323,10 @@ def region_text(start, size) -> str:
 
 def _split_layout(shape, dtype, owners, splits: dict[int, int], what: str) -> "Layout":
     shape = _ints(shape, f"{what}: shape")
-    owners = [_as_owner(o) for o in owners]
+    owners = _owners(owners, what)
     splits = dict(zip(_ints(splits, f"{what}: dimension"), _ints(splits.values(), f"{what}: split count")))
+    if any(count >= 2**31 for count in splits.values()):
+        raise LayoutError(f"{what}: split counts {list(splits.values())} are more shards than any tensor has")
     parts = int(np.prod(list(splits.values()), dtype=np.int64))
     for dim, count in splits.items():
         if not -len(shape) <= dim < len(shape):

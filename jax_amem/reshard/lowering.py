@@ -207,8 +207,30 @@ def _first_gap(shape, pieces: list[Piece]):
     return [c[i] for c, i in zip(cuts, cell)], [c[i + 1] - c[i] for c, i in zip(cuts, cell)]
 
 
+def _listed(values, kind, what: str) -> list:
+    """`values` as a list of `kind`; RuleError naming `what` for anything else."""
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise RuleError(f"{what} is {type(values).__name__} {values!r:.60}: give a list of {kind.__name__}")
+    values = list(values)
+    for value in values:
+        if not isinstance(value, kind):
+            raise RuleError(f"{what} holds {type(value).__name__} {value!r:.60}, not a {kind.__name__}")
+    return values
+
+
+def _layouts(given, what: str) -> Mapping[str, Layout]:
+    """A mapping of names to Layouts; RuleError naming `what` for anything else."""
+    if not isinstance(given, Mapping) or not all(isinstance(v, Layout) for v in given.values()):
+        raise RuleError(f"{what} is {type(given).__name__} {given!r:.60}: give a mapping of names to Layouts "
+                        "(reshard.layouts_of(tree) makes one from a tree of arrays)")
+    return given
+
+
 def check_coverage(dst: str, layout: Layout, pieces: list[Piece]) -> None:
     """Raises RuleError unless `pieces` cover every element of `dst` exactly once."""
+    if not isinstance(layout, Layout):
+        raise RuleError(f"check_coverage({dst!r}): layout is {type(layout).__name__}, not a Layout")
+    pieces = _listed(pieces, Piece, f"check_coverage({dst!r}): pieces")
     shape = layout.shape
     for p in pieces:
         if len(p.dst_start) != len(shape) or len(p.size) != len(shape):
@@ -284,11 +306,13 @@ def aligned_source_size(size, src_rank: int, dst: str) -> tuple[int, ...]:
 
 
 def identity_rules(destinations: Iterable[str]) -> list[Rule]:
-    return [Rule.copy(name) for name in destinations]
+    names = list(destinations) if isinstance(destinations, Mapping) else destinations  # a {name: Layout}'s names
+    return [Rule.copy(name) for name in _listed(names, str, "identity_rules: destinations")]
 
 
 def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layout]) -> list[Piece]:
     """All pieces, validated: every destination covered exactly once, shapes and dtypes matching."""
+    sources, destinations = _layouts(sources, "lower: sources"), _layouts(destinations, "lower: destinations")
     if rules is None:
         missing = [name for name in destinations if name not in sources]
         if missing:
@@ -297,6 +321,8 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
                             "sources make it (a preset such as rules.qwen3(params, source='maxtext'), "
                             "rules.from_function(convert, params), or Rule/Part)")
         rules = identity_rules(destinations)
+    if isinstance(rules, (str, bytes, dict)) or not hasattr(rules, "__iter__"):
+        raise RuleError(f"rules is {type(rules).__name__} {rules!r:.60}: give a list of Rule or Piece, or None")
     rules = list(rules)
     by_dst: dict[str, list[Piece]] = defaultdict(list)
     for rule in rules:

@@ -11,6 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..errors import PlanError
 from .layout import Owner
 from .plan import BLOCK_BEGIN, BLOCK_END, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from . import blocks as B
@@ -46,6 +47,12 @@ def execute(plan: Plan, sources: Mapping[tuple[str, Owner], np.ndarray],
             destinations: Mapping[tuple[str, Owner], np.ndarray] | None = None):
     """Writes every transfer of `plan` into `destinations` (made with
     `empty_destination` when None) and returns them."""
+    if not isinstance(plan, Plan):
+        raise PlanError(f"execute_numpy: plan is {type(plan).__name__}, not a Plan (jax_amem.plan makes one)")
+    for what, given in (("sources", sources), ("destinations", destinations)):
+        if not isinstance(given, Mapping) and (given is not None or what == "sources"):
+            raise PlanError(f"execute_numpy: {what} is {type(given).__name__}: give a mapping of (name, Owner) "
+                            "to numpy arrays, one per shard")
     out = dict(destinations) if destinations is not None else empty_destination(plan)
     prepared: dict[tuple[int, int], np.ndarray] = {}
     names = plan.dst_names
@@ -55,12 +62,19 @@ def execute(plan: Plan, sources: Mapping[tuple[str, Owner], np.ndarray],
         if key not in prepared:
             name, perm, dtype = plan.views[view]
             if (name, src_owner) not in sources:
-                raise KeyError(f"source {name!r}: no shard given for owner {tuple(src_owner)}")
+                raise PlanError(f"source {name!r}: no shard given for owner {tuple(src_owner)}")
             box_start, _ = plan.src_layouts[name].shard_box(src_owner)
-            prepared[key] = prepare_view(sources[(name, src_owner)], perm, dtype, plan.affine(view),
-                                         box_start).reshape(-1).view(np.uint8)
+            try:
+                prepared[key] = prepare_view(np.asarray(sources[(name, src_owner)]), perm, dtype, plan.affine(view),
+                                             box_start).reshape(-1).view(np.uint8)
+            except (TypeError, ValueError) as error:
+                raise PlanError(f"source {name!r} on owner {tuple(src_owner)}: not the shard the plan reads "
+                                f"({error})") from None
         src = prepared[key]
-        dst = out[(names[row[DST_TENSOR]], plan.owner_of(row[DST_OWNER]))]
+        where = (names[row[DST_TENSOR]], plan.owner_of(row[DST_OWNER]))
+        if where not in out:
+            raise PlanError(f"destination {where[0]!r}: no shard given for owner {tuple(where[1])}")
+        dst = out[where]
         dst_bytes = dst.reshape(-1).view(np.uint8)
         for s, d, n in B.expand(plan.blocks[row[BLOCK_BEGIN]:row[BLOCK_END]]).tolist():
             dst_bytes[d:d + n] = src[s:s + n]

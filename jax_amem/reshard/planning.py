@@ -56,7 +56,7 @@ class Planner:
             if math.prod(layout.shape) * layout.dtype.itemsize >= 2**63:
                 raise LayoutError(f"tensor {name!r} of shape {layout.shape} ({layout.dtype}) has more bytes than int64 counts")
         pieces = lower(rules, src, dst)
-        if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
+        if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or not 1 <= split_bytes < 2**63:
             raise PlanError(f"split_bytes must be an int >= 1, got {split_bytes!r}")
         self.problem = Problem.build(src, dst, pieces, split_bytes)
         self.key = self.problem.key

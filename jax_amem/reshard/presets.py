@@ -464,7 +464,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     who = f"preset {family!r} (source={source!r}, layout={layout!r})"
     _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries, head_dim)
     leaves_by_name = tree_names(params)
-    shapes = {n: tuple(int(s) for s in leaf.shape) for n, leaf in leaves_by_name.items()}
+    shapes = _shapes_of(who, leaves_by_name)
     conv = family == "gpt2" and layout == "hf"
     maxtext = source == "maxtext"
     rope = MAXTEXT_ROPE.get(family, ()) if maxtext else ()
@@ -617,3 +617,16 @@ def _named(family: str):
 
 
 llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek, gpt2, qwen2 = (_named(f) for f in FAMILIES)
+
+
+
+def _shapes_of(who: str, leaves_by_name: dict) -> dict[str, tuple[int, ...]]:
+    """Each leaf's shape; a leaf without one (not an array, ShapeDtypeStruct or Layout) refused."""
+    shapes = {}
+    for name, leaf in leaves_by_name.items():
+        try:
+            shapes[name] = tuple(int(s) for s in leaf.shape)
+        except (AttributeError, TypeError):
+            raise RuleError(f"{who}: params leaf {name!r} is {type(leaf).__name__}, not an array, "
+                            "ShapeDtypeStruct or Layout: give the trainer's parameter tree") from None
+    return shapes

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import AffineError, RuleError
 from .affine import Affine
 
 
@@ -50,7 +51,11 @@ class Part:
             value = getattr(self, name)
             if value is not None and not isinstance(value, (int, float)):
                 # a vector (list, numpy array): a tuple of floats, so the part stays hashable
-                array = np.asarray(value, dtype=np.float64)
+                try:
+                    array = np.asarray(value, dtype=np.float64)
+                except (TypeError, ValueError) as error:
+                    raise AffineError(f"Part({self.src!r}): {name}={value!r:.80} is not a number or a vector of "
+                                      f"numbers ({error})") from None
                 object.__setattr__(self, name, float(array) if array.ndim == 0 else tuple(array.reshape(-1).tolist()))
 
 
@@ -66,8 +71,12 @@ class Rule:
     def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None,
              shape=None, scale=None, offset=None, along: int = -1) -> "Rule":
         """`dst` is one source tensor (by default the one of the same name), whole."""
-        shape = tuple(shape) if shape is not None else None
-        return cls(dst, (Part(src if src is not None else dst, tuple(index), transpose, cast, shape, scale, offset,
+        try:
+            index, shape = tuple(index), (tuple(shape) if shape is not None else None)
+        except TypeError:
+            raise RuleError(f"Rule.copy({dst!r}): index={index!r:.80} and shape={shape!r:.80} are tuples of "
+                            "ints (shape may be None)") from None
+        return cls(dst, (Part(src if src is not None else dst, index, transpose, cast, shape, scale, offset,
                               along),))
 
     @classmethod

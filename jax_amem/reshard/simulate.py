@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import PlanError
 from .plan import BYTES, DST_OWNER, SRC_OWNER, Plan
 
 CLASSES = ("device", "nvlink", "network")
@@ -54,6 +55,9 @@ def link_classes(plan: Plan) -> np.ndarray:
 
 
 def simulate(plan: Plan, bandwidths: Bandwidths = Bandwidths()) -> Simulation:
+    if not isinstance(plan, Plan) or not isinstance(bandwidths, Bandwidths):
+        raise PlanError(f"simulate takes a Plan and Bandwidths, got {type(plan).__name__} and "
+                        f"{type(bandwidths).__name__}")
     n = len(plan.owners)
     cls = link_classes(plan)
     nbytes = plan.transfers[:, BYTES]

@@ -725,6 +725,7 @@ class _Interpreter:
             raise _Refused(f"primitive {name!r} computes values from a source tensor "
                            f"({self._source_of(values)}), which a weight swap cannot do", name)
         x, constant = (a, b) if isinstance(a, _Sym) else (b, a)
+        x = _stretched(x, tuple(int(n) for n in eqn.outvars[0].aval.shape))
         if not isinstance(a, _Sym):
             if op == "div":
                 raise _Refused(f"primitive 'div' divides a constant by a source tensor "
@@ -863,3 +864,16 @@ class _Refused(Exception):
     def __init__(self, why, primitive=None):
         super().__init__(why)
         self.why, self.primitive, self.line = why, primitive, None
+
+
+def _stretched(x: "_Sym", shape: tuple[int, ...]) -> "_Sym":
+    """`x` with its unit axes stretched to `shape`, as lax stretches an operand's unit axes
+    against the other's (`w` of shape (1, 1) times a constant of shape (1, 2)): each output row
+    along them is row 0."""
+    if tuple(x.shape) == shape or len(x.shape) != len(shape):
+        return x
+    frags = x.frags
+    for axis, (have, want) in enumerate(zip(x.shape, shape)):
+        if have != want:
+            frags = F.pick(frags, axis, [0] * want)
+    return _Sym(frags, shape, x.dtype)

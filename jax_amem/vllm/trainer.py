@@ -82,7 +82,10 @@ def _one_layer(rules):
 
 
 def _backend_of(llm) -> str | None:
-    config = getattr(llm.llm_engine.vllm_config, "weight_transfer_config", None)
+    try:
+        config = getattr(llm.llm_engine.vllm_config, "weight_transfer_config", None)
+    except AttributeError:
+        raise VllmBackendError(f"connect takes a vllm.LLM, not {type(llm).__name__}") from None
     return None if config is None else config.backend
 
 

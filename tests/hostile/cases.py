@@ -1079,6 +1079,35 @@ def from_function_returns_a_list():
     return attempt(lambda: rules.from_function(lambda p: [p["w"], p["w"]], {"w": np.ones((2, 3), np.float32)}))
 
 
+@case
+def vllm_connect_bad_arguments():
+    """jax_amem.vllm.connect refuses what is not an engine set up for it, and a tree with both or
+    neither of family= and rules=, before anything reaches vLLM: each a family error."""
+    from types import SimpleNamespace
+
+    import jax_amem
+    from jax_amem import vllm
+
+    def llm(backend):
+        config = SimpleNamespace(weight_transfer_config=None if backend is None else SimpleNamespace(backend=backend))
+        return SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=config))
+
+    params = {"w": np.zeros((2, 2), np.float32)}
+    calls = {"not an LLM": lambda: vllm.connect("an LLM", params, family="llama"),
+             "None": lambda: vllm.connect(None, params, family="llama"),
+             "no backend": lambda: vllm.connect(llm(None), params, family="llama"),
+             "another backend": lambda: vllm.connect(llm("nccl"), params, family="llama"),
+             "neither": lambda: vllm.connect(llm("jax_amem"), params),
+             "both": lambda: vllm.connect(llm("jax_amem"), params, family="llama", rules=[])}
+    errors = {name: attempt(call) for name, call in calls.items()}
+    kinds = {name: type(error).__name__ for name, error in errors.items()}
+    assert all(isinstance(e, jax_amem.JaxAmemError) for e in errors.values()), kinds
+    assert kinds == {"not an LLM": "VllmBackendError", "None": "VllmBackendError", "no backend": "VllmBackendError",
+                     "another backend": "VllmBackendError", "neither": "VllmPlanError", "both": "VllmPlanError"}, kinds
+    assert "connect takes a vllm.LLM, not str" in str(errors["not an LLM"])
+    return errors["both"]
+
+
 # ----------------------------------------------------------------------------- the child's main
 
 
@@ -1091,8 +1120,10 @@ def describe(error) -> dict:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run with -P: this folder is not on the path
 from generated import GENERATED  # noqa: E402 - hypothesis over trees, names, rules and layouts
+from every_verb import every_public_verb_raises_only_family_errors  # noqa: E402 - the sweep of docs/api.md
 
 CASES.update(GENERATED)
+CASES["every_public_verb_raises_only_family_errors"] = every_public_verb_raises_only_family_errors
 
 
 def main(names) -> int:

@@ -49,8 +49,12 @@ class _Tally:
             self.accepted += 1
         else:
             self.refused += 1
+            if os.environ.get("HOSTILE_TRACE"):
+                print(f"{self.verb} refused: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
     def check(self) -> None:
+        if os.environ.get("HOSTILE_TRACE"):
+            print(f"{self.verb}: {self.accepted} accepted, {self.refused} refused", flush=True)
         assert self.accepted and self.refused, (f"{self.verb}: {self.accepted} accepted, {self.refused} refused: "
                                                 "the generated inputs no longer cross both branches")
 
@@ -397,3 +401,349 @@ def generated_pause_arguments():
     check()
     tally.check()
     return None
+
+
+# ----------------------------------------------------------------------------- the fused scale
+
+EXAMPLES.update({"scale_rule": 60, "scale_function": 60})
+
+
+def _swap_into_torch(src: dict, rules):
+    """{name: numpy float64 values} the swap wrote into fresh PyTorch tensors of the destination
+    shapes and dtypes `rules` lower to, or the error it (or the planning) raised."""
+    import jax_amem
+    import torch
+
+    destinations = _rule_destinations(rules, src)
+    dst = {n: torch.full(tuple(l.shape), 7, dtype=getattr(torch, str(l.dtype))) for n, l in destinations.items()}
+    jax_amem.swap(src, dst, rules=rules)
+    return {n: t.double().numpy() for n, t in dst.items()}
+
+
+def _rule_destinations(rules, src):
+    """The destination layout of each one-part copy rule: the part's view of its source, cast."""
+    import jax.numpy as jnp
+
+    from jax_amem.reshard import Layout, Owner
+
+    out = {}
+    for rule in rules:
+        part = rule.parts[0]
+        view = jnp.zeros(src[part.src].shape, src[part.src].dtype)
+        dtype = part.cast or view.dtype
+        out[rule.dst] = Layout.single(view.shape, dtype, Owner(0, 0))
+    return out
+
+
+def _same(got, want) -> bool:
+    return got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+
+
+@_generated
+def generated_scale_rule():
+    """Rule.copy(scale=, offset=, along=) over float and integer sources: scalars and vectors
+    (lengths that fit the axis or not, NaN and infinite values, strings), axes in range or out.
+    Each swap writes exactly what JAX computes eagerly (`x * scale + offset` in the source's
+    dtype, the vector along `along`, then the cast), or the rule is refused with a family error
+    naming the tensor, with the destination untouched."""
+    import jax.numpy as jnp
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from jax_amem.reshard import Rule
+
+    number = st.one_of(st.sampled_from([0.5, -2.0, 3.0, 0.0, 1e-3, float("nan"), float("inf"), -float("inf")]),
+                       st.floats(-8, 8, allow_nan=False, width=32))
+    vector = st.lists(st.sampled_from([0.5, -1.0, 2.0, 0.25, float("nan")]), min_size=0, max_size=5)
+    constant = st.one_of(st.none(), st.none(), number, vector, st.sampled_from(["two", [1.0, "x"]]))
+    shape = st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple)
+    tally = _Tally("Rule.copy(scale=)")
+
+    @_settings(EXAMPLES["scale_rule"])
+    @given(shape, st.sampled_from(["float32", "bfloat16", "float16", "int32"]), constant, constant,
+           st.integers(-4, 3), st.sampled_from([None, None, "float32", "bfloat16"]))
+    def check(shape, dtype, scale, offset, along, cast):
+        x = _array((shape, dtype, 1)) * (jnp.asarray(0.5, dtype) if dtype != "int32" else 1)
+        src = {"w": x}
+        inputs = (shape, dtype, scale, offset, along, cast)
+        rule, error = _outcome(lambda: [Rule.copy("v", "w", scale=scale, offset=offset, along=along, cast=cast)])
+        written = None
+        if error is None:
+            written, error = _outcome(lambda: _swap_into_torch(src, rule))
+        tally(error)
+        if error is not None:
+            _in_family(error, "Rule.copy(scale=) and swap", inputs)
+            assert "'w'" in str(error) or "'v'" in str(error), f"the refusal names no tensor: {error}"
+            return
+        want = x
+        for constant, op in ((scale, jnp.multiply), (offset, jnp.add)):
+            if constant is None:
+                continue
+            c = jnp.asarray(constant, x.dtype)
+            if c.ndim:
+                c = c.reshape((-1,) + (1,) * (x.ndim - 1 - along % x.ndim))
+            want = op(want, c)
+        want = np.asarray(want.astype(cast) if cast else want).astype(np.float64)
+        assert _same(written["v"], want), f"the swap wrote other values than JAX computes: {inputs!r}"
+
+    check()
+    tally.check()
+    return None
+
+
+def _convert(op: str, constant):
+    """A conversion function: one operation of `w` with `constant` (or with itself, or another
+    source), as a user writes it in JAX."""
+    import jax.numpy as jnp
+
+    ops = {
+        "mul": lambda w, c: w * c, "div": lambda w, c: w / c, "add": lambda w, c: w + c, "sub": lambda w, c: w - c,
+        "rsub": lambda w, c: c - w, "mul_then_add": lambda w, c: w * c + 1.0,
+        "rdiv": lambda w, c: c / w,                      # not affine in w
+        "square": lambda w, c: w * w,                    # data-dependent
+        "by_its_max": lambda w, c: w * jnp.max(w),       # a data-dependent constant
+        "exp": lambda w, c: jnp.exp(w) * c,
+        "by_another_source": lambda w, c: w * c,         # c is the source 'u' (below)
+    }
+    return ops[op]
+
+
+@_generated
+def generated_scale_function():
+    """rules.from_function over conversions that multiply, divide, add or subtract a constant
+    (scalars, one-axis vectors of fitting and unfitting lengths, NaN, inf), or do what the copy
+    cannot (non-affine, data-dependent, a product of sources), on float and integer sources.
+    Each ends in values equal to JAX's own `jit(convert)(params)` (for a division at most one
+    unit in the last place from numpy's, as documented), in a family error, or, where JAX
+    itself cannot evaluate the function, in the user's own error with a note."""
+    import jax
+    import jax.numpy as jnp
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    import jax_amem
+
+    ops = st.sampled_from(["mul", "div", "add", "sub", "rsub", "mul_then_add", "mul", "div",
+                           "rdiv", "square", "by_its_max", "exp", "by_another_source"])
+    scalar = st.one_of(st.sampled_from([2.0, 0.125, -3.0, 0.0, float("nan"), float("inf")]),
+                       st.floats(-4, 4, allow_nan=False, width=32))
+    # a vector along one axis: (n,) runs along the last axis, (n, 1) along the first
+    vector = st.tuples(st.lists(st.sampled_from([2.0, -0.5, 4.0, float("nan")]), min_size=1, max_size=4),
+                       st.booleans())
+    constant = st.one_of(scalar, scalar, vector)
+    tally = _Tally("from_function(scale)")
+
+    @_settings(EXAMPLES["scale_function"])
+    @given(ops, constant, st.sampled_from(["float32", "bfloat16", "int32"]), st.integers(1, 4), st.integers(1, 4))
+    def check(op, constant, dtype, m, n):
+        w = _array(((m, n), dtype, 2))
+        params = {"w": w, "u": _array(((m, n), dtype, 3))}
+        if isinstance(constant, tuple):
+            values, first_axis = constant
+            c = np.asarray(values, np.float32).reshape((-1, 1) if first_axis else (-1,))
+        else:
+            c = constant
+        function = _convert(op, c)
+
+        def convert(p):
+            other = p["u"] if op == "by_another_source" else c
+            return {"v": function(p["w"], other)}
+
+        inputs = (op, constant, dtype, m, n)
+        oracle, jax_failed = _outcome(lambda: jax.jit(convert)(params))
+        rules, error = _outcome(lambda: jax_amem.rules.from_function(convert, params))
+        written = None
+        if error is None:
+            import torch
+
+            v = oracle["v"]
+            dst = {"v": torch.full(v.shape, 7, dtype=getattr(torch, str(v.dtype)))}
+            written, error = _outcome(lambda: jax_amem.swap(params, dst, rules=rules) and dst)
+        tally(error)
+        if error is not None:
+            theirs = any("from_function traced it" in note for note in getattr(error, "__notes__", ()))
+            if jax_failed is not None and theirs:
+                return  # the function fails in JAX too: the user's own error, passed on with a note
+            _in_family(error, "from_function and swap", inputs)
+            assert "'w'" in str(error) or "'v'" in str(error), f"the refusal names no tensor: {error}"
+            if os.environ.get("HOSTILE_TRACE"):
+                print("inputs", inputs, flush=True)
+            return
+        assert jax_failed is None, f"from_function and the swap accepted what JAX refuses ({jax_failed}): {inputs!r}"
+        got = written["v"].double().numpy()
+        want = np.asarray(oracle["v"]).astype(np.float64)
+        assert _same(got, want), f"the swap wrote other values than jit(convert) computes: {inputs!r}"
+        if op != "div" and dtype == "float32":  # numpy agrees exactly but for XLA's reciprocal
+            with np.errstate(all="ignore"):
+                numpy_value = np.asarray(convert({k: np.asarray(a) for k, a in params.items()})["v"], np.float32)
+            assert _same(got, numpy_value.astype(np.float64)), f"differs from numpy: {inputs!r}"
+
+    check()
+    tally.check()
+    return None
+
+
+# ----------------------------------------------------------------------------- the vLLM backend's trainer half
+
+EXAMPLES["vllm_layout"] = 6
+
+
+class _EngineWorker:
+    """What the trainer's half reads of a vLLM worker (jax_amem_vllm.engine.WorkerEngine): its
+    description, the worker package's own wire form (jax_amem_vllm.layout), and each group's
+    tensors as views of one staging buffer. No engine runs: the checks under test are the
+    trainer's own."""
+
+    def __init__(self, groups, tp):
+        import torch
+        from jax_amem_vllm.layout import ALIGN, Describe, Tensor
+
+        offset, described = 0, []
+        for group in groups:
+            described.append([])
+            for name, shape, dtype in group:
+                described[-1].append(Tensor(name, tuple(shape), dtype, offset, processed=False))
+                nbytes = int(np.prod(shape)) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+                offset += -(-nbytes // ALIGN) * ALIGN
+        self.layout, self.tp, self.committed = Describe(described, offset), tp, None
+        self.staging = torch.zeros(offset, dtype=torch.uint8)
+
+    def description(self):
+        return {"tp_size": self.tp, "tp_rank": 0, "device": "cpu", "groups": self.layout.wire(),
+                "staging_bytes": self.layout.staging_bytes}
+
+    def staged(self, group):
+        import torch
+
+        out = {}
+        for t in self.layout.groups[group]:
+            dtype = getattr(torch, t.dtype)
+            nbytes = torch.Size(t.shape).numel() * torch.empty((), dtype=dtype).element_size()
+            out[t.name] = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+        return out
+
+
+def _planned_engine(worker, params, rules=None):
+    """What connect builds once it has reached the worker: the engine handle that plans `params`
+    into the worker's layout (`rules`, or the preset 'llama' from the 'flax' naming), with its checks."""
+    import inspect
+
+    from jax_amem.vllm.trainer import VllmEngine
+
+    options = dict(family="llama" if rules is None else None, source="flax", rules=rules, cast=None)
+    if "ranks" in inspect.signature(VllmEngine).parameters:  # workers reached through a transport each
+        from jax_amem.vllm.transports import InProcess
+
+        return VllmEngine(None, [InProcess(worker, worker.description())], params, timeout=60.0, **options)
+    return VllmEngine(None, worker, params, **options)
+
+
+@_generated
+def generated_vllm_layout():
+    """The trainer's half of the vLLM backend (jax_amem.vllm.trainer) against generated engine
+    layouts: a Llama in vLLM's names (one in-process worker, tp 1), its tensors in generated layer
+    groups, then one thing wrong or none: a tensor missing (lm_head.weight missing: a tied model,
+    planned so) or extra, one held a module deeper (vLLM's MoE naming: matched), a shape or a
+    dtype changed, a trainer leaf missing or reshaped, rules fused for tp 2; then update()'s
+    check of a changed tree. A good pair plans every group; a bad one raises VllmPlanError
+    naming the tensor (or the tp) at connect, never anything else."""
+    import jax.numpy as jnp
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    sys_path_tests()
+    import preset_models
+
+    from jax_amem.reshard import names_tree, tree_names
+    from jax_amem.reshard.rules import preset
+    from jax_amem.vllm import VllmPlanError
+
+    weights = preset_models.logical("llama", np.random.default_rng(0))
+    flaws = [None, "engine_missing", "engine_extra", "engine_deeper", "engine_shape", "engine_dtype",
+             "tree_missing", "tree_shape", "rules_tp"]  # each example tries every one
+    tally = _Tally("vllm connect")
+
+    @_settings(EXAMPLES["vllm_layout"])
+    @given(st.just(1), st.integers(0, 10**6), st.integers(1, 3),
+           st.sampled_from(["float32", "bfloat16"]), st.sampled_from([None, "leaf_shape", "leaf_dtype"]))
+    def check(tp, victim, group_count, dtype, changed):
+        for flaw in flaws:
+            one(tp, flaw, victim, group_count, dtype, changed)
+
+    def one(tp, flaw, victim, group_count, dtype, changed):
+        tree = preset_models.source_tree("llama", "flax", weights)
+        params = names_tree({n: jnp.asarray(a, dtype) for n, a in tree_names(tree).items()})
+        state = preset_models.oracle("llama", "vllm", weights, np, tp=tp)
+        reads = preset("llama", params, layout="vllm", tp=tp)
+        tensors = sorted((n, tuple(a.shape), dtype) for n, a in state.items())
+        named = None  # what a refusal must name; None: connect must accept
+        rules = None
+        if flaw == "rules_tp":  # fused qkv / gate_up cut for 2 ranks, into an engine of 1
+            rules = preset("llama", params, layout="vllm", tp=2)
+            named = "tensor_parallel_size=1"
+        index = victim % len(tensors)
+        name, shape, kind = tensors[index]
+        if flaw == "engine_missing":
+            del tensors[index]
+            # an engine without lm_head.weight is a tied model: connect plans it tied (no refusal)
+            named = None if name == "lm_head.weight" else name
+        elif flaw == "engine_extra":
+            named = "model.layers.0.mlp.extra_proj.weight"
+            tensors.append((named, (2, 2), dtype))
+        elif flaw == "engine_deeper":
+            head, _, last = name.rpartition(".")
+            tensors[index] = (f"{head}.inner.{last}", shape, kind)
+            # without lm_head.weight the engine reads as tied, and its deeper head is one no rule writes
+            named = f"{head}.inner.{last}" if name == "lm_head.weight" else None
+        elif flaw == "engine_shape":
+            tensors[index] = (name, (shape[0] + 1,) + shape[1:], kind)
+            named = name
+        elif flaw == "engine_dtype":
+            tensors[index] = (name, shape, "float16")
+        flat = dict(tree_names(params))
+        leaf = sorted(flat)[victim % len(flat)]
+        if flaw == "tree_missing":
+            del flat[leaf]
+            named = leaf
+        elif flaw == "tree_shape":
+            flat[leaf] = jnp.zeros(flat[leaf].shape[:-1] + (flat[leaf].shape[-1] + 1,), flat[leaf].dtype)
+            # refused naming the leaf or an engine tensor made from it (the plan of a fused tensor
+            # names the destination); the embedding sets the model's width: the preset names the
+            # tensors that disagree with it
+            made = {r.dst for r in reads if any(p.src == leaf for p in r.parts)}
+            named = (leaf, *made) if leaf != "embed/embedding" else ("preset 'llama'",)
+        groups = [[t for i, t in enumerate(tensors) if (i * 7 + victim) % group_count == g] for g in range(group_count)]
+        groups = [g for g in groups if g]
+        inputs = (tp, flaw, victim, group_count, dtype)
+        engine, error = _outcome(lambda: _planned_engine(_EngineWorker(groups, tp), names_tree(flat), rules))
+        tally(error)
+        if error is not None:
+            assert isinstance(error, VllmPlanError), f"connect raised {type(error).__name__}: {error} for {inputs}"
+            if named is not None:
+                names = named if isinstance(named, tuple) else (named,)
+                assert any(n in str(error) for n in names), f"the refusal names none of {names}: {error}"
+            assert named is not None or flaw == "engine_dtype", f"a good engine layout was refused: {error} for {inputs}"
+            return
+        assert named is None, f"connect accepted a {flaw} ({named!r}) for {inputs}"
+        assert engine.bytes == sum(int(np.prod(s)) * np.dtype(d if d != "bfloat16" else "float16").itemsize
+                                   for group in groups for _, s, d in group), "the plans do not write every byte"
+        if changed:  # update() checks the tree against the one planned, before anything is written
+            leaf = sorted(flat)[victim % len(flat)]
+            wrong = dict(flat)
+            wrong[leaf] = (jnp.zeros(flat[leaf].shape + (1,), flat[leaf].dtype) if changed == "leaf_shape"
+                           else flat[leaf].astype("float16"))
+            refused = _outcome(lambda: engine._check_source(names_tree(wrong)))[1]
+            assert isinstance(refused, VllmPlanError) and leaf in str(refused), f"update's check: {refused!r}"
+
+    check()
+    tally.check()
+    return None
+
+
+def sys_path_tests():
+    """tests/ on the path (preset_models: tiny models built independently of the presets)."""
+    import sys
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)

@@ -15,11 +15,13 @@ Control keys (values bytes, `store.key` namespacing): `nccl/<name>/<generation>/
 from __future__ import annotations
 
 import json
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ... import nccl as amem_nccl
 from ..._native import core
+from ...errors import GpuUnavailableError
 from ...reshard import Owner
 from .. import store as S
 from ..errors import SwapError
@@ -152,14 +154,17 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
         raise SwapError(f"{role} rank {rank!r} is out of range: the link has {size} {role} rank(s)")
     bucket_bytes = check_bucket_bytes(bucket_bytes)
+    owner = _checked_link_arguments(name, owner, device, timeout)
     store = S.as_store(store)
-    owner = Owner(*owner)
     comm_rank = rank if role == "trainer" else trainers + rank
     nranks = trainers + rollouts
     generation = _generations[name]
     prefix = ("nccl", name, generation)
     if comm_rank == 0:
-        unique_id = core.transport.unique_id()
+        try:
+            unique_id = core.transport.unique_id()
+        except RuntimeError as error:  # no libnccl.so.2 in this process
+            raise GpuUnavailableError(f"cross_host.connect: {error}") from None
         store.set(S.key(*prefix, "id"), unique_id)
     else:
         unique_id = _get(store, S.key(*prefix, "id"), timeout, "the NCCL unique id from trainer rank 0")
@@ -184,6 +189,24 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
     return Link(name, generation, role, rank, trainers, rollouts, comm_rank, owners, int(device), comm,
                 store, bucket_bytes, float(timeout), bool(core.transport.front_is_interposer()),
                 new[0] if len(new) == 1 else None)
+
+
+def _checked_link_arguments(name, owner, device, timeout) -> Owner:
+    """connect's arguments the checks above leave: SwapError naming the one at fault; the owner."""
+    if not isinstance(name, str):
+        raise SwapError(f"name={name!r:.60}: the link's name is a str (default 'default')")
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise SwapError(f"device={device!r:.60}: give this rank's local CUDA ordinal, an int >= 0")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 1e6:
+        raise SwapError(f"timeout={timeout!r:.60}: give a number of seconds above 0 and at most 1e6")
+    try:
+        process, ordinal = owner
+        if isinstance(process, bool) or isinstance(ordinal, bool):
+            raise TypeError
+        return Owner(operator.index(process), operator.index(ordinal))
+    except (TypeError, ValueError):
+        raise SwapError(f"owner={owner!r:.60}: give the plan owner this rank stands for, a (process, device) "
+                        "pair of ints") from None
 
 
 def _get(store, key: str, timeout: float, what: str) -> bytes:

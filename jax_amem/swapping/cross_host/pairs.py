@@ -26,6 +26,17 @@ def check_version(version) -> int:
     return int(version)
 
 
+def check_plan_and_link(plan, link, verb: str) -> None:
+    """send's and receive's `plan` and `link` of the right kinds (SwapError naming the one at fault)."""
+    from ...reshard import Plan
+    from .link import Link  # link.py imports send.py, which imports this module
+
+    if not isinstance(plan, Plan):
+        raise SwapError(f"{verb}: plan is {type(plan).__name__}, not a Plan (jax_amem.plan over both sides' layouts)")
+    if not isinstance(link, Link):
+        raise SwapError(f"{verb}: link is {type(link).__name__}, not a Link (jax_amem.swapping.cross_host.connect)")
+
+
 def owner_id(plan, link) -> int:
     """The plan's id of the owner this link rank stands for."""
     try:

@@ -12,7 +12,7 @@ from .. import torch_bridge
 from ..errors import SwapError
 from ..report import NcclSwapReport
 from . import receive_jax, receive_torch
-from .pairs import check_version
+from .pairs import check_plan_and_link, check_version
 
 
 def receive(dst, plan, link, version: int) -> NcclSwapReport:
@@ -23,6 +23,7 @@ def receive(dst, plan, link, version: int) -> NcclSwapReport:
     and `report.dst` is the new pytree, in the same memory)."""
     start = time.perf_counter()
     version = check_version(version)
+    check_plan_and_link(plan, link, "receive")
     if link.role != "rollout":
         raise SwapError(f"receive() on a {link.role} link: the rollout receives, the trainer calls send()")
     link._require_open()

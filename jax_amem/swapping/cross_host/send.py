@@ -27,7 +27,7 @@ from ..affine_views import prepared_dtype, split_rows
 from ..sources import layout_of, named_arrays, prepare_view, shard_data, shard_positions
 from . import handshake
 from .packing import PairPacking
-from .pairs import check_version, owner_id, peer_packings, report
+from .pairs import check_plan_and_link, check_version, owner_id, peer_packings, report
 
 _programs = cache.Lru("cross-host sender programs")
 
@@ -38,6 +38,7 @@ def send(params, plan, link, version: int) -> NcclSwapReport:
     checked before the first offer, so a refusal leaves the rollout waiting for nothing."""
     start = time.perf_counter()
     version = check_version(version)
+    check_plan_and_link(plan, link, "send")
     if link.role != "trainer":
         raise SwapError(f"send() on a {link.role} link: the trainer sends, the rollout calls receive()")
     link._require_open()

@@ -23,6 +23,7 @@ memory is the rollout's. The control messages that order the two sides are in re
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 import os
 import socket
 
@@ -49,6 +50,9 @@ def export_tensors(named_tensors) -> dict:
     _refuse_unexportable_allocator()
     tensors = {}
     bus_ids: dict[int, str] = {}
+    if not isinstance(named_tensors, Mapping):
+        raise SwapError(f"export_tensors: named_tensors is {type(named_tensors).__name__}: give a dict of names "
+                        "to CUDA tensors (model.state_dict())")
     for name, tensor in dict(named_tensors).items():
         if not hasattr(tensor, "data_ptr") or not hasattr(tensor, "is_contiguous"):
             raise SwapError(f"export_tensors: {name!r} is a {type(tensor).__name__}, not a torch.Tensor")

@@ -23,11 +23,24 @@ swap and unmaps the old ones, so the old memory may be freed once that swap's `d
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from ..errors import SwapError
 from ..front_door import swap
 from ..store import DEFAULT_TIMEOUT, as_store, key
 from .ipc import export_tensors, open_remote
+
+
+def _rank(rank) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise SwapError(f"rank={rank!r:.60}: give the rollout rank, an int >= 0")
+    return rank
+
+
+def _named(tensors, what: str) -> dict:
+    if not isinstance(tensors, Mapping):
+        raise SwapError(f"{what} is {type(tensors).__name__}: give a dict of names to tensors")
+    return dict(tensors)
 
 
 class RolloutIpc:
@@ -37,7 +50,7 @@ class RolloutIpc:
 
     def __init__(self, store, tensors, *, rank: int = 0, group: str = "rollout", timeout: float = DEFAULT_TIMEOUT,
                  descriptor: dict | None = None):
-        self.store, self.rank, self.group, self.timeout = as_store(store), int(rank), group, timeout
+        self.store, self.rank, self.group, self.timeout = as_store(store), _rank(rank), group, timeout
         self.generation = 0
         self.tensors = None
         self.publish(tensors, descriptor)
@@ -45,11 +58,16 @@ class RolloutIpc:
     def publish(self, tensors, descriptor: dict | None = None) -> dict:
         """Exports `tensors` (ipc.export_tensors; or gives `descriptor`, their export made
         already) under handles/{rank} as the next generation."""
-        descriptor = dict(export_tensors(tensors) if descriptor is None else descriptor)
+        tensors = _named(tensors, "RolloutIpc: tensors")
+        descriptor = _named(export_tensors(tensors) if descriptor is None else descriptor, "RolloutIpc: descriptor")
+        try:
+            text = json.dumps({**descriptor, "generation": self.generation + 1}).encode()
+        except (TypeError, ValueError) as error:
+            raise SwapError(f"RolloutIpc: the descriptor is not the JSON export_tensors makes ({error})") from None
         self.generation += 1
         descriptor["generation"] = self.generation
-        self.tensors = dict(tensors)
-        self.store.set(key(self.group, "handles", self.rank), json.dumps(descriptor).encode())
+        self.tensors = tensors
+        self.store.set(key(self.group, "handles", self.rank), text)
         return descriptor
 
     def ready(self, version: int) -> None:
@@ -86,7 +104,7 @@ class TrainerIpc:
 
     def __init__(self, store, *, rank: int = 0, group: str = "rollout", timeout: float = DEFAULT_TIMEOUT,
                  mapper=None):
-        self.store, self.rank, self.group, self.timeout = as_store(store), int(rank), group, timeout
+        self.store, self.rank, self.group, self.timeout = as_store(store), _rank(rank), group, timeout
         self.mapper = mapper
         self.remote = None
         self.generation = None
