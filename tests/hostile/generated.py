@@ -626,16 +626,12 @@ class _EngineWorker:
 def _planned_engine(worker, params, rules=None):
     """What connect builds once it has reached the worker: the engine handle that plans `params`
     into the worker's layout (`rules`, or the preset 'llama' from the 'flax' naming), with its checks."""
-    import inspect
-
     from jax_amem.vllm.trainer import VllmEngine
 
-    options = dict(family="llama" if rules is None else None, source="flax", rules=rules, cast=None)
-    if "ranks" in inspect.signature(VllmEngine).parameters:  # workers reached through a transport each
-        from jax_amem.vllm.transports import InProcess
+    from jax_amem.vllm.transports import InProcess
 
-        return VllmEngine(None, [InProcess(worker, worker.description())], params, timeout=60.0, **options)
-    return VllmEngine(None, worker, params, **options)
+    options = dict(family="llama" if rules is None else None, source="flax", rules=rules, cast=None)
+    return VllmEngine(None, [InProcess(worker, worker.description())], params, timeout=60.0, **options)
 
 
 @_generated
@@ -679,7 +675,7 @@ def generated_vllm_layout():
         named = None  # what a refusal must name; None: connect must accept
         rules = None
         if flaw == "rules_tp":  # fused qkv / gate_up cut for 2 ranks, into an engine of 1
-            rules = preset("llama", params, layout="vllm", tp=2)
+            rules = preset("llama", params, layout="vllm", tp=2, head_dim=preset_models.HD)
             named = "tensor_parallel_size=1"
         index = victim % len(tensors)
         name, shape, kind = tensors[index]
