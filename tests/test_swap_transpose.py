@@ -178,6 +178,16 @@ def test_transpose_rows_outside_their_buffers_are_refused(fields, match):
     assert not out.any()
 
 
+def test_a_view_of_more_tile_rows_than_the_kernel_counts_is_refused():
+    """The kernel's tile indices are 32-bit: a view of 2^32 tile rows is refused when checked
+    (nothing is read: the sizes alone)."""
+    out = np.zeros(12, np.uint16)
+    empty = np.zeros((0, 6), np.int64)
+    row = _row(batch=1 << 22, rows=64, cols=1 << 16, count=1)
+    with pytest.raises(ValueError, match="transpose row 0: too many tiles for one launch"):
+        core.copy.DirectCopy(-1, [1 << 46], [([0], [out.ctypes.data], [24], empty, empty, row)])
+
+
 def test_transpose_rows_of_the_wrong_width_are_refused():
     empty = np.zeros((0, 6), np.int64)
     out = np.zeros(12, np.uint16)
@@ -301,6 +311,15 @@ def _refuse(*args, **kwargs):
     raise AssertionError("an XLA program ran")
 
 
+def test_with_the_fused_copy_off_transposed_views_stay_in_xla(monkeypatch):
+    monkeypatch.setattr(fused_views, "ENABLED", False)
+    src = _one_device({"w": jnp.arange(12.0).reshape(3, 4)})
+    dst = {"w": torch.zeros(4, 3, dtype=torch.bfloat16)}
+    jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", transpose=(1, 0), cast="bfloat16")], progress=False)
+    assert the_program().direct is False
+    assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T.to(torch.bfloat16))
+
+
 def test_other_permutations_and_conversions_stay_in_xla():
     src = _one_device({"w": jnp.arange(24.0).reshape(2, 3, 4)})
     for perm, cast, dtype in (((1, 0, 2), None, torch.float32), ((0, 1, 2), "int32", torch.int32)):
@@ -327,8 +346,9 @@ def test_gpu_bit_exact_against_xla(src_dtype, dst_dtype):
         src["s"] = jax.device_put(np.tile(SPECIALS, 7).view(np.float32)[:128].reshape(8, 16), gpu)
         shapes["s"] = (8, 16)
     cast = None if src_dtype == dst_dtype else dst_dtype
-    rule_list = [reshard.Rule.copy(k, transpose=None if len(s) == 1 else tuple(range(len(s) - 2)) + (len(s) - 1, len(s) - 2),
-                                   cast=cast) for k, s in shapes.items()]
+    last_two = {k: None if len(s) == 1 else tuple(range(len(s) - 2)) + (len(s) - 1, len(s) - 2)
+                for k, s in shapes.items()}
+    rule_list = [reshard.Rule.copy(k, transpose=last_two[k], cast=cast) for k in shapes]
     out_dtype = jnp.bfloat16 if dst_dtype == "bfloat16" else dst_dtype
     want = {k: np.asarray(jax.jit(lambda x: (x if x.ndim == 1 else jnp.swapaxes(x, -1, -2)).astype(out_dtype))(v))
             for k, v in src.items()}

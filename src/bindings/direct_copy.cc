@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,13 +41,15 @@ std::vector<copy::BufferSegment> Rows(const RowArray& array, const char* what) {
 }
 
 std::vector<copy::TransposeRow> TransposeRows(const RowArray& array) {
-  constexpr size_t kColumns = sizeof(copy::TransposeRow) / sizeof(int64_t);
-  if (array.shape(0) > 0 && array.shape(1) != kColumns) {
+  if (array.shape(0) > 0 && array.shape(1) != copy::kTransposeRowColumns) {
     throw nb::value_error("transpose rows must have shape (n, 10): (src_index, dst_index, dst_offset, first, "
                           "count, batch, rows, cols, kind, 0)");
   }
-  const auto* rows = reinterpret_cast<const copy::TransposeRow*>(array.data());
-  return std::vector<copy::TransposeRow>(rows, rows + array.shape(0));
+  std::vector<copy::TransposeRow> rows(array.shape(0));  // the fields past the tenth: filled when checked
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::memcpy(&rows[k], array.data() + k * copy::kTransposeRowColumns, copy::kTransposeRowColumns * sizeof(int64_t));
+  }
+  return rows;
 }
 
 // (source slots, destination addresses, destination bytes, bulk rows, kernel rows[, transpose

@@ -103,7 +103,19 @@ Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<i
                              std::to_string(bytes) + " bytes of destination " + std::to_string(row.dst_index));
     }
     row.units = units;
+    row.tiles_down = CeilDiv(row.cols, kTransposeTile);
+    row.tiles_across = CeilDiv(row.rows, kTransposeTile);
+    row.tile_first = 0;
+    if (Transposed(row) && row.count > 0) {
+      const int64_t g0 = row.first / row.rows;  // the first view row
+      row.tile_first = (g0 / row.cols) * row.tiles_down + (g0 % row.cols) / kTransposeTile;
+    }
+    row.reserved = 0;
     units += TransposeUnits(row);
+    if (units > kMaxTransposeUnits || (Transposed(row) && row.batch > kMaxTransposeUnits / row.tiles_down)) {
+      return RowError(k, "too many tiles for one launch (" + std::to_string(units) + " units so far): split the "
+                             "swap's destinations into several");
+    }
   }
   *total_units = units;
   return Status::Ok();

@@ -34,7 +34,7 @@ enum TransposeKind : int64_t {
 int64_t TransposeSourceItem(int64_t kind);       // bytes per source element
 int64_t TransposeDestinationItem(int64_t kind);  // bytes per destination element
 
-// Ten int64 per row, so a table is a plain (n, 10) int64 array from Python.
+// A row: given as ten int64 (a plain (n, 10) int64 array from Python), four more filled here.
 struct TransposeRow {
   int64_t src_index;   // into the launch's source pointers
   int64_t dst_index;   // into the launch's destination pointers
@@ -45,9 +45,18 @@ struct TransposeRow {
   int64_t rows;
   int64_t cols;
   int64_t kind;        // TransposeKind
-  int64_t units;       // work units of the rows before this one in its table (set by Make)
+  // Set by CheckTransposeRows, so that the kernel divides only 32-bit numbers:
+  int64_t units;         // work units of the rows before this one in its table
+  int64_t tile_first;    // a transposed row's first tile row (counted over the whole view)
+  int64_t tiles_down;    // tile rows per matrix of the view
+  int64_t tiles_across;  // tiles across a view row
+  int64_t reserved;      // keeps rows 16-byte aligned
 };
-static_assert(sizeof(TransposeRow) == 10 * sizeof(int64_t), "TransposeRow must be ten packed int64");
+// The first ten fields are what callers give (an (n, 10) int64 array from Python).
+constexpr int kTransposeRowColumns = 10;
+static_assert(sizeof(TransposeRow) == 14 * sizeof(int64_t), "TransposeRow must be fourteen packed int64");
+// Most work units one table may have, and most tile rows one view: the kernel's 32-bit indices.
+constexpr int64_t kMaxTransposeUnits = (int64_t{1} << 31) - 1;
 
 // Square tile of the GPU kernel's shared-memory transpose, and elements per unit of a cast row.
 constexpr int64_t kTransposeTile = 64;
@@ -58,8 +67,9 @@ int64_t TransposeUnits(const TransposeRow& row);
 
 // What a row needs to stay inside its memory (the message names the row): a known kind, a
 // positive shape, [first, first + count) inside the view, the source at least the view's
-// bytes, the destination run inside its buffer, indices in range. Fills each row's `units`
-// (the prefix the kernel searches) and returns the table's total in `total_units`.
+// bytes, the destination run inside its buffer, indices in range, at most kMaxTransposeUnits
+// units and tile rows. Fills each row's `units` (the prefix the kernel searches) and tile
+// fields, and returns the table's total in `total_units`.
 Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<int64_t>& src_bytes,
                           const std::vector<int64_t>& dst_bytes, int64_t* total_units);
 

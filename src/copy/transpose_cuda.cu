@@ -17,7 +17,9 @@ namespace {
 
 constexpr int kTile = static_cast<int>(kTransposeTile);
 constexpr int kThreadsX = 32, kThreadsY = 8, kThreads = kThreadsX * kThreadsY;
-constexpr int kPitch = kTile + 1;  // padding: a column of the tile spans all banks
+// Blocks each multiprocessor keeps resident (registers capped to fit): with 16 loads a thread in
+// flight, enough bytes in flight to keep HBM busy.
+constexpr int kBlocksPerMultiprocessor = 2;
 
 struct Same2 {
   using Source = uint16_t;
@@ -50,41 +52,78 @@ struct F16ToF32 {
   __device__ static float Convert(__half v) { return __half2float(v); }
 };
 
+// Padding of a tile row, in elements: a word stride that is odd, so the threads of a warp reading
+// down a column of the tile hit every bank once.
+template <typename D>
+__host__ __device__ constexpr int Pitch() { return sizeof(D) == 2 ? kTile + 2 : kTile + 1; }
+
+constexpr int kRowsPerThread = kTile / kThreadsY;   // 8
+constexpr int kColsPerThread = kTile / kThreadsX;   // 2
+constexpr int kCastWords = kCastUnit / (4 * kThreads);  // 8 four-element words a thread per cast unit
+static_assert(kTile % kThreadsY == 0 && kTile % kThreadsX == 0 && kCastUnit % (4 * kThreads) == 0,
+              "tiles and cast units are whole multiples of the block");
+
 // Tile `unit` of a transposed row: view rows [j0, j0 + 64) of matrix b, view columns [i0, i0 + 64).
+// Every load of the tile is issued before the first is used (16 a thread in flight): one at a
+// time would leave HBM mostly idle.
 template <typename K>
 __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char* source, char* destination,
                               unsigned char* shared) {
   using S = typename K::Source;
   using D = typename K::Destination;
+  constexpr int kPitch = Pitch<D>();
   D* tile = reinterpret_cast<D*>(shared);
   const int64_t view_cols = row.rows, view_rows = row.cols, matrix = row.rows * row.cols;
-  const int64_t tiles_down = (view_rows + kTile - 1) / kTile, tiles_across = (view_cols + kTile - 1) / kTile;
-  const int64_t g0 = row.first / view_cols;
-  const int64_t t0 = (g0 / view_rows) * tiles_down + (g0 % view_rows) / kTile;
-  const int64_t tile_row = t0 + unit / tiles_across;
-  const int64_t b = tile_row / tiles_down;
-  const int64_t j0 = (tile_row % tiles_down) * kTile, i0 = (unit % tiles_across) * kTile;
-  const S* src = reinterpret_cast<const S*>(source) + b * matrix;
+  // 32-bit division only (the host checked every index fits).
+  const auto u = static_cast<uint32_t>(unit), across_tiles = static_cast<uint32_t>(row.tiles_across);
+  const auto down_tiles = static_cast<uint32_t>(row.tiles_down);
+  const uint32_t tile_row = static_cast<uint32_t>(row.tile_first) + u / across_tiles;
+  const uint32_t b32 = tile_row / down_tiles;
+  const int64_t b = b32;
+  const int64_t j0 = static_cast<int64_t>(tile_row - b32 * down_tiles) * kTile;
+  const int64_t i0 = static_cast<int64_t>(u % across_tiles) * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  // What is left of the tile past this thread's first row and column (a tile at the edge of the
+  // view is cut), and this thread's first element on each side: 64-bit offsets once, then steps.
+  const int64_t view_cols_left = view_cols - i0, view_rows_left = view_rows - j0;
+  const int down = static_cast<int>(view_cols_left < kTile ? view_cols_left : kTile) - ty;
+  const int across = static_cast<int>(view_rows_left < kTile ? view_rows_left : kTile) - tx;
+  const S* src = reinterpret_cast<const S*>(source) + b * matrix + (i0 + ty) * view_rows + j0 + tx;
+  const int64_t src_step = kThreadsY * view_rows;
   // Read: source rows i (the view's columns), along j (the view's rows): coalesced.
-  for (int y = threadIdx.y; y < kTile; y += kThreadsY) {
-    const int64_t i = i0 + y;
-    for (int x = threadIdx.x; x < kTile; x += kThreadsX) {
-      const int64_t j = j0 + x;
-      if (i < view_cols && j < view_rows) tile[y * kPitch + x] = K::Convert(src[i * view_rows + j]);
+  S loaded[kRowsPerThread][kColsPerThread];
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; ++c) {
+      if (r * kThreadsY < down && c * kThreadsX < across) loaded[r][c] = src[r * src_step + c * kThreadsX];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; ++c) {
+      if (r * kThreadsY < down && c * kThreadsX < across) {
+        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r][c]);
+      }
     }
   }
   __syncthreads();
   // Write: view rows j, along i: coalesced; only the elements inside [first, first + count).
-  D* dst = reinterpret_cast<D*>(destination + row.dst_offset);
-  const int64_t end = row.first + row.count;
-  for (int y = threadIdx.y; y < kTile; y += kThreadsY) {
-    const int64_t j = j0 + y;
-    if (j >= view_rows) break;
-    const int64_t base = b * matrix + j * view_cols;
-    for (int x = threadIdx.x; x < kTile; x += kThreadsX) {
-      const int64_t i = i0 + x;
-      const int64_t e = base + i;
-      if (i < view_cols && e >= row.first && e < end) dst[e - row.first] = tile[x * kPitch + y];
+  // Here this thread's first element is view row j0 + ty, view column i0 + tx.
+  const int rows_here = static_cast<int>(view_rows_left < kTile ? view_rows_left : kTile) - ty;
+  const int cols_here = static_cast<int>(view_cols_left < kTile ? view_cols_left : kTile) - tx;
+  const int64_t at = b * matrix + (j0 + ty) * view_cols + i0 + tx - row.first;  // in the row's elements
+  D* dst = reinterpret_cast<D*>(destination + row.dst_offset) + at;
+  const int64_t dst_step = kThreadsY * view_cols;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; ++c) {
+      const int64_t n = at + r * dst_step + c * kThreadsX;
+      if (r * kThreadsY < rows_here && c * kThreadsX < cols_here && n >= 0 && n < row.count) {
+        dst[r * dst_step + c * kThreadsX] = tile[(tx + c * kThreadsX) * kPitch + ty + r * kThreadsY];
+      }
     }
   }
   __syncthreads();  // the tile is the next unit's
@@ -100,24 +139,27 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
   const int64_t begin = unit * kCastUnit;
   const int64_t end = begin + kCastUnit < row.count ? begin + kCastUnit : row.count;
   const int thread = threadIdx.y * kThreadsX + threadIdx.x;
-  // Four elements a thread where both ends allow (kCastUnit is a multiple of 4): one wide load
-  // and one wide store, as the copy kernel's words.
+  // A whole unit with both ends aligned: four elements a thread per wide load and store, every
+  // load issued before the first store (as the copy kernel's words).
   struct alignas(4 * sizeof(S)) Loaded { S v[4]; };
   struct alignas(4 * sizeof(D)) Stored { D v[4]; };
-  const bool wide = (reinterpret_cast<uintptr_t>(src) % sizeof(Loaded)) == 0 &&
-                    (reinterpret_cast<uintptr_t>(dst) % sizeof(Stored)) == 0;
-  int64_t n = begin + thread;
-  if (wide) {
-    for (int64_t q = begin + 4 * thread; q + 4 <= end; q += 4 * kThreads) {
-      const Loaded in = *reinterpret_cast<const Loaded*>(src + q);
-      Stored out;
+  if (end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
+      reinterpret_cast<uintptr_t>(dst) % sizeof(Stored) == 0) {
+    const Loaded* in = reinterpret_cast<const Loaded*>(src + begin);
+    Stored* out = reinterpret_cast<Stored*>(dst + begin);
+    Loaded words[kCastWords];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) out.v[k] = K::Convert(in.v[k]);
-      *reinterpret_cast<Stored*>(dst + q) = out;
+    for (int w = 0; w < kCastWords; ++w) words[w] = in[thread + w * kThreads];
+#pragma unroll
+    for (int w = 0; w < kCastWords; ++w) {
+      Stored converted;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) converted.v[k] = K::Convert(words[w].v[k]);
+      out[thread + w * kThreads] = converted;
     }
-    n = begin + ((end - begin) / 4) * 4 + thread;  // the tail
+    return;
   }
-  for (; n < end; n += kThreads) dst[n] = K::Convert(src[n]);
+  for (int64_t n = begin + thread; n < end; n += kThreads) dst[n] = K::Convert(src[n]);
 }
 
 template <typename K>
@@ -130,17 +172,17 @@ __device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* sourc
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     TransposeKernel(const BufferPointers pointers, const TransposeRow* __restrict__ rows, int64_t count,
                     int64_t units) {
-  __shared__ __align__(16) unsigned char shared[kTile * kPitch * 4];
+  __shared__ __align__(16) unsigned char shared[kTile * (kTile + 1) * 4];  // the largest tile: 4-byte elements
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     int64_t lo = 0, hi = count - 1;  // the last row whose first unit is at most u
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       if (rows[mid].units <= u) lo = mid; else hi = mid - 1;
     }
-    const TransposeRow row = rows[lo];
+    const TransposeRow& row = rows[lo];  // read where used: fewer registers held across the tile
     if (row.src_index < 0 || row.dst_index < 0 || row.src_index >= kMaxBuffersPerSide ||
         row.dst_index >= kMaxBuffersPerSide) {
       continue;  // checked on the host; never fault on a bad row
@@ -168,7 +210,7 @@ int Blocks(int64_t units) {
     if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       multiprocessors = 132;
     }
-    return multiprocessors * 8;
+    return multiprocessors * kBlocksPerMultiprocessor;
   }();
   return static_cast<int>(units < count ? units : count);
 }

@@ -21,6 +21,9 @@ import numpy as np
 from ..._native import core
 
 ROW_COLUMNS = 10  # (src_index, dst_index, dst_offset, first, count, batch, rows, cols, kind, 0)
+# False: programs made after it leave every transposed or cast view to XLA (their programs keep
+# the XLA call), as before the fused copy existed.
+ENABLED = True
 
 
 def kind(source_dtype, view_dtype) -> int | None:
@@ -61,7 +64,7 @@ def covers(plan, view: int) -> bool:
     """Whether the fused copy reads plan view `view` (of a whole source) itself."""
     name, perm, dtype = plan.views[view]
     layout = plan.src_layouts[name]
-    return (plan.affine(view) is None and kind(layout.dtype, dtype) is not None
+    return (ENABLED and plan.affine(view) is None and kind(layout.dtype, dtype) is not None
             and geometry(tuple(layout.shape), tuple(perm)) is not None)
 
 
