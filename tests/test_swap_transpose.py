@@ -188,6 +188,25 @@ def test_a_view_of_more_tile_rows_than_the_kernel_counts_is_refused():
         core.copy.DirectCopy(-1, [1 << 46], [([0], [out.ctypes.data], [24], empty, empty, row)])
 
 
+def test_rows_of_several_kinds_in_one_chunk():
+    """Rows of two conversions in one chunk (each kind is its own kernel launch on CUDA, the rows
+    ordered by kind): both written, and a refusal names the row as given."""
+    source = _random(np.random.default_rng(4), (3, 5), "float32")
+    out16, out32 = np.zeros(15, np.uint16), np.zeros(15, np.uint32)
+    rows = np.array([[0, 0, 0, 0, 15, 1, 3, 5, KINDS["float32->bfloat16"], 0],
+                     [0, 1, 0, 0, 15, 1, 3, 5, KINDS["copy4"], 0]], np.int64)
+    empty = np.zeros((0, 6), np.int64)
+    chunk = ([0], [out16.ctypes.data, out32.ctypes.data], [30, 60], empty, empty, rows)
+    copy = core.copy.DirectCopy(-1, [60], [chunk])
+    copy.run(np.array([source.ctypes.data], np.int64))
+    assert np.array_equal(out16, _bits(_xla(source, jnp.bfloat16, 1, 3, 5)))
+    assert np.array_equal(out32, _bits(_xla(source, jnp.float32, 1, 3, 5)))
+    bad = rows.copy()
+    bad[1, 4] = 16  # the second row given, the first by kind: named as given
+    with pytest.raises(ValueError, match=r"transpose row 1: view elements \[0, \+16\) are outside its 15"):
+        core.copy.DirectCopy(-1, [60], [(*chunk[:5], bad)])
+
+
 def test_transpose_rows_of_the_wrong_width_are_refused():
     empty = np.zeros((0, 6), np.int64)
     out = np.zeros(12, np.uint16)

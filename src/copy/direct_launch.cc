@@ -91,6 +91,10 @@ Status DirectCopy::Make(int device, std::vector<int64_t> source_bytes, std::vect
   int64_t rows = 0, transposes = 0;
   for (size_t k = 0; k < chunks.size(); ++k) {
     if (Status checked = CheckChunk(k, chunks[k], source_bytes); !checked.ok()) return checked;
+    if (!chunks[k].transposes.empty()) {  // one kernel launch per kind: rows by kind, their units again
+      SortTransposeRows(&chunks[k].transposes);
+      if (Status again = CheckChunk(k, chunks[k], source_bytes); !again.ok()) return again;
+    }
     chunks[k].first_row = rows;
     rows += static_cast<int64_t>(chunks[k].rows.size());
     chunks[k].first_transpose = transposes;
@@ -189,7 +193,8 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
     }
     const auto* device_transposes = reinterpret_cast<const TransposeRow*>(
         static_cast<uintptr_t>(table_ + transpose_table_ + chunk.first_transpose * sizeof(TransposeRow)));
-    if (Status launched = LaunchTransposeRows(stream, pointers, device_transposes, transposes, chunk.transpose_units);
+    if (Status launched = LaunchTransposeRows(stream, pointers, chunk.transposes.data(), device_transposes,
+                                              transposes, chunk.transpose_units);
         !launched.ok()) {
       return launched;
     }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -119,6 +120,11 @@ Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<i
   }
   *total_units = units;
   return Status::Ok();
+}
+
+void SortTransposeRows(std::vector<TransposeRow>* rows) {
+  std::stable_sort(rows->begin(), rows->end(),
+                   [](const TransposeRow& a, const TransposeRow& b) { return a.kind < b.kind; });
 }
 
 void CopyTransposeRowsOnHost(const char* const* sources, char* const* destinations, const TransposeRow* rows,

@@ -77,8 +77,12 @@ Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<i
 void CopyTransposeRowsOnHost(const char* const* sources, char* const* destinations, const TransposeRow* rows,
                              int64_t count);
 
-// One kernel launch for every row (`device_rows` in device memory, checked, `units` their total).
-Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows,
-                           int64_t count, int64_t units);
+// Every row (checked, sorted by kind: SortTransposeRows), one kernel launch per kind:
+// `device_rows` in device memory, `host_rows` the same rows on the host, `units` their total.
+Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* host_rows,
+                           const TransposeRow* device_rows, int64_t count, int64_t units);
+
+// Orders rows by kind, keeping their order within one (the rows write disjoint bytes).
+void SortTransposeRows(std::vector<TransposeRow>* rows);
 
 }  // namespace amem::copy

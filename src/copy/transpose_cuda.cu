@@ -19,7 +19,7 @@ constexpr int kTile = static_cast<int>(kTransposeTile);
 constexpr int kThreadsX = 32, kThreadsY = 8, kThreads = kThreadsX * kThreadsY;
 // Blocks each multiprocessor keeps resident (registers capped to fit): with 16 loads a thread in
 // flight, enough bytes in flight to keep HBM busy.
-constexpr int kBlocksPerMultiprocessor = 2;
+constexpr int kBlocksPerMultiprocessor = 4;
 
 struct Same2 {
   using Source = uint16_t;
@@ -172,37 +172,6 @@ __device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* sourc
   }
 }
 
-__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
-    TransposeKernel(const BufferPointers pointers, const TransposeRow* __restrict__ rows, int64_t count,
-                    int64_t units) {
-  __shared__ __align__(16) unsigned char shared[kTile * (kTile + 1) * 4];  // the largest tile: 4-byte elements
-  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-    int64_t lo = 0, hi = count - 1;  // the last row whose first unit is at most u
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (rows[mid].units <= u) lo = mid; else hi = mid - 1;
-    }
-    const TransposeRow& row = rows[lo];  // read where used: fewer registers held across the tile
-    if (row.src_index < 0 || row.dst_index < 0 || row.src_index >= kMaxBuffersPerSide ||
-        row.dst_index >= kMaxBuffersPerSide) {
-      continue;  // checked on the host; never fault on a bad row
-    }
-    const char* source = pointers.sources[row.src_index];
-    char* destination = pointers.destinations[row.dst_index];
-    if (source == nullptr || destination == nullptr) continue;
-    const int64_t unit = u - row.units;
-    switch (row.kind) {  // the same for every thread of the block: no divergence
-      case kTransposeCopy2: RunUnit<Same2>(row, unit, source, destination, shared); break;
-      case kTransposeCopy4: RunUnit<Same4>(row, unit, source, destination, shared); break;
-      case kTransposeF32ToBF16: RunUnit<F32ToBF16>(row, unit, source, destination, shared); break;
-      case kTransposeF32ToF16: RunUnit<F32ToF16>(row, unit, source, destination, shared); break;
-      case kTransposeBF16ToF32: RunUnit<BF16ToF32>(row, unit, source, destination, shared); break;
-      case kTransposeF16ToF32: RunUnit<F16ToF32>(row, unit, source, destination, shared); break;
-      default: break;
-    }
-  }
-}
-
 int Blocks(int64_t units) {
   static int count = [] {
     int device = 0, multiprocessors = 0;
@@ -215,16 +184,75 @@ int Blocks(int64_t units) {
   return static_cast<int>(units < count ? units : count);
 }
 
-}  // namespace
+// Rows [0, count) of one conversion; work units [first_unit, first_unit + units) of the table
+// they belong to. One kernel per conversion: a kernel holding all six needed twice the
+// registers of one (ptxas: 145 against 64), and half the blocks per multiprocessor.
+template <typename K>
+__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
+    TransposeKernel(const BufferPointers pointers, const TransposeRow* __restrict__ rows, int64_t count,
+                    int64_t first_unit, int64_t units) {
+  __shared__ __align__(16) unsigned char shared[kTile * (kTile + 1) * 4];  // the largest tile: 4-byte elements
+  for (int64_t v = blockIdx.x; v < units; v += gridDim.x) {
+    const int64_t u = first_unit + v;
+    int64_t lo = 0, hi = count - 1;  // the last row whose first unit is at most u
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (rows[mid].units <= u) lo = mid; else hi = mid - 1;
+    }
+    const TransposeRow& row = rows[lo];
+    if (row.src_index < 0 || row.dst_index < 0 || row.src_index >= kMaxBuffersPerSide ||
+        row.dst_index >= kMaxBuffersPerSide) {
+      continue;  // checked on the host; never fault on a bad row
+    }
+    const char* source = pointers.sources[row.src_index];
+    char* destination = pointers.destinations[row.dst_index];
+    if (source == nullptr || destination == nullptr) continue;
+    RunUnit<K>(row, u - row.units, source, destination, shared);
+  }
+}
 
-Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows,
-                           int64_t count, int64_t units) {
-  if (count == 0 || units == 0) return Status::Ok();
-  TransposeKernel<<<Blocks(units), dim3(kThreadsX, kThreadsY), 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      pointers, device_rows, count, units);
+template <typename K>
+Status Launch(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows, int64_t count,
+              int64_t first_unit, int64_t units) {
+  if (units == 0) return Status::Ok();
+  TransposeKernel<K><<<Blocks(units), dim3(kThreadsX, kThreadsY), 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      pointers, device_rows, count, first_unit, units);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     return Status::Error(std::string("transpose copy kernel launch failed: ") + cudaGetErrorString(error));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* host_rows,
+                           const TransposeRow* device_rows, int64_t count, int64_t units) {
+  // One launch per run of rows of one conversion (the rows come sorted by kind).
+  for (int64_t a = 0, b = 0; a < count; a = b) {
+    while (b < count && host_rows[b].kind == host_rows[a].kind) ++b;
+    const int64_t first_unit = host_rows[a].units;
+    const int64_t run_units = (b < count ? host_rows[b].units : units) - first_unit;
+    const TransposeRow* rows = device_rows + a;
+    Status launched;
+    switch (host_rows[a].kind) {
+      case kTransposeCopy2: launched = Launch<Same2>(stream, pointers, rows, b - a, first_unit, run_units); break;
+      case kTransposeCopy4: launched = Launch<Same4>(stream, pointers, rows, b - a, first_unit, run_units); break;
+      case kTransposeF32ToBF16:
+        launched = Launch<F32ToBF16>(stream, pointers, rows, b - a, first_unit, run_units);
+        break;
+      case kTransposeF32ToF16:
+        launched = Launch<F32ToF16>(stream, pointers, rows, b - a, first_unit, run_units);
+        break;
+      case kTransposeBF16ToF32:
+        launched = Launch<BF16ToF32>(stream, pointers, rows, b - a, first_unit, run_units);
+        break;
+      case kTransposeF16ToF32:
+        launched = Launch<F16ToF32>(stream, pointers, rows, b - a, first_unit, run_units);
+        break;
+      default: launched = Status::Error("transpose copy: a row of unknown kind (rows not checked)");
+    }
+    if (!launched.ok()) return launched;
   }
   return Status::Ok();
 }
