@@ -234,24 +234,15 @@ Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, cons
     const int64_t first_unit = host_rows[a].units;
     const int64_t run_units = (b < count ? host_rows[b].units : units) - first_unit;
     const TransposeRow* rows = device_rows + a;
-    Status launched;
-    switch (host_rows[a].kind) {
-      case kTransposeCopy2: launched = Launch<Same2>(stream, pointers, rows, b - a, first_unit, run_units); break;
-      case kTransposeCopy4: launched = Launch<Same4>(stream, pointers, rows, b - a, first_unit, run_units); break;
-      case kTransposeF32ToBF16:
-        launched = Launch<F32ToBF16>(stream, pointers, rows, b - a, first_unit, run_units);
-        break;
-      case kTransposeF32ToF16:
-        launched = Launch<F32ToF16>(stream, pointers, rows, b - a, first_unit, run_units);
-        break;
-      case kTransposeBF16ToF32:
-        launched = Launch<BF16ToF32>(stream, pointers, rows, b - a, first_unit, run_units);
-        break;
-      case kTransposeF16ToF32:
-        launched = Launch<F16ToF32>(stream, pointers, rows, b - a, first_unit, run_units);
-        break;
-      default: launched = Status::Error("transpose copy: a row of unknown kind (rows not checked)");
+    // The kernels, by TransposeKind.
+    using Launcher = Status (*)(CUstream, const BufferPointers&, const TransposeRow*, int64_t, int64_t, int64_t);
+    static constexpr Launcher kLaunchers[kTransposeKinds] = {
+        Launch<Same2>, Launch<Same4>, Launch<F32ToBF16>, Launch<F32ToF16>, Launch<BF16ToF32>, Launch<F16ToF32>};
+    const int64_t kind = host_rows[a].kind;
+    if (kind < 0 || kind >= kTransposeKinds) {
+      return Status::Error("transpose copy: a row of unknown kind (rows not checked)");
     }
+    const Status launched = kLaunchers[kind](stream, pointers, rows, b - a, first_unit, run_units);
     if (!launched.ok()) return launched;
   }
   return Status::Ok();
