@@ -159,12 +159,11 @@ class DirectProgram:
                 addresses, sizes, bulk, rows = address_rows(
                     avals, [group.targets[b][0] for b in chunk.buffers],
                     [group.targets[b][1] for b in chunk.buffers], chunk.rows, platform=group.device.platform)
-                reads_view = np.isin(chunk.rows[:, 0], fused)
                 transposes = [fused_views.rows(plan, chunk.views[k][1], chunk.rows[chunk.rows[:, 0] == k])
                               for k in fused]
                 chunks.append((operands, addresses, sizes, bulk[~np.isin(bulk[:, 0], fused)],
                                rows[~np.isin(rows[:, 0], fused)],
-                               np.concatenate(transposes) if transposes and reads_view.any()
+                               np.concatenate(transposes) if transposes
                                else np.zeros((0, fused_views.ROW_COLUMNS), np.int64)))
             source_bytes = [int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in shapes]
             copies.append(core.copy.DirectCopy(ordinal, source_bytes, chunks))
