@@ -18,15 +18,27 @@ Status RowError(int64_t index, const std::string& why) {
 
 template <typename S, typename D, D (*Convert)(S)>
 void CopyRow(const char* source, char* destination, const TransposeRow& row) {
+  // A run at a time: the rest of one view row (a transposed row), or the whole row (a cast); the
+  // source read with a constant step along it.
   const int64_t view_rows = row.cols, view_cols = row.rows, matrix = row.rows * row.cols;
-  for (int64_t n = 0; n < row.count; ++n) {
+  const bool transposed = Transposed(row);
+  for (int64_t n = 0; n < row.count;) {
     const int64_t e = row.first + n;
-    const int64_t b = e / matrix, in = e % matrix, j = in / view_cols, i = in % view_cols;
-    const int64_t from = Transposed(row) ? b * matrix + i * view_rows + j : e;
-    S value;
-    std::memcpy(&value, source + from * static_cast<int64_t>(sizeof(S)), sizeof(S));
-    const D out = Convert(value);
-    std::memcpy(destination + row.dst_offset + n * static_cast<int64_t>(sizeof(D)), &out, sizeof(D));
+    int64_t from = e, step = 1, run = row.count - n;
+    if (transposed) {
+      const int64_t b = e / matrix, in = e % matrix, j = in / view_cols, i = in % view_cols;
+      from = b * matrix + i * view_rows + j;
+      step = view_rows;
+      run = std::min(run, view_cols - i);
+    }
+    char* to = destination + row.dst_offset + n * static_cast<int64_t>(sizeof(D));
+    for (int64_t k = 0; k < run; ++k) {
+      S value;
+      std::memcpy(&value, source + (from + k * step) * static_cast<int64_t>(sizeof(S)), sizeof(S));
+      const D out = Convert(value);
+      std::memcpy(to + k * static_cast<int64_t>(sizeof(D)), &out, sizeof(D));
+    }
+    n += run;
   }
 }
 
