@@ -17,28 +17,36 @@ Status RowError(int64_t index, const std::string& why) {
 }
 
 template <typename S, typename D, D (*Convert)(S)>
+inline void Put(const char* source, int64_t from, char* destination, int64_t to) {
+  S value;
+  std::memcpy(&value, source + from * static_cast<int64_t>(sizeof(S)), sizeof(S));
+  const D out = Convert(value);
+  std::memcpy(destination + to * static_cast<int64_t>(sizeof(D)), &out, sizeof(D));
+}
+
+template <typename S, typename D, D (*Convert)(S)>
 void CopyRow(const char* source, char* destination, const TransposeRow& row) {
-  // A run at a time: the rest of one view row (a transposed row), or the whole row (a cast); the
-  // source read with a constant step along it.
+  char* out = destination + row.dst_offset;
+  if (!Transposed(row)) {
+    for (int64_t n = 0; n < row.count; ++n) Put<S, D, Convert>(source, row.first + n, out, n);
+    return;
+  }
+  // Blocks of 32 view rows by 32 view columns: the source lines a block reads stay in cache
+  // while its view rows are written (element by element, the reads would stride the source).
+  constexpr int64_t kBlock = 32;
   const int64_t view_rows = row.cols, view_cols = row.rows, matrix = row.rows * row.cols;
-  const bool transposed = Transposed(row);
-  for (int64_t n = 0; n < row.count;) {
-    const int64_t e = row.first + n;
-    int64_t from = e, step = 1, run = row.count - n;
-    if (transposed) {
-      const int64_t b = e / matrix, in = e % matrix, j = in / view_cols, i = in % view_cols;
-      from = b * matrix + i * view_rows + j;
-      step = view_rows;
-      run = std::min(run, view_cols - i);
+  const int64_t end = row.first + row.count;
+  const int64_t g_first = row.first / view_cols, g_last = (end - 1) / view_cols;  // global view rows
+  for (int64_t gb = g_first; gb <= g_last; gb += kBlock) {
+    const int64_t g_end = std::min(gb + kBlock, g_last + 1);
+    for (int64_t ib = 0; ib < view_cols; ib += kBlock) {
+      for (int64_t g = gb; g < g_end; ++g) {
+        const int64_t b = g / view_rows, j = g % view_rows, at = g * view_cols;  // view element (g, 0)
+        const int64_t lo = std::max(ib, row.first - at), hi = std::min({ib + kBlock, view_cols, end - at});
+        const int64_t base = b * matrix + j;
+        for (int64_t i = lo; i < hi; ++i) Put<S, D, Convert>(source, base + i * view_rows, out, at + i - row.first);
+      }
     }
-    char* to = destination + row.dst_offset + n * static_cast<int64_t>(sizeof(D));
-    for (int64_t k = 0; k < run; ++k) {
-      S value;
-      std::memcpy(&value, source + (from + k * step) * static_cast<int64_t>(sizeof(S)), sizeof(S));
-      const D out = Convert(value);
-      std::memcpy(to + k * static_cast<int64_t>(sizeof(D)), &out, sizeof(D));
-    }
-    n += run;
   }
 }
 
