@@ -104,13 +104,14 @@ def test_fused_and_sliced_destinations_with_bulk_and_kernel_rows(monkeypatch):
             assert np.array_equal(raw(dst[name]), w.reshape(-1).view(np.uint8)), (bulk, name)
 
 
-def test_transposed_or_cast_views_stay_in_xla():
-    src = {"w": jax.device_put(jnp.arange(12.0).reshape(3, 4), jax.devices()[0])}
-    dst = {"w": torch.zeros(4, 3, dtype=torch.bfloat16)}
-    rules = [reshard.Rule.copy("w", transpose=(1, 0), cast="bfloat16")]
+def test_views_the_fused_copy_does_not_read_stay_in_xla():
+    """A transpose that is no batched 2-D transpose (test_swap_transpose.py has the ones that are)."""
+    src = {"w": jax.device_put(jnp.arange(24.0).reshape(2, 3, 4), jax.devices()[0])}
+    dst = {"w": torch.zeros(3, 2, 4, dtype=torch.bfloat16)}
+    rules = [reshard.Rule.copy("w", transpose=(1, 0, 2), cast="bfloat16")]
     jax_amem.swap(src, dst, rules=rules, progress=False)
     assert the_program().direct is False
-    assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T.to(torch.bfloat16))
+    assert torch.equal(dst["w"], torch.arange(24.0).reshape(2, 3, 4).permute(1, 0, 2).to(torch.bfloat16))
 
 
 def test_views_with_constant_steps_stay_with_the_affine_kernel():

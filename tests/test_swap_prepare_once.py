@@ -18,6 +18,7 @@ import jax_amem
 from jax_amem import reshard
 from jax_amem.reshard import Rule
 from jax_amem.swapping import forget
+from jax_amem.swapping.in_process import fused_views
 
 torch = pytest.importorskip("torch")
 
@@ -72,7 +73,10 @@ def _modules_on_stack(frame) -> list[str]:
 
 
 def traced_swap(n: int) -> Trace:
+    """The swap through XLA's route, the path these tests follow (the transposed views would
+    otherwise be read by the direct launch's fused copy: test_swap_transpose.py)."""
     forget()
+    fused_views.ENABLED = False
     params, dst, rules = model(n)
     trace = Trace()
     flattened = []
@@ -90,6 +94,7 @@ def traced_swap(n: int) -> Trace:
     finally:
         sys.setprofile(None)
         jax.tree_util.tree_flatten = real_flatten
+        fused_views.ENABLED = True
     trace.flattened = len(flattened)
     np.testing.assert_array_equal(dst["head.weight"].numpy(), np.asarray(params["emb"]))
     np.testing.assert_array_equal(dst["layer1.weight"].numpy(), np.asarray(params["layer1"]["w"]).T)

@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,13 +40,26 @@ std::vector<copy::BufferSegment> Rows(const RowArray& array, const char* what) {
   return std::vector<copy::BufferSegment>(rows, rows + array.shape(0));
 }
 
-// (source slots, destination addresses, destination bytes, bulk rows, kernel rows) per chunk.
+std::vector<copy::TransposeRow> TransposeRows(const RowArray& array) {
+  if (array.shape(0) > 0 && array.shape(1) != copy::kTransposeRowColumns) {
+    throw nb::value_error("transpose rows must have shape (n, 10): (src_index, dst_index, dst_offset, first, "
+                          "count, batch, rows, cols, kind, 0)");
+  }
+  std::vector<copy::TransposeRow> rows(array.shape(0));  // the fields past the tenth: filled when checked
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::memcpy(&rows[k], array.data() + k * copy::kTransposeRowColumns, copy::kTransposeRowColumns * sizeof(int64_t));
+  }
+  return rows;
+}
+
+// (source slots, destination addresses, destination bytes, bulk rows, kernel rows[, transpose
+// rows]) per chunk.
 std::vector<copy::DirectChunk> Chunks(const nb::list& chunks) {
   std::vector<copy::DirectChunk> out;
   for (nb::handle item : chunks) {
     nb::tuple fields = nb::cast<nb::tuple>(item);
-    if (fields.size() != 5) {
-      throw nb::value_error("a chunk is (source slots, addresses, destination bytes, bulk rows, rows)");
+    if (fields.size() != 5 && fields.size() != 6) {
+      throw nb::value_error("a chunk is (source slots, addresses, destination bytes, bulk rows, rows[, transpose rows])");
     }
     copy::DirectChunk chunk;
     chunk.source_slots = nb::cast<std::vector<int64_t>>(fields[0]);
@@ -53,6 +67,7 @@ std::vector<copy::DirectChunk> Chunks(const nb::list& chunks) {
     chunk.destination_bytes = nb::cast<std::vector<int64_t>>(fields[2]);
     chunk.bulk = Rows(nb::cast<RowArray>(fields[3]), "bulk");
     chunk.rows = Rows(nb::cast<RowArray>(fields[4]), "kernel");
+    if (fields.size() == 6) chunk.transposes = TransposeRows(nb::cast<RowArray>(fields[5]));
     out.push_back(std::move(chunk));
   }
   return out;
@@ -91,12 +106,13 @@ void BindDirectCopy(nb::module_& m) {
           },
           nb::arg("device"), nb::arg("source_bytes"), nb::arg("chunks"),
           "device: CUDA ordinal, or -1 for host memory. chunks: [(source slots, destination addresses, "
-          "destination bytes, bulk rows (n, 6) int64, kernel rows (m, 6) int64 split into pieces)]; rows validated by "
-          "jax_amem.copy.address_rows. Raises ValueError naming the chunk and row out of bounds.")
+          "destination bytes, bulk rows (n, 6) int64, kernel rows (m, 6) int64 split into pieces[, transpose rows (k, 10) "
+          "int64: src/copy/transpose.h])]; rows validated by jax_amem.copy.address_rows. Raises ValueError naming the chunk and row out of bounds.")
       .def_prop_ro("device", [](const DirectCopyHandle& h) { return h.copy->device(); })
       .def_prop_ro("sources", [](const DirectCopyHandle& h) { return h.copy->sources(); })
       .def_prop_ro("rows", [](const DirectCopyHandle& h) { return h.copy->rows(); })
       .def_prop_ro("bulk_rows", [](const DirectCopyHandle& h) { return h.copy->bulk_rows(); })
+      .def_prop_ro("transpose_rows", [](const DirectCopyHandle& h) { return h.copy->transpose_rows(); })
       .def(
           "run",
           [](const DirectCopyHandle& h, PointerArray pointers, uint64_t stream) {
@@ -114,6 +130,14 @@ void BindDirectCopy(nb::module_& m) {
           nb::arg("pointers"), nb::arg("stream") = 0,
           "Copies every row: on CUDA enqueued on `stream` (returns at once), on the host done on return. "
           "pointers: an int64 array, one source address per slot (jax.Array.unsafe_buffer_pointer()).");
+  nb::dict kinds;  // transpose.h's conversions, by name (jax_amem/swapping/in_process/fused_views.py)
+  kinds["copy2"] = static_cast<int64_t>(copy::kTransposeCopy2);
+  kinds["copy4"] = static_cast<int64_t>(copy::kTransposeCopy4);
+  kinds["float32->bfloat16"] = static_cast<int64_t>(copy::kTransposeF32ToBF16);
+  kinds["float32->float16"] = static_cast<int64_t>(copy::kTransposeF32ToF16);
+  kinds["bfloat16->float32"] = static_cast<int64_t>(copy::kTransposeBF16ToF32);
+  kinds["float16->float32"] = static_cast<int64_t>(copy::kTransposeF16ToF32);
+  m.attr("TRANSPOSE_KINDS") = kinds;
   m.def("direct_stream", &DirectStream, nb::arg("device"),
         "A non-blocking stream of this process on `device`, made once: where a direct copy runs when the "
         "destination's reader has no stream here (CUDA IPC).");

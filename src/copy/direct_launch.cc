@@ -17,7 +17,7 @@ Status Prefixed(const std::string& prefix, const Status& status) {
 
 // Slots in range, buffer counts within the kernel's pointer table, addresses that user memory
 // can have, and every row (bulk and kernel) inside its buffers.
-Status CheckChunk(size_t index, const DirectChunk& chunk, const std::vector<int64_t>& source_bytes) {
+Status CheckChunk(size_t index, DirectChunk& chunk, const std::vector<int64_t>& source_bytes) {
   const std::string name = ChunkName(index);
   const auto sources = static_cast<int64_t>(source_bytes.size());
   if (chunk.destinations.size() != chunk.destination_bytes.size()) {
@@ -43,8 +43,13 @@ Status CheckChunk(size_t index, const DirectChunk& chunk, const std::vector<int6
       !bulk.ok()) {
     return Prefixed(name + "bulk ", bulk);
   }
-  return Prefixed(name, CheckBufferSegmentsInBounds(chunk.rows.data(), static_cast<int64_t>(chunk.rows.size()),
-                                                    chunk_source_bytes, chunk.destination_bytes));
+  if (Status rows = CheckBufferSegmentsInBounds(chunk.rows.data(), static_cast<int64_t>(chunk.rows.size()),
+                                                chunk_source_bytes, chunk.destination_bytes);
+      !rows.ok()) {
+    return Prefixed(name, rows);
+  }
+  return Prefixed(name, CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
+                                           chunk_source_bytes, chunk.destination_bytes, &chunk.transpose_units));
 }
 
 }  // namespace
@@ -81,25 +86,40 @@ Status DirectCopy::Make(int device, std::vector<int64_t> source_bytes, std::vect
   for (int64_t bytes : source_bytes) {
     if (bytes < 0) return Status::Error("direct copy: a source of negative size");
   }
-  int64_t rows = 0;
+  int64_t rows = 0, transposes = 0;
   for (size_t k = 0; k < chunks.size(); ++k) {
     if (Status checked = CheckChunk(k, chunks[k], source_bytes); !checked.ok()) return checked;
+    if (!chunks[k].transposes.empty()) {  // one kernel launch per kind: rows by kind, their units again
+      SortTransposeRows(&chunks[k].transposes);
+      if (Status again = CheckChunk(k, chunks[k], source_bytes); !again.ok()) return again;
+    }
     chunks[k].first_row = rows;
     rows += static_cast<int64_t>(chunks[k].rows.size());
+    chunks[k].first_transpose = transposes;
+    transposes += static_cast<int64_t>(chunks[k].transposes.size());
   }
   made->source_bytes_ = std::move(source_bytes);
   made->chunks_ = std::move(chunks);
   made->rows_ = rows;
-  if (device >= 0 && rows > 0) {
-    std::vector<BufferSegment> table;
-    table.reserve(rows);
-    for (const DirectChunk& chunk : made->chunks_) table.insert(table.end(), chunk.rows.begin(), chunk.rows.end());
+  if (device >= 0 && rows + transposes > 0) {
+    // One table in device memory: the kernel rows, then the transpose rows.
+    std::vector<char> table;
+    table.reserve(rows * sizeof(BufferSegment) + transposes * sizeof(TransposeRow));
+    for (const DirectChunk& chunk : made->chunks_) {
+      const auto* bytes = reinterpret_cast<const char*>(chunk.rows.data());
+      table.insert(table.end(), bytes, bytes + chunk.rows.size() * sizeof(BufferSegment));
+    }
+    made->transpose_table_ = static_cast<int64_t>(table.size());
+    for (const DirectChunk& chunk : made->chunks_) {
+      const auto* bytes = reinterpret_cast<const char*>(chunk.transposes.data());
+      table.insert(table.end(), bytes, bytes + chunk.transposes.size() * sizeof(TransposeRow));
+    }
     std::string why;
     const cuda::DriverApi* api = cuda::Driver(&why);
     if (api == nullptr) return Status::Error(why);
     cuda::ScopedDeviceContext context(device);
     if (!context.status().ok()) return context.status();
-    const size_t bytes = table.size() * sizeof(BufferSegment);
+    const size_t bytes = table.size();
     if (Status allocated = cuda::Check(api->cuMemAlloc(&made->table_, bytes), "cuMemAlloc (direct copy rows)");
         !allocated.ok()) {
       made->table_ = 0;
@@ -122,6 +142,12 @@ DirectCopy::~DirectCopy() {
   if (api == nullptr) return;
   cuda::ScopedDeviceContext context(device_);
   if (context.status().ok()) api->cuMemFree(table_);  // at exit the driver may be gone: nothing to do then
+}
+
+int64_t DirectCopy::transpose_rows() const {
+  int64_t count = 0;
+  for (const DirectChunk& chunk : chunks_) count += static_cast<int64_t>(chunk.transposes.size());
+  return count;
 }
 
 int64_t DirectCopy::bulk_rows() const {
@@ -151,13 +177,22 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
     }
     const auto bulk = static_cast<int64_t>(chunk.bulk.size());
     const auto rows = static_cast<int64_t>(chunk.rows.size());
+    const auto transposes = static_cast<int64_t>(chunk.transposes.size());
     if (device_ < 0) {
       CopyAddressRowsOnHost(pointers, chunk.bulk.data(), bulk, chunk.rows.data(), rows);
+      CopyTransposeRowsOnHost(pointers.sources, pointers.destinations, chunk.transposes.data(), transposes);
       continue;
     }
     const auto* device_rows = reinterpret_cast<const BufferSegment*>(
         static_cast<uintptr_t>(table_ + chunk.first_row * sizeof(BufferSegment)));
     if (Status launched = LaunchAddressCopy(stream, pointers, chunk.bulk.data(), bulk, device_rows, rows);
+        !launched.ok()) {
+      return launched;
+    }
+    const auto* device_transposes = reinterpret_cast<const TransposeRow*>(
+        static_cast<uintptr_t>(table_ + transpose_table_ + chunk.first_transpose * sizeof(TransposeRow)));
+    if (Status launched = LaunchTransposeRows(stream, pointers, chunk.transposes.data(), device_transposes,
+                                              transposes, chunk.transpose_units);
         !launched.ok()) {
       return launched;
     }

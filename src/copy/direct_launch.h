@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "copy/copy_cuda.h"
 #include "copy/segments.h"
+#include "copy/transpose.h"
 #include "cuda/driver_types.h"
 
 namespace amem::copy {
@@ -38,7 +39,10 @@ struct DirectChunk {
   std::vector<int64_t> destination_bytes;
   std::vector<BufferSegment> bulk;         // rows run as one driver copy each
   std::vector<BufferSegment> rows;         // rows for the kernel, already split into pieces
+  std::vector<TransposeRow> transposes;    // rows read through a transposed or cast view (transpose.h)
   int64_t first_row = 0;                   // where `rows` start in the device table
+  int64_t first_transpose = 0;             // where `transposes` start in the device table
+  int64_t transpose_units = 0;             // their work units (CheckTransposeRows)
 };
 
 class DirectCopy {
@@ -46,7 +50,8 @@ class DirectCopy {
   // `device`: the CUDA ordinal the copy runs on, or -1 for host memory (the CPU loop).
   // `source_bytes`: the size of each source, by slot. Checked (the message names the chunk and
   // row): slots and indices in range, at most kMaxBuffersPerSide buffers a side, destination
-  // addresses in [kMinAddress, kAddressLimit), every row inside its two buffers. The caller
+  // addresses in [kMinAddress, kAddressLimit), every row inside its two buffers (a transpose
+  // row: CheckTransposeRows). The caller
   // validated the rows once (jax_amem.copy: no two rows writing one byte, allocation extents).
   // On CUDA the kernel rows of every chunk go into one device table, uploaded here.
   static Status Make(int device, std::vector<int64_t> source_bytes, std::vector<DirectChunk> chunks,
@@ -59,6 +64,7 @@ class DirectCopy {
   int64_t sources() const { return static_cast<int64_t>(source_bytes_.size()); }
   int64_t rows() const { return rows_; }
   int64_t bulk_rows() const;
+  int64_t transpose_rows() const;
 
   // Every chunk, in order: on CUDA enqueued on `stream` (the device's context current), on the
   // host copied before returning. `source_pointers`: one address per source slot. Every
@@ -71,7 +77,8 @@ class DirectCopy {
   std::vector<int64_t> source_bytes_;
   std::vector<DirectChunk> chunks_;
   int64_t rows_ = 0;
-  CUdeviceptr table_ = 0;  // every chunk's kernel rows, on the device (CUDA only)
+  int64_t transpose_table_ = 0;  // bytes into table_ where the transpose rows start
+  CUdeviceptr table_ = 0;  // every chunk's kernel rows, then its transpose rows, on the device (CUDA only)
 };
 
 }  // namespace amem::copy

@@ -31,9 +31,11 @@ on any stream, sees the new values, and the sources stay referenced until the co
 On the CPU the same rows run in the CPU loop, synchronously.
 
 Which programs: the address route, whose every group reads whole single-device sources on
-its own device through plain views (no transpose, no cast: those views are arrays XLA must
-make, so their groups keep the XLA call), on a GPU of a build with the CUDA kernels, or on the
-CPU. The choice is made once per program, on its first run: JAX_AMEM_SWAP_DIRECT=0 (or
+its own device through plain views or views the fused transpose-and-cast copy reads itself
+(fused_views.py: a batched 2-D transpose and/or a cast, run by src/copy/transpose.h in the same
+launch sequence, checked by the same address_rows as rows of the view's elements; other views
+are arrays XLA must make, so their programs keep the XLA call), on a GPU of a build with the
+CUDA kernels, or on the CPU. The choice is made once per program, on its first run: JAX_AMEM_SWAP_DIRECT=0 (or
 `ENABLED = False` here) keeps programs made after it in XLA; any other value than 0 or 1 is a
 SwapError. The custom calls stay for everything else (transforms, JAX destinations by donation,
 staged sources).
@@ -53,6 +55,7 @@ from ... import _jax_compat
 from ..._native import core
 from ...copy import address_rows
 from ..errors import SwapError
+from . import fused_views
 from .schedule import _transforms, chunk_steps
 
 ENV = "JAX_AMEM_SWAP_DIRECT"
@@ -103,10 +106,20 @@ def eligible(program) -> bool:
             return False
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return False  # a shard of a sharded array, or a source staged from another device first
-        if any(_transforms(plan, step.view) or plan.affine(step.view) is not None
-               for steps in group.steps for step in steps):
-            return False  # a view XLA makes, or one with constant steps (the affine kernel's rows)
+        views = {step.view for steps in group.steps for step in steps}
+        if any(plan.affine(v) is not None or (_transforms(plan, v) and not fused_views.covers(plan, v))
+               for v in views):
+            return False  # constant steps (the affine kernel's rows), or a view only XLA makes
+        if any(fused_views.rows(plan, step.view, _six(step.segments)) is None
+               for steps in group.steps for step in steps if _transforms(plan, step.view)):
+            return False  # a row that starts or ends inside an element of its view
     return True
+
+
+def _six(segments) -> np.ndarray:
+    table = np.zeros((len(segments), 6), np.int64)
+    table[:, 2:5] = np.asarray(segments, np.int64).reshape(-1, 3)
+    return table
 
 
 class DirectProgram:
@@ -137,10 +150,21 @@ class DirectProgram:
             # Every buffer, those the XLA route leaves to PyTorch's copy_ too: here they are bulk rows.
             for chunk in chunk_steps(group.steps):
                 operands = [operand for operand, _ in chunk.views]
+                # A transposed or cast view's rows are checked as rows of the view's elements
+                # (bounds, overlaps with every other row, alignment, allocation extents), then
+                # run whole by the fused copy, not split into the plain rows.
+                fused = [k for k, (_, view) in enumerate(chunk.views) if _transforms(plan, view)]
+                avals = [fused_views.view_aval(plan, view) if k in fused else shapes[operand]
+                         for k, (operand, view) in enumerate(chunk.views)]
                 addresses, sizes, bulk, rows = address_rows(
-                    [shapes[k] for k in operands], [group.targets[b][0] for b in chunk.buffers],
+                    avals, [group.targets[b][0] for b in chunk.buffers],
                     [group.targets[b][1] for b in chunk.buffers], chunk.rows, platform=group.device.platform)
-                chunks.append((operands, addresses, sizes, bulk, rows))
+                transposes = [fused_views.rows(plan, chunk.views[k][1], chunk.rows[chunk.rows[:, 0] == k])
+                              for k in fused]
+                chunks.append((operands, addresses, sizes, bulk[~np.isin(bulk[:, 0], fused)],
+                               rows[~np.isin(rows[:, 0], fused)],
+                               np.concatenate(transposes) if transposes
+                               else np.zeros((0, fused_views.ROW_COLUMNS), np.int64)))
             source_bytes = [int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in shapes]
             copies.append(core.copy.DirectCopy(ordinal, source_bytes, chunks))
             ordinals.append(ordinal)

@@ -1,0 +1,88 @@
+// Rows that read a source through a transposed and/or cast view, written straight into the
+// destination: the fused transpose-and-cast copy of the direct launch (direct_launch.h). A
+// view XLA would make as a temporary (a Flax kernel (in, out) read as PyTorch's (out, in), cast
+// from f32 to bf16) costs one read of the source and one write of the destination here,
+// against XLA's read, temporary write, temporary read and write.
+//
+// A row's view is a batched 2-D transpose of a source read as (batch, rows, cols): view element
+// (b, j, i) is source element (b, i, j), so the view is (batch, cols, rows). rows == 1 or
+// cols == 1 is no transpose at all (a cast). The row copies view elements [first, first +
+// count) to `dst_offset` of its destination, each converted as XLA's convert does
+// (round-to-nearest-even; NaN quieted with its sign as the platform's XLA does).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "copy/copy_cuda.h"
+#include "cuda/driver_types.h"
+
+namespace amem::copy {
+
+// Source -> destination element types a row may convert between.
+enum TransposeKind : int64_t {
+  kTransposeCopy2 = 0,     // 2-byte elements, same type (bf16, f16, int16)
+  kTransposeCopy4 = 1,     // 4-byte elements, same type (f32, int32)
+  kTransposeF32ToBF16 = 2,
+  kTransposeF32ToF16 = 3,
+  kTransposeBF16ToF32 = 4,
+  kTransposeF16ToF32 = 5,
+  kTransposeKinds = 6,
+};
+
+int64_t TransposeSourceItem(int64_t kind);       // bytes per source element
+int64_t TransposeDestinationItem(int64_t kind);  // bytes per destination element
+
+// A row: given as ten int64 (a plain (n, 10) int64 array from Python), four more filled here.
+struct TransposeRow {
+  int64_t src_index;   // into the launch's source pointers
+  int64_t dst_index;   // into the launch's destination pointers
+  int64_t dst_offset;  // bytes: where view element `first` lands
+  int64_t first;       // view elements
+  int64_t count;
+  int64_t batch;       // the source read as (batch, rows, cols), from its first byte
+  int64_t rows;
+  int64_t cols;
+  int64_t kind;        // TransposeKind
+  // Set by CheckTransposeRows, so that the kernel divides only 32-bit numbers:
+  int64_t units;         // work units of the rows before this one in its table
+  int64_t tile_first;    // a transposed row's first tile row (counted over the whole view)
+  int64_t tiles_down;    // tile rows per matrix of the view
+  int64_t tiles_across;  // tiles across a view row
+  int64_t reserved;      // keeps rows 16-byte aligned
+};
+// The first ten fields are what callers give (an (n, 10) int64 array from Python).
+constexpr int kTransposeRowColumns = 10;
+static_assert(sizeof(TransposeRow) == 14 * sizeof(int64_t), "TransposeRow must be fourteen packed int64");
+// Most work units one table may have, and most tile rows one view: the kernel's 32-bit indices.
+constexpr int64_t kMaxTransposeUnits = (int64_t{1} << 31) - 1;
+
+// Square tile of the GPU kernel's shared-memory transpose, and elements per unit of a cast row.
+constexpr int64_t kTransposeTile = 64;
+constexpr int64_t kCastUnit = 8192;
+
+// Work units of one row on the GPU: tiles of the view rows it touches, or runs of a cast.
+int64_t TransposeUnits(const TransposeRow& row);
+
+// What a row needs to stay inside its memory (the message names the row): a known kind, a
+// positive shape, [first, first + count) inside the view, the source at least the view's
+// bytes, the destination run inside its buffer, indices in range, at most kMaxTransposeUnits
+// units and tile rows. Fills each row's `units` (the prefix the kernel searches) and tile
+// fields, and returns the table's total in `total_units`.
+Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<int64_t>& src_bytes,
+                          const std::vector<int64_t>& dst_bytes, int64_t* total_units);
+
+// Every row on the calling thread (rows checked).
+void CopyTransposeRowsOnHost(const char* const* sources, char* const* destinations, const TransposeRow* rows,
+                             int64_t count);
+
+// Every row (checked, sorted by kind: SortTransposeRows), one kernel launch per kind:
+// `device_rows` in device memory, `host_rows` the same rows on the host, `units` their total.
+Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* host_rows,
+                           const TransposeRow* device_rows, int64_t count, int64_t units);
+
+// Orders rows by kind, keeping their order within one (the rows write disjoint bytes).
+void SortTransposeRows(std::vector<TransposeRow>* rows);
+
+}  // namespace amem::copy

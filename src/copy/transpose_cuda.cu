@@ -1,0 +1,251 @@
+// The fused transpose-and-cast kernel (transpose.h): one launch for a table of rows. Each block
+// takes work units in turn: a 64x64 tile of a transposed view (read from the source along its
+// rows into shared memory, converted, written along the view's rows: both sides coalesced), or
+// a run of a cast. The conversions are CUDA's round-to-nearest-even instructions, the ones
+// XLA's convert compiles to on the GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "copy/transpose.h"
+
+namespace amem::copy {
+namespace {
+
+constexpr int kTile = static_cast<int>(kTransposeTile);
+constexpr int kThreadsX = 32, kThreadsY = 8, kThreads = kThreadsX * kThreadsY;
+// Blocks each multiprocessor keeps resident (registers capped to fit): with 16 loads a thread in
+// flight, enough bytes in flight to keep HBM busy.
+constexpr int kBlocksPerMultiprocessor = 4;
+
+struct Same2 {
+  using Source = uint16_t;
+  using Destination = uint16_t;
+  __device__ static uint16_t Convert(uint16_t v) { return v; }
+};
+struct Same4 {
+  using Source = uint32_t;
+  using Destination = uint32_t;
+  __device__ static uint32_t Convert(uint32_t v) { return v; }
+};
+struct F32ToBF16 {
+  using Source = float;
+  using Destination = __nv_bfloat16;
+  __device__ static __nv_bfloat16 Convert(float v) { return __float2bfloat16_rn(v); }
+};
+struct F32ToF16 {
+  using Source = float;
+  using Destination = __half;
+  __device__ static __half Convert(float v) { return __float2half_rn(v); }
+};
+struct BF16ToF32 {
+  using Source = __nv_bfloat16;
+  using Destination = float;
+  __device__ static float Convert(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+struct F16ToF32 {
+  using Source = __half;
+  using Destination = float;
+  __device__ static float Convert(__half v) { return __half2float(v); }
+};
+
+// Padding of a tile row, in elements: a word stride that is odd, so the threads of a warp reading
+// down a column of the tile hit every bank once.
+template <typename D>
+__host__ __device__ constexpr int Pitch() { return sizeof(D) == 2 ? kTile + 2 : kTile + 1; }
+
+constexpr int kRowsPerThread = kTile / kThreadsY;   // 8
+constexpr int kColsPerThread = kTile / kThreadsX;   // 2
+constexpr int kCastWords = kCastUnit / (4 * kThreads);  // 8 four-element words a thread per cast unit
+static_assert(kTile % kThreadsY == 0 && kTile % kThreadsX == 0 && kCastUnit % (4 * kThreads) == 0,
+              "tiles and cast units are whole multiples of the block");
+
+// Tile `unit` of a transposed row: view rows [j0, j0 + 64) of matrix b, view columns [i0, i0 + 64).
+// Every load of the tile is issued before the first is used (16 a thread in flight): one at a
+// time would leave HBM mostly idle.
+template <typename K>
+__device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char* source, char* destination,
+                              unsigned char* shared) {
+  using S = typename K::Source;
+  using D = typename K::Destination;
+  constexpr int kPitch = Pitch<D>();
+  D* tile = reinterpret_cast<D*>(shared);
+  const int64_t view_cols = row.rows, view_rows = row.cols, matrix = row.rows * row.cols;
+  // 32-bit division only (the host checked every index fits).
+  const auto u = static_cast<uint32_t>(unit), across_tiles = static_cast<uint32_t>(row.tiles_across);
+  const auto down_tiles = static_cast<uint32_t>(row.tiles_down);
+  const uint32_t tile_row = static_cast<uint32_t>(row.tile_first) + u / across_tiles;
+  const uint32_t b32 = tile_row / down_tiles;
+  const int64_t b = b32;
+  const int64_t j0 = static_cast<int64_t>(tile_row - b32 * down_tiles) * kTile;
+  const int64_t i0 = static_cast<int64_t>(u % across_tiles) * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  // What is left of the tile past this thread's first row and column (a tile at the edge of the
+  // view is cut), and this thread's first element on each side: 64-bit offsets once, then steps.
+  const int64_t view_cols_left = view_cols - i0, view_rows_left = view_rows - j0;
+  const int down = static_cast<int>(view_cols_left < kTile ? view_cols_left : kTile) - ty;
+  const int across = static_cast<int>(view_rows_left < kTile ? view_rows_left : kTile) - tx;
+  const S* src = reinterpret_cast<const S*>(source) + b * matrix + (i0 + ty) * view_rows + j0 + tx;
+  const int64_t src_step = kThreadsY * view_rows;
+  // Read: source rows i (the view's columns), along j (the view's rows): coalesced.
+  S loaded[kRowsPerThread][kColsPerThread];
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; ++c) {
+      if (r * kThreadsY < down && c * kThreadsX < across) loaded[r][c] = src[r * src_step + c * kThreadsX];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; ++c) {
+      if (r * kThreadsY < down && c * kThreadsX < across) {
+        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r][c]);
+      }
+    }
+  }
+  __syncthreads();
+  // Write: view rows j, along i: coalesced; only the elements inside [first, first + count).
+  // Here this thread's first element is view row j0 + ty, view column i0 + tx.
+  const int rows_here = static_cast<int>(view_rows_left < kTile ? view_rows_left : kTile) - ty;
+  const int cols_here = static_cast<int>(view_cols_left < kTile ? view_cols_left : kTile) - tx;
+  const int64_t at = b * matrix + (j0 + ty) * view_cols + i0 + tx - row.first;  // in the row's elements
+  D* dst = reinterpret_cast<D*>(destination + row.dst_offset) + at;
+  const int64_t dst_step = kThreadsY * view_cols;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+    for (int c = 0; c < kColsPerThread; ++c) {
+      const int64_t n = at + r * dst_step + c * kThreadsX;
+      if (r * kThreadsY < rows_here && c * kThreadsX < cols_here && n >= 0 && n < row.count) {
+        dst[r * dst_step + c * kThreadsX] = tile[(tx + c * kThreadsX) * kPitch + ty + r * kThreadsY];
+      }
+    }
+  }
+  __syncthreads();  // the tile is the next unit's
+}
+
+// Unit `unit` of a cast row: elements [unit * kCastUnit, +kCastUnit) of the row.
+template <typename K>
+__device__ void CastRun(const TransposeRow& row, int64_t unit, const char* source, char* destination) {
+  using S = typename K::Source;
+  using D = typename K::Destination;
+  const S* src = reinterpret_cast<const S*>(source) + row.first;
+  D* dst = reinterpret_cast<D*>(destination + row.dst_offset);
+  const int64_t begin = unit * kCastUnit;
+  const int64_t end = begin + kCastUnit < row.count ? begin + kCastUnit : row.count;
+  const int thread = threadIdx.y * kThreadsX + threadIdx.x;
+  // A whole unit with both ends aligned: four elements a thread per wide load and store, every
+  // load issued before the first store (as the copy kernel's words).
+  struct alignas(4 * sizeof(S)) Loaded { S v[4]; };
+  struct alignas(4 * sizeof(D)) Stored { D v[4]; };
+  if (end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
+      reinterpret_cast<uintptr_t>(dst) % sizeof(Stored) == 0) {
+    const Loaded* in = reinterpret_cast<const Loaded*>(src + begin);
+    Stored* out = reinterpret_cast<Stored*>(dst + begin);
+    Loaded words[kCastWords];
+#pragma unroll
+    for (int w = 0; w < kCastWords; ++w) words[w] = in[thread + w * kThreads];
+#pragma unroll
+    for (int w = 0; w < kCastWords; ++w) {
+      Stored converted;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) converted.v[k] = K::Convert(words[w].v[k]);
+      out[thread + w * kThreads] = converted;
+    }
+    return;
+  }
+  for (int64_t n = begin + thread; n < end; n += kThreads) dst[n] = K::Convert(src[n]);
+}
+
+template <typename K>
+__device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* source, char* destination,
+                        unsigned char* shared) {
+  if (row.rows > 1 && row.cols > 1) {
+    TransposeTile<K>(row, unit, source, destination, shared);
+  } else {
+    CastRun<K>(row, unit, source, destination);
+  }
+}
+
+int Blocks(int64_t units) {
+  static int count = [] {
+    int device = 0, multiprocessors = 0;
+    cudaGetDevice(&device);
+    if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      multiprocessors = 132;
+    }
+    return multiprocessors * kBlocksPerMultiprocessor;
+  }();
+  return static_cast<int>(units < count ? units : count);
+}
+
+// Rows [0, count) of one conversion; work units [first_unit, first_unit + units) of the table
+// they belong to. One kernel per conversion: a kernel holding all six needed twice the
+// registers of one (ptxas: 145 against 64), and half the blocks per multiprocessor.
+template <typename K>
+__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
+    TransposeKernel(const BufferPointers pointers, const TransposeRow* __restrict__ rows, int64_t count,
+                    int64_t first_unit, int64_t units) {
+  __shared__ __align__(16) unsigned char shared[kTile * (kTile + 1) * 4];  // the largest tile: 4-byte elements
+  for (int64_t v = blockIdx.x; v < units; v += gridDim.x) {
+    const int64_t u = first_unit + v;
+    int64_t lo = 0, hi = count - 1;  // the last row whose first unit is at most u
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (rows[mid].units <= u) lo = mid; else hi = mid - 1;
+    }
+    const TransposeRow& row = rows[lo];
+    if (row.src_index < 0 || row.dst_index < 0 || row.src_index >= kMaxBuffersPerSide ||
+        row.dst_index >= kMaxBuffersPerSide) {
+      continue;  // checked on the host; never fault on a bad row
+    }
+    const char* source = pointers.sources[row.src_index];
+    char* destination = pointers.destinations[row.dst_index];
+    if (source == nullptr || destination == nullptr) continue;
+    RunUnit<K>(row, u - row.units, source, destination, shared);
+  }
+}
+
+template <typename K>
+Status Launch(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows, int64_t count,
+              int64_t first_unit, int64_t units) {
+  if (units == 0) return Status::Ok();
+  TransposeKernel<K><<<Blocks(units), dim3(kThreadsX, kThreadsY), 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      pointers, device_rows, count, first_unit, units);
+  cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    return Status::Error(std::string("transpose copy kernel launch failed: ") + cudaGetErrorString(error));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* host_rows,
+                           const TransposeRow* device_rows, int64_t count, int64_t units) {
+  // One launch per run of rows of one conversion (the rows come sorted by kind).
+  for (int64_t a = 0, b = 0; a < count; a = b) {
+    while (b < count && host_rows[b].kind == host_rows[a].kind) ++b;
+    const int64_t first_unit = host_rows[a].units;
+    const int64_t run_units = (b < count ? host_rows[b].units : units) - first_unit;
+    const TransposeRow* rows = device_rows + a;
+    // The kernels, by TransposeKind.
+    using Launcher = Status (*)(CUstream, const BufferPointers&, const TransposeRow*, int64_t, int64_t, int64_t);
+    static constexpr Launcher kLaunchers[kTransposeKinds] = {
+        Launch<Same2>, Launch<Same4>, Launch<F32ToBF16>, Launch<F32ToF16>, Launch<BF16ToF32>, Launch<F16ToF32>};
+    const int64_t kind = host_rows[a].kind;
+    if (kind < 0 || kind >= kTransposeKinds) {
+      return Status::Error("transpose copy: a row of unknown kind (rows not checked)");
+    }
+    const Status launched = kLaunchers[kind](stream, pointers, rows, b - a, first_unit, run_units);
+    if (!launched.ok()) return launched;
+  }
+  return Status::Ok();
+}
+
+}  // namespace amem::copy
