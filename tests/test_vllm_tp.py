@@ -7,6 +7,7 @@ a row against transformers and against an oracle engine loaded by vLLM from the 
 checkpoint; then a worker killed during an update. Skips cleanly where vllm is not importable.
 """
 
+import contextlib
 import os
 import signal
 import time
@@ -69,21 +70,54 @@ def shut(llm):
     llm.llm_engine.engine_core.shutdown()
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+@contextlib.contextmanager
+def engine_env():
+    """ENGINE_ENV set while a TP=2 engine of this module runs, then put back as it was."""
     before = {k: os.environ.get(k) for k in ENGINE_ENV}
     os.environ.update({k: os.environ.get(k, v) for k, v in ENGINE_ENV.items()})
-    directory = tmp_path_factory.mktemp("tp2")
-    trees = [vm.flax_tree(FAMILY, seed) for seed in range(4)]
-    vm.checkpoint(vm.hf_model(FAMILY, trees[0]), directory / "v0")
-    llm = start(directory / "v0")
-    yield {"llm": llm, "trees": trees, "directory": directory}
-    shut(llm)
-    for key, value in before.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    with engine_env():
+        directory = tmp_path_factory.mktemp("tp2")
+        trees = [vm.flax_tree(FAMILY, seed) for seed in range(4)]
+        vm.checkpoint(vm.hf_model(FAMILY, trees[0]), directory / "v0")
+        llm = start(directory / "v0")
+        yield {"llm": llm, "trees": trees, "directory": directory}
+        shut(llm)
+
+
+def test_moe_experts_and_router_into_two_worker_processes(tmp_path):
+    """Qwen3-MoE from the flax naming at TP=2: each rank stages its slice of the experts' w13
+    (gate and up, intermediate axis) and w2, the router whole; the commit reruns the experts'
+    prepack. Greedy tokens equal transformers' for two versions in a row."""
+    family = "qwen3_moe"
+    trees = [vm.flax_tree(family, seed) for seed in (10, 11, 12)]
+    with engine_env():
+        vm.checkpoint(vm.hf_model(family, trees[0]), tmp_path / "v0")
+        llm = start(tmp_path / "v0")
+        try:
+            amem = jv.connect(llm, as_jax(trees[1]), family=family, source="flax", timeout=120)
+            assert amem.transport == "shared_memory" and len(amem.ranks) == 2
+            staged = {t["name"]: t["shape"] for g in amem.description["groups"] for t in g}
+            w13 = next(shape for name, shape in staged.items() if name.endswith("w13_weight"))
+            assert w13 == [vm.E, 2 * vm.I // 2, vm.D]    # this rank's halves of gate and up
+            for version in (1, 2):
+                amem.update(as_jax(trees[version]))
+                hf = vm.hf_model(family, trees[version])
+                assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS], f"version {version}"
+            amem.close()
+        finally:
+            shut(llm)
 
 
 def test_three_versions_into_two_worker_processes(engine):
