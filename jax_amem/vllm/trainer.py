@@ -138,8 +138,6 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     `timeout`: seconds any one call into the engine's workers may take before the update fails.
     Raises VllmBackendError (engine not set up for it) or VllmPlanError (the tree or rules do not
     match the engine's model), before anything is written."""
-    from jax_amem_vllm.staging import default_directory
-
     backend = _backend_of(llm)
     if backend != BACKEND:
         raise VllmBackendError(
@@ -153,6 +151,8 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
         raise VllmBackendError(f"the engine runs pipeline_parallel_size={parallel.pipeline_parallel_size} and "
                                f"data_parallel_size={parallel.data_parallel_size}: this release writes into "
                                "tensor-parallel engines only (both 1)")
+    from jax_amem_vllm.staging import default_directory  # after the checks: it needs PyTorch
+
     session, directory = session or uuid.uuid4().hex, default_directory()
     try:
         llm.collective_rpc("init_weight_transfer_engine", timeout=timeout,
