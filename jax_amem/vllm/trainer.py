@@ -210,12 +210,13 @@ class VllmEngine:
             mine, pick = _one_layer(r for r in rules if r.dst in {t["name"] for t in group})
             self.picks.append(pick)
             picked = pick(params)
+            picked_layouts = reshard.layouts_of(picked) if tp > 1 else None   # one read for every rank
             plans = []
             for rank in ranks:
                 wire, owner = rank.note["groups"][index], rank.owner(index)
                 layouts = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
                 try:
-                    pieces = mine if tp == 1 else rank_pieces(mine, reshard.layouts_of(picked), wire, owner,
+                    pieces = mine if tp == 1 else rank_pieces(mine, picked_layouts, wire, owner,
                                                               rank.note["tp_rank"], tp)
                     plan = reshard.plan(picked, layouts, pieces)
                 except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
