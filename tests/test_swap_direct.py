@@ -19,23 +19,12 @@ from jax_amem import copy as amem_copy
 from jax_amem import reshard
 from jax_amem._native import core
 from jax_amem.swapping import SwapError, forget
-from jax_amem.swapping.in_process import direct, repeat, run, schedule
+from jax_amem.swapping.in_process import direct, repeat, schedule
 
 torch = pytest.importorskip("torch")
+from swap_probes import clean, raw, the_program  # noqa: F401 - clean: an autouse fixture
 
 step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
-
-
-@pytest.fixture(autouse=True)
-def clean():
-    forget()
-    yield
-    forget()
-
-
-def the_program():
-    (program,) = run._programs.values()
-    return program
 
 
 def sources(count, shape=(8, 5), dtype=jnp.float32, device=None):
@@ -47,10 +36,6 @@ def sources(count, shape=(8, 5), dtype=jnp.float32, device=None):
 def empty_like(src, device="cpu", fill=7):
     return {name: torch.full(a.shape, fill, dtype=getattr(torch, np.dtype(a.dtype).name), device=device)
             for name, a in src.items()}
-
-
-def raw(tensor) -> np.ndarray:
-    return tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy()
 
 
 def assert_holds(dst, src):

@@ -21,6 +21,7 @@ from jax_amem.swapping.in_process import repeat, run
 from jax_amem.swapping.sources import flat_named
 
 torch = pytest.importorskip("torch")
+from swap_probes import clean  # noqa: F401 - clean: an autouse fixture
 
 step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
 
@@ -47,13 +48,6 @@ def swapped():
     dst = {name: torch.zeros(8, 4) for name in src}
     jax_amem.swap(src, dst, progress=False)
     return src, dst
-
-
-@pytest.fixture(autouse=True)
-def clean():
-    forget()
-    yield
-    forget()
 
 
 @pytest.mark.parametrize("launched_directly", [True, False])

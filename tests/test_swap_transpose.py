@@ -17,33 +17,18 @@ from jax_amem import reshard
 from jax_amem._native import core
 from jax_amem.reshard import rules
 from jax_amem.swapping import forget
-from jax_amem.swapping.in_process import direct, fused_views, run, schedule
+from jax_amem.swapping.in_process import direct, fused_views, schedule
 
 import preset_models as M
 
 torch = pytest.importorskip("torch")
+from swap_probes import clean, raw, the_program  # noqa: F401 - clean: an autouse fixture
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 KINDS = core.copy.TRANSPOSE_KINDS
 SPECIALS = np.array([0x7fc00000, 0xffc00000, 0x7f800001, 0x7fa12345, 0xff812345, 0x00000001, 0x00400000,
                      0x80000003, 0x7f7fffff, 0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7f8000, 0x387fe000,
                      0x33000000, 0x33000001, 0x477ff000, 0x477fefff, 0x7f800000, 0xff800000], np.uint32)
-
-
-@pytest.fixture(autouse=True)
-def clean():
-    forget()
-    yield
-    forget()
-
-
-def the_program():
-    (program,) = run._programs.values()
-    return program
-
-
-def raw(tensor) -> np.ndarray:
-    return tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy()
 
 
 # ----------------------------------------------------------------------------- which views
