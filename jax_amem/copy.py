@@ -63,7 +63,7 @@ def _integer_rows(segments, columns: str, widths: tuple[int, ...]) -> np.ndarray
     return np.ascontiguousarray(table, dtype=np.int64)
 
 
-def _one_buffer_rows(segments) -> np.ndarray:
+def one_buffer_rows(segments) -> np.ndarray:
     """(src_offset, dst_offset, bytes) rows, checked for their width and integers, as (n, 6)
     rows from source 0 into destination 0."""
     table = _integer_rows(segments, "(src_offset, dst_offset, bytes)", (3,))
@@ -80,7 +80,7 @@ def prepare_segments(segments, src_bytes: int, dst_bytes: int,
     Raises CopyError (a ValueError) for rows that are not three integers, and naming the
     first row that is out of bounds, empty, or that overlaps another row's destination bytes.
     """
-    rows = prepare_buffer_segments(_one_buffer_rows(segments), [src_bytes], [dst_bytes], max_piece)
+    rows = prepare_buffer_segments(one_buffer_rows(segments), [src_bytes], [dst_bytes], max_piece)
     return np.ascontiguousarray(rows[:, 2:5])
 
 
@@ -92,7 +92,7 @@ def segment_copy(src: jax.Array, dst: jax.Array, segments) -> jax.Array:
     Offsets are in bytes of the arrays' row-major storage. The call is segment_copy_many
     with one source and one destination.
     """
-    return segment_copy_many([src], [dst], _one_buffer_rows(segments))[0]
+    return segment_copy_many([src], [dst], one_buffer_rows(segments))[0]
 
 
 def _table_beside(dst, table: np.ndarray):

@@ -53,7 +53,7 @@ import numpy as np
 
 from ... import _jax_compat
 from ..._native import core
-from ...copy import address_rows
+from ...copy import address_rows, one_buffer_rows
 from ..errors import SwapError
 from . import fused_views
 from .schedule import _transforms, chunk_steps
@@ -110,16 +110,10 @@ def eligible(program) -> bool:
         if any(plan.affine(v) is not None or (_transforms(plan, v) and not fused_views.covers(plan, v))
                for v in views):
             return False  # constant steps (the affine kernel's rows), or a view only XLA makes
-        if any(fused_views.rows(plan, step.view, _six(step.segments)) is None
+        if any(fused_views.rows(plan, step.view, one_buffer_rows(step.segments)) is None
                for steps in group.steps for step in steps if _transforms(plan, step.view)):
             return False  # a row that starts or ends inside an element of its view
     return True
-
-
-def _six(segments) -> np.ndarray:
-    table = np.zeros((len(segments), 6), np.int64)
-    table[:, 2:5] = np.asarray(segments, np.int64).reshape(-1, 3)
-    return table
 
 
 class DirectProgram:
