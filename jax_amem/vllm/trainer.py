@@ -13,7 +13,6 @@ weights is reused.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -101,7 +100,7 @@ def _worker(session: str):
 
 def _notes(directory: str, session: str, tp: int) -> list[dict]:
     """Each rank's note (jax_amem_vllm/staging.py), read and removed."""
-    from jax_amem_vllm.staging import note_path
+    from jax_amem_vllm.staging import note_path, remove
 
     notes = []
     for rank in range(tp):
@@ -115,16 +114,8 @@ def _notes(directory: str, session: str, tp: int) -> list[dict]:
                 "another host or does not share this host's /dev/shm; this release writes into workers on the "
                 "trainer's host only (docs/vllm.md)") from None
         finally:
-            _remove(path)
+            remove(path)
     return notes
-
-
-def _remove(*paths) -> None:
-    for path in paths:
-        try:
-            os.unlink(path)
-        except (FileNotFoundError, TypeError):
-            pass
 
 
 def connect(llm, params, *, family: str | None = None, source: str = "flax", rules=None,
@@ -151,7 +142,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
         raise VllmBackendError(f"the engine runs pipeline_parallel_size={parallel.pipeline_parallel_size} and "
                                f"data_parallel_size={parallel.data_parallel_size}: this release writes into "
                                "tensor-parallel engines only (both 1)")
-    from jax_amem_vllm.staging import default_directory  # after the checks: it needs PyTorch
+    from jax_amem_vllm.staging import default_directory, remove  # after the checks: it needs PyTorch
 
     session, directory = session or uuid.uuid4().hex, default_directory()
     try:
@@ -173,7 +164,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
             rank.close()
         raise
     finally:
-        _remove(*(note["staging"].get("path") for note in notes))  # mapped by both sides now
+        remove(*(note["staging"].get("path") for note in notes))  # mapped by both sides now
 
 
 class VllmEngine:
