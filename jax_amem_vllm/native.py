@@ -3,7 +3,12 @@
 `import jax_amem._core` would run `jax_amem/__init__.py`, which imports JAX; inside vLLM's
 worker that must not happen (JAX's default preallocation would take 75% of the GPU from the
 engine). The core is a plain extension module that imports no Python package, so it is loaded
-here straight from its file, under this package's name.
+here straight from its file.
+
+It is loaded under its own name, `jax_amem._core`, without running the package: a process that
+imports `jax_amem` later (an in-process engine whose worker came first, a test) then finds the
+same module instead of loading the library a second time, which would run its init again and
+leave nanobind's types registered to the first copy only.
 """
 
 from __future__ import annotations
@@ -12,14 +17,13 @@ import importlib.util
 import os
 import sys
 
-_NAME = "jax_amem_vllm._core"   # the extension's init function is PyInit__core: the name ends in _core
+_NAME = "jax_amem._core"   # the extension's init function is PyInit__core: the name ends in _core
 
 
 def core():
     """The loaded core (once per process); ImportError saying what is missing."""
-    for name in (_NAME, "jax_amem._core"):   # a process that imported jax_amem (a trainer) has it already
-        if name in sys.modules:
-            return sys.modules[name]
+    if _NAME in sys.modules:   # a process that imported jax_amem (a trainer) has it already
+        return sys.modules[_NAME]
     spec = importlib.util.find_spec("jax_amem")   # finds the package without running it
     folders = list(spec.submodule_search_locations or []) if spec else []
     files = [os.path.join(d, f) for d in folders for f in sorted(os.listdir(d)) if f.startswith("_core.")]

@@ -121,3 +121,11 @@ def test_a_rule_that_misses_or_doubles_a_region_names_it():
         reshard.plan(src, dst, [Rule.copy("ab", "zz")])
     with pytest.raises(reshard.RuleError, match="destination 'ab'.*not covered by any rule"):
         reshard.plan(src, dst, [])
+
+
+@pytest.mark.parametrize("build", [rules.hf_llama, rules.hf_qwen2])
+def test_a_layer_count_whose_rules_cannot_fit_in_memory_is_refused_at_once(build):
+    with pytest.raises(reshard.RuleError, match=r"num_layers=1180591620717411303424 needs .* GiB of rules, more than "
+                                        r"this host's .* GiB of memory"):
+        build(2**70)
+    assert len(build(3)) == 3 * (9 + 3 * (build is rules.hf_qwen2)) + 3

@@ -11,6 +11,7 @@ The table below is the whole mapping: edit a copy of it for other names.
 from __future__ import annotations
 
 import numbers
+import os
 
 from .lowering import RuleError
 from .rule_types import Part, Rule
@@ -95,12 +96,23 @@ def hf_llama(num_layers: int, *, tp: int = 1, stacked: bool = True, fused_qkv: b
     return rules
 
 
+# Less than any one Rule takes in memory (its name alone is a str of over 50 bytes): a count whose
+# rules would need more than the host's memory at this size surely cannot be built.
+_RULE_BYTES_AT_LEAST = 100
+
+
 def _check(num_layers, tp) -> None:
     """The options, refused here rather than as a shape error at plan()."""
     def whole(n) -> bool:
         return isinstance(n, numbers.Integral) and not isinstance(n, bool)
     if not whole(num_layers) or num_layers < 0:
         raise RuleError(f"rules.hf_llama: num_layers={num_layers!r} is not a layer count (an int >= 0)")
+    needed = int(num_layers) * len(LLAMA_LAYER_WEIGHTS) * _RULE_BYTES_AT_LEAST
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise RuleError(f"rules.hf_llama: num_layers={num_layers!r} needs one rule per layer and weight, at least "
+                        f"{needed / 2**30:.3g} GiB of rules, more than this host's {memory / 2**30:.3g} GiB of "
+                        "memory: give the model's layer count")
     if not whole(tp) or tp < 1:
         raise RuleError(f"rules.hf_llama: tp={tp!r} is not a tensor-parallel size: give an int >= 1")
 
