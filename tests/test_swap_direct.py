@@ -99,15 +99,20 @@ def test_views_the_fused_copy_does_not_read_stay_in_xla():
     assert torch.equal(dst["w"], torch.arange(24.0).reshape(2, 3, 4).permute(1, 0, 2).to(torch.bfloat16))
 
 
-def test_views_with_constant_steps_stay_with_the_affine_kernel():
-    """A plain view (no transpose, no cast) with a constant step is no byte copy: the direct
-    launch copies bytes, so such a view keeps the route that runs the affine rows."""
+def test_views_with_constant_steps_run_as_affine_rows_unless_transposed():
+    """A plain view with a constant step is launched directly as the affine kernel's rows
+    (tests/test_swap_direct_affine.py has the rest); a transposed one is a view XLA makes
+    first, so its program keeps the custom calls."""
     src = {"w": jax.device_put(jnp.arange(12.0).reshape(3, 4), jax.devices()[0])}
     dst = {"w": torch.zeros(3, 4)}
-    rules = [reshard.Rule.copy("w", scale=0.125)]
-    jax_amem.swap(src, dst, rules=rules, progress=False)
-    assert the_program().direct is False
+    jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", scale=0.125)], progress=False)
+    assert [c.affine_rows for c in the_program().direct.copies] == [1]
     assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4) * 0.125)
+    forget()
+    dst = {"w": torch.zeros(4, 3)}
+    jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", transpose=(1, 0), scale=0.125)], progress=False)
+    assert the_program().direct is False
+    assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T * 0.125)
 
 
 def test_sharded_sources_stay_in_xla():
