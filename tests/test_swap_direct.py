@@ -6,8 +6,6 @@ chunks and groups, every refusal of core.copy.DirectCopy, and failures that leav
 written or nothing still writing. GPU (`gpu`): the same on CUDA, ordering with PyTorch's
 stream and with sources still being computed."""
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -22,7 +20,7 @@ from jax_amem.swapping import SwapError, forget
 from jax_amem.swapping.in_process import direct, repeat, schedule
 
 torch = pytest.importorskip("torch")
-from swap_probes import clean, raw, the_program  # noqa: F401 - clean: an autouse fixture
+from swap_probes import clean, python_work, raw, the_program  # noqa: F401 - clean: an autouse fixture
 
 step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
 
@@ -180,17 +178,7 @@ def python_work_per_repeat(count: int) -> dict:
     src = step(src)
     jax_amem.swap(src, dst, progress=False)  # the first repeat makes what later repeats reuse
     src = step(src)
-    seen = {"call": 0, "c_call": 0}
-
-    def count_events(frame, event, arg):
-        if event in seen:
-            seen[event] += 1
-
-    sys.setprofile(count_events)
-    try:
-        jax_amem.swap(src, dst, progress=False)
-    finally:
-        sys.setprofile(None)
+    seen = python_work(lambda: jax_amem.swap(src, dst, progress=False))
     assert_holds(dst, src)
     assert isinstance(the_program().direct, direct.DirectProgram)
     return seen

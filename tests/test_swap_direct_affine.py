@@ -24,7 +24,7 @@ from jax_amem.swapping import forget
 from jax_amem.swapping.in_process import direct, direct_affine, fused_views, repeat, routes
 
 torch = pytest.importorskip("torch")
-from swap_probes import clean, raw, the_program  # noqa: F401 - clean: an autouse fixture
+from swap_probes import clean, python_work, raw, the_program  # noqa: F401 - clean: an autouse fixture
 
 BF16 = ml_dtypes.bfloat16
 NARROW = [np.float32, BF16, np.float16]
@@ -194,10 +194,8 @@ def test_a_training_loop_repeats_with_new_sources_and_no_xla(monkeypatch):
 
 
 def _python_work_of_a_scaled_repeat(count: int) -> dict:
-    """Python calls and C calls from Python (sys.setprofile) of one repeated swap of `count`
-    scaled tensors, after the repeat that makes what later ones reuse."""
-    import sys
-
+    """Python calls and C calls from Python (swap_probes.python_work) of one repeated swap of
+    `count` scaled tensors, after the repeat that makes what later ones reuse."""
     forget()
     src = on_one_device({f"t{i:04d}": values((4,), np.float32, i) for i in range(count)})
     pieces = [reshard.Rule.copy(name, scale=0.5, cast="bfloat16") for name in src]
@@ -206,17 +204,7 @@ def _python_work_of_a_scaled_repeat(count: int) -> dict:
     for _ in range(2):
         jax_amem.swap(src, dst, rules=pieces, progress=False)
         src = step(src)
-    seen = {"call": 0, "c_call": 0}
-
-    def count_events(frame, event, arg):
-        if event in seen:
-            seen[event] += 1
-
-    sys.setprofile(count_events)
-    try:
-        jax_amem.swap(src, dst, rules=pieces, progress=False)
-    finally:
-        sys.setprofile(None)
+    seen = python_work(lambda: jax_amem.swap(src, dst, rules=pieces, progress=False))
     assert sum(c.affine_rows for c in the_program().direct.copies) == count
     for name, array in src.items():
         assert np.array_equal(raw(dst[name]), as_bytes((array * 0.5).astype(jnp.bfloat16))), name
