@@ -4,13 +4,19 @@ in the same run.
 
     python -P benchmarks/swap_scale.py [--count 4] [--mib 512] [--repeats 20]
 
-Pairs (each: the swap without the constant, then with it; same sources, same destinations):
-  f32 -> f32          plain copy (bulk driver copies / PyTorch's copy_) vs `x * 0.125` (affine rows)
+Pairs (each: the swap without the constant, then with it; same sources, same destinations; both
+launched directly, outside XLA: swapping/in_process/direct.py):
+  f32 -> f32          plain copy (bulk rows: one driver copy each) vs `x * 0.125` (the affine kernel's rows)
   bf16 -> bf16        the same in bfloat16 (the kernel computes in float32, rounds once)
-  f32 -> bf16         a cast (XLA makes the cast view, bytes copied) vs `(x * 0.125).astype(bf16)`
-                      (the kernel reads float32 and writes bfloat16: no temporary)
-Goal (H200, 4 x 512 MiB): the scaled swap within 5% of the plain one (ratio <= 1.05).
-Each scaled swap's first and last 2^20 elements are checked bit for bit against the numpy reference.
+  f32 -> bf16         a cast (the fused transpose-and-cast copy) vs `(x * 0.125).astype(bf16)`
+                      (the affine kernel reads float32 and writes bfloat16: no temporary)
+Goal (H200, 4 x 512 MiB; issue 23): the scaled swap within 5% of the plain one (ratio <= 1.05).
+Each scaled swap's first and last 2^20 elements are checked bit for bit against the numpy reference,
+and both swaps of a pair are checked to have been launched directly ("route").
+
+"scaled via XLA": the same scaled swap with its affine rows in XLA's custom call
+(`affine_copy_to_addresses` in a jitted call: the route such swaps took before the direct launch
+ran them, `direct_affine.ENABLED = False`), same run.
 
 "kernel": the affine kernel alone, as near as a timer outside the GPU gets: the same rows
 (`affine_copy_to_addresses`, one jitted call) issued 10 times back to back and waited for once,
@@ -34,6 +40,7 @@ import jax
 from jax_amem.affine_copy import Program, affine_copy_to_addresses, encode
 from jax_amem.reshard import Rule
 from jax_amem.reshard.affine import Affine, Step
+from jax_amem.swapping.in_process import direct, direct_affine, run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from swap import median_seconds  # noqa: E402  (benchmarks/swap.py: the same timing)
@@ -61,6 +68,26 @@ def kernel_seconds(src, dst, step, src_dtype, dst_dtype, repeats, sync):
     return median_seconds(back_to_back, max(3, repeats // 4), sync) / BACK_TO_BACK
 
 
+def launched_directly(scaled: bool) -> bool:
+    """Whether the swap's program (the one with constant steps, or the one without) was launched
+    outside XLA."""
+    programs = [p for p in run._programs.values() if any(a is not None for a in p.plan.affines) == scaled]
+    return bool(programs) and all(isinstance(p.direct, direct.DirectProgram) for p in programs)
+
+
+def scaled_via_xla_seconds(src, dst, scaled, repeats, sync):
+    """The scaled swap with its affine rows in XLA's custom call (the module's docstring)."""
+    jax_amem.swapping.forget()
+    direct_affine.ENABLED = False
+    try:
+        jax_amem.swap(src, dst, rules=scaled, progress=False)
+        assert not launched_directly(True)
+        return median_seconds(lambda: jax_amem.swap(src, dst, rules=scaled, progress=False), repeats, sync)
+    finally:
+        direct_affine.ENABLED = True
+        jax_amem.swapping.forget()
+
+
 def run_pair(name, src_dtype, dst_dtype, count, elements, device, torch_device, repeats, sync):
     import torch
 
@@ -83,6 +110,8 @@ def run_pair(name, src_dtype, dst_dtype, count, elements, device, torch_device, 
         assert np.array_equal(got, want.view(np.uint8)), f"{name}: the scaled swap is not bit-exact"
     plain_s = median_seconds(lambda: jax_amem.swap(src, dst, rules=plain, progress=False), repeats, sync)
     scaled_s = median_seconds(lambda: jax_amem.swap(src, dst, rules=scaled, progress=False), repeats, sync)
+    route = "direct" if launched_directly(True) and launched_directly(False) else "XLA"
+    via_xla_s = scaled_via_xla_seconds(src, dst, scaled, repeats, sync)
     nbytes = count * elements * np.dtype(dst_dtype).itemsize
     flat = torch.empty(nbytes // 4, dtype=torch.float32, device=torch_device)
     flat_dst = torch.empty_like(flat)
@@ -93,6 +122,7 @@ def run_pair(name, src_dtype, dst_dtype, count, elements, device, torch_device, 
     del src, dst
     jax_amem.swapping.forget()
     return dict(name=name, bytes=nbytes, plain_s=plain_s, scaled_s=scaled_s, copy_s=copy_s, kernel_s=kernel_s,
+                route=route, via_xla_s=via_xla_s,
                 kernel_of_copy=((src_bytes + nbytes) / kernel_s) / (2 * nbytes / copy_s))
 
 
@@ -117,14 +147,15 @@ def main(argv=None):
                                ("f32 -> bf16", np.float32, ml_dtypes.bfloat16))]
     print(f"swap with a fused constant scale on {device.platform} ({device.device_kind}), "
           f"{args.count} x {mib:g} MiB sources, medians of {repeats} (ms)")
-    print(f"{'pair':>14} {'dst MiB':>8} {'plain':>9} {'scaled':>9} {'scaled/plain':>13} {'dev copy':>9} "
-          f"{'scaled of copy':>15} {'kernel':>8} {'kernel of copy':>15}  goal <= {GOAL} -> met?")
+    print(f"{'pair':>14} {'dst MiB':>8} {'route':>7} {'plain':>9} {'scaled':>9} {'scaled/plain':>13} "
+          f"{'scaled via XLA':>15} {'dev copy':>9} {'scaled of copy':>15} {'kernel':>8} {'kernel of copy':>15}  "
+          f"goal <= {GOAL} -> met?")
     for r in rows:
         ratio = r["scaled_s"] / r["plain_s"]
         met = ("yes" if ratio <= GOAL else "NO") if gpu else "n/a (CPU)"
-        print(f"{r['name']:>14} {r['bytes'] / 2**20:>8.0f} {r['plain_s'] * 1e3:>9.3f} {r['scaled_s'] * 1e3:>9.3f} "
-              f"{ratio:>13.3f} {r['copy_s'] * 1e3:>9.3f} {r['copy_s'] / r['scaled_s']:>15.0%} "
-              f"{r['kernel_s'] * 1e3:>8.3f} {r['kernel_of_copy']:>15.0%}  {met}")
+        print(f"{r['name']:>14} {r['bytes'] / 2**20:>8.0f} {r['route']:>7} {r['plain_s'] * 1e3:>9.3f} "
+              f"{r['scaled_s'] * 1e3:>9.3f} {ratio:>13.3f} {r['via_xla_s'] * 1e3:>15.3f} {r['copy_s'] * 1e3:>9.3f} "
+              f"{r['copy_s'] / r['scaled_s']:>15.0%} {r['kernel_s'] * 1e3:>8.3f} {r['kernel_of_copy']:>15.0%}  {met}")
     return rows
 
 

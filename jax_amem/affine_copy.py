@@ -183,11 +183,14 @@ def affine_copy_many(srcs, dsts, rows, table: Table) -> list:
                      sources=np.int64(len(srcs)), programs=np.int64(table.programs)))
 
 
-def affine_copy_to_addresses(srcs, addresses, destination_bytes, rows, table: Table, dst_dtypes=None):
-    """As jax_amem.copy.segment_copy_to_addresses for affine rows: destination d is
-    `destination_bytes[d]` bytes at `addresses[d]` (`dst_dtypes[d]` its dtype, checked against
-    the programs when given). Returns a token; the same contract on the addresses."""
-    _ffi.register_targets()
+def address_affine_rows(srcs, addresses, destination_bytes, rows, table: Table, dst_dtypes=None,
+                        platform: str | None = None) -> tuple:
+    """What a copy of affine rows into destinations given by address runs, every check of
+    affine_copy_to_addresses done once (ValueError naming the input): (addresses, destination
+    sizes as lists of ints, the rows split into pieces). `srcs`: anything with `.shape` and
+    `.dtype` (arrays, avals); `platform`: where the copy runs ("gpu": each destination is
+    bounded by its device allocation too). The custom call and the direct launch of an eager
+    swap (swapping/in_process/direct.py) both run these rows."""
     srcs = list(srcs)
     address_list = _integers(addresses, "addresses")
     size_list = _integers(destination_bytes, "destination_bytes")
@@ -208,10 +211,21 @@ def affine_copy_to_addresses(srcs, addresses, destination_bytes, rows, table: Ta
             raise ValueError(f"destination {d}: address {address:#x} is not a multiple of its item size {item}")
     split = prepare_rows(raw, table, [_nbytes(s) // np.dtype(s.dtype).itemsize for s in srcs],
                          [b // i for b, i in zip(size_list, itemsize)])
-    if _platform(srcs) == "gpu":
+    if platform == "gpu":
         ends = np.zeros(len(address_list), np.int64)
         np.maximum.at(ends, split[:, 1], (split[:, 3] + split[:, 4]) * np.array(itemsize, np.int64)[split[:, 1]])
         _bounded_by_allocations(address_list, ends)
+    return address_list, size_list, split
+
+
+def affine_copy_to_addresses(srcs, addresses, destination_bytes, rows, table: Table, dst_dtypes=None):
+    """As jax_amem.copy.segment_copy_to_addresses for affine rows: destination d is
+    `destination_bytes[d]` bytes at `addresses[d]` (`dst_dtypes[d]` its dtype, checked against
+    the programs when given). Returns a token; the same contract on the addresses."""
+    _ffi.register_targets()
+    srcs = list(srcs)
+    address_list, size_list, split = address_affine_rows(srcs, addresses, destination_bytes, rows, table, dst_dtypes,
+                                                         _platform(srcs) if srcs else None)
     call = jax.ffi.ffi_call(_ffi.AFFINE_COPY_TO_ADDRESSES, jax.ShapeDtypeStruct((), np.uint8))
     return call(_table_beside(srcs[0], split.view(np.uint32)), _table_beside(srcs[0], table.words), *srcs,
                 addresses=np.array(address_list, np.int64), destination_bytes=np.array(size_list, np.int64),

@@ -30,6 +30,9 @@
 #                  against each other node (one line where the host has one node); not in the default list
 #   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
 #                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list
+#   swap_scale     benchmarks/swap_scale.py (a fused constant scale against the same swap without it,
+#                  4 x 512 MiB, both launched directly), then the GPU tests of constant steps (the
+#                  direct launch's and the custom call's); not in the default list
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays
@@ -160,8 +163,12 @@ for name in $STEPS; do
     swap_sweep)
       TAIL=${TAIL:-20} step swap_cases 200 $PY -P benchmarks/swap.py --repeats 20
       TAIL=${TAIL:-20} step swap_sweep 300 $PY -P benchmarks/swap.py --sweep --repeats 15 --json "$O/h200_swap_sweep.json" ;;
+    swap_scale)
+      TAIL=${TAIL:-20} step swap_scale 240 $PY -P benchmarks/swap_scale.py
+      step affine_gpu 300 $PY -P -m pytest -q -m gpu tests/test_swap_direct_affine.py tests/test_swap_affine.py \
+        -k "not over_nccl" ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep numa multigpu hostile_demo)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale numa multigpu hostile_demo)"; exit 2 ;;
   esac
 done
 

@@ -2,6 +2,8 @@
 a fixture that starts each test from a first swap (the swap's program and plan caches forgotten
 before and after). Imported by test modules that need PyTorch, after they skip without it."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -26,3 +28,21 @@ def the_program():
 def raw(tensor) -> np.ndarray:
     """A PyTorch tensor's bytes, on the host, in row-major order."""
     return tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().copy()
+
+
+def python_work(call) -> dict:
+    """Python function calls ("call") and C calls made from Python code ("c_call") while
+    `call()` runs (sys.setprofile; C calls inside map() are not seen: the per-item work a
+    native pass is allowed)."""
+    seen = {"call": 0, "c_call": 0}
+
+    def count_events(frame, event, arg):
+        if event in seen:
+            seen[event] += 1
+
+    sys.setprofile(count_events)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen

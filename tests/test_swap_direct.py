@@ -6,8 +6,6 @@ chunks and groups, every refusal of core.copy.DirectCopy, and failures that leav
 written or nothing still writing. GPU (`gpu`): the same on CUDA, ordering with PyTorch's
 stream and with sources still being computed."""
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -22,7 +20,7 @@ from jax_amem.swapping import SwapError, forget
 from jax_amem.swapping.in_process import direct, repeat, schedule
 
 torch = pytest.importorskip("torch")
-from swap_probes import clean, raw, the_program  # noqa: F401 - clean: an autouse fixture
+from swap_probes import clean, python_work, raw, the_program  # noqa: F401 - clean: an autouse fixture
 
 step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
 
@@ -99,15 +97,20 @@ def test_views_the_fused_copy_does_not_read_stay_in_xla():
     assert torch.equal(dst["w"], torch.arange(24.0).reshape(2, 3, 4).permute(1, 0, 2).to(torch.bfloat16))
 
 
-def test_views_with_constant_steps_stay_with_the_affine_kernel():
-    """A plain view (no transpose, no cast) with a constant step is no byte copy: the direct
-    launch copies bytes, so such a view keeps the route that runs the affine rows."""
+def test_views_with_constant_steps_run_as_affine_rows_unless_transposed():
+    """A plain view with a constant step is launched directly as the affine kernel's rows
+    (tests/test_swap_direct_affine.py has the rest); a transposed one is a view XLA makes
+    first, so its program keeps the custom calls."""
     src = {"w": jax.device_put(jnp.arange(12.0).reshape(3, 4), jax.devices()[0])}
     dst = {"w": torch.zeros(3, 4)}
-    rules = [reshard.Rule.copy("w", scale=0.125)]
-    jax_amem.swap(src, dst, rules=rules, progress=False)
-    assert the_program().direct is False
+    jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", scale=0.125)], progress=False)
+    assert [c.affine_rows for c in the_program().direct.copies] == [1]
     assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4) * 0.125)
+    forget()
+    dst = {"w": torch.zeros(4, 3)}
+    jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", transpose=(1, 0), scale=0.125)], progress=False)
+    assert the_program().direct is False
+    assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T * 0.125)
 
 
 def test_sharded_sources_stay_in_xla():
@@ -175,17 +178,7 @@ def python_work_per_repeat(count: int) -> dict:
     src = step(src)
     jax_amem.swap(src, dst, progress=False)  # the first repeat makes what later repeats reuse
     src = step(src)
-    seen = {"call": 0, "c_call": 0}
-
-    def count_events(frame, event, arg):
-        if event in seen:
-            seen[event] += 1
-
-    sys.setprofile(count_events)
-    try:
-        jax_amem.swap(src, dst, progress=False)
-    finally:
-        sys.setprofile(None)
+    seen = python_work(lambda: jax_amem.swap(src, dst, progress=False))
     assert_holds(dst, src)
     assert isinstance(the_program().direct, direct.DirectProgram)
     return seen

@@ -227,8 +227,8 @@ def _swap_both_routes(monkeypatch, src, make_dst, **options):
 def test_preset_views_swap_bit_exact_through_the_fused_copy(monkeypatch, family, source, cast):
     """The presets' real views (stacked kernels read layer by layer and transposed, head-split
     kernels, embeddings and norms cast): the fused copy's bytes are the XLA route's and the
-    independent oracle's. MaxText's query kernel has a constant step (its scale): those programs
-    keep the affine kernel's route."""
+    independent oracle's. MaxText's query kernel has a constant step (its scale) on a transposed
+    view, which XLA makes first: those programs keep the custom calls."""
     weights = M.logical(family, np.random.default_rng(5))
     tree = _one_device(M.source_tree(family, source, weights))
     want = M.oracle(family, "hf", weights, np, 1)
@@ -241,7 +241,7 @@ def test_preset_views_swap_bit_exact_through_the_fused_copy(monkeypatch, family,
     fused, by_xla, program = _swap_both_routes(monkeypatch, tree, make_dst, rules=rule_list)
     scaled = any(program.plan.affine(v) is not None for v in range(len(program.plan.views)))
     assert not scaled or source == "maxtext"  # MaxText's query scale, in some families: constant steps
-    if scaled:  # the affine kernel's rows keep their route
+    if scaled:  # the transpose is XLA's, then the affine kernel's rows in its custom call
         assert program.direct is False
     else:
         assert isinstance(program.direct, direct.DirectProgram)

@@ -52,14 +52,25 @@ std::vector<copy::TransposeRow> TransposeRows(const RowArray& array) {
   return rows;
 }
 
+std::vector<copy::AffineRow> AffineRows(const RowArray& array) {
+  constexpr size_t kColumns = sizeof(copy::AffineRow) / sizeof(int64_t);
+  if (array.shape(0) > 0 && array.shape(1) != kColumns) {
+    throw nb::value_error("affine rows must have shape (n, 6): (src_index, dst_index, src_element, dst_element, "
+                          "count, program)");
+  }
+  const auto* rows = reinterpret_cast<const copy::AffineRow*>(array.data());
+  return std::vector<copy::AffineRow>(rows, rows + array.shape(0));
+}
+
 // (source slots, destination addresses, destination bytes, bulk rows, kernel rows[, transpose
-// rows]) per chunk.
+// rows[, affine rows, affine table, affine programs]]) per chunk.
 std::vector<copy::DirectChunk> Chunks(const nb::list& chunks) {
   std::vector<copy::DirectChunk> out;
   for (nb::handle item : chunks) {
     nb::tuple fields = nb::cast<nb::tuple>(item);
-    if (fields.size() != 5 && fields.size() != 6) {
-      throw nb::value_error("a chunk is (source slots, addresses, destination bytes, bulk rows, rows[, transpose rows])");
+    if (fields.size() != 5 && fields.size() != 6 && fields.size() != 9) {
+      throw nb::value_error("a chunk is (source slots, addresses, destination bytes, bulk rows, rows[, transpose "
+                            "rows[, affine rows, affine table, affine programs]])");
     }
     copy::DirectChunk chunk;
     chunk.source_slots = nb::cast<std::vector<int64_t>>(fields[0]);
@@ -67,7 +78,13 @@ std::vector<copy::DirectChunk> Chunks(const nb::list& chunks) {
     chunk.destination_bytes = nb::cast<std::vector<int64_t>>(fields[2]);
     chunk.bulk = Rows(nb::cast<RowArray>(fields[3]), "bulk");
     chunk.rows = Rows(nb::cast<RowArray>(fields[4]), "kernel");
-    if (fields.size() == 6) chunk.transposes = TransposeRows(nb::cast<RowArray>(fields[5]));
+    if (fields.size() >= 6) chunk.transposes = TransposeRows(nb::cast<RowArray>(fields[5]));
+    if (fields.size() == 9) {
+      chunk.affines = AffineRows(nb::cast<RowArray>(fields[6]));
+      PointerArray table = nb::cast<PointerArray>(fields[7]);
+      chunk.affine_table.assign(table.data(), table.data() + table.shape(0));
+      chunk.affine_programs = nb::cast<int64_t>(fields[8]);
+    }
     out.push_back(std::move(chunk));
   }
   return out;
@@ -107,12 +124,16 @@ void BindDirectCopy(nb::module_& m) {
           nb::arg("device"), nb::arg("source_bytes"), nb::arg("chunks"),
           "device: CUDA ordinal, or -1 for host memory. chunks: [(source slots, destination addresses, "
           "destination bytes, bulk rows (n, 6) int64, kernel rows (m, 6) int64 split into pieces[, transpose rows (k, 10) "
-          "int64: src/copy/transpose.h])]; rows validated by jax_amem.copy.address_rows. Raises ValueError naming the chunk and row out of bounds.")
+          "int64: src/copy/transpose.h[, affine rows (a, 6) int64 split into pieces, their table (int64 words: "
+          "programs, then float64 constants), its number of programs: src/copy/affine.h]])]; rows validated by "
+          "jax_amem.copy.address_rows and jax_amem.affine_copy.address_affine_rows. Raises ValueError naming the "
+          "chunk and row out of bounds.")
       .def_prop_ro("device", [](const DirectCopyHandle& h) { return h.copy->device(); })
       .def_prop_ro("sources", [](const DirectCopyHandle& h) { return h.copy->sources(); })
       .def_prop_ro("rows", [](const DirectCopyHandle& h) { return h.copy->rows(); })
       .def_prop_ro("bulk_rows", [](const DirectCopyHandle& h) { return h.copy->bulk_rows(); })
       .def_prop_ro("transpose_rows", [](const DirectCopyHandle& h) { return h.copy->transpose_rows(); })
+      .def_prop_ro("affine_rows", [](const DirectCopyHandle& h) { return h.copy->affine_rows(); })
       .def(
           "run",
           [](const DirectCopyHandle& h, PointerArray pointers, uint64_t stream) {

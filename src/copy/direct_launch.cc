@@ -3,7 +3,9 @@
 #include <string>
 #include <utility>
 
+#include "copy/affine_cuda.h"
 #include "copy/copy_cpu.h"
+#include "copy/flush_denormals.h"
 #include "cuda/driver_api.h"
 
 namespace amem::copy {
@@ -13,6 +15,42 @@ std::string ChunkName(size_t chunk) { return "direct copy, chunk " + std::to_str
 
 Status Prefixed(const std::string& prefix, const Status& status) {
   return status.ok() ? status : Status::Error(prefix + status.message());
+}
+
+// The chunk's affine table as the host holds it.
+AffineTable HostAffineTable(const DirectChunk& chunk) {
+  return AffineTableAt(chunk.affine_table.data(), static_cast<int64_t>(chunk.affine_table.size() * sizeof(int64_t)),
+                       chunk.affine_programs);
+}
+
+// The affine rows: their table well formed (the programs it says it holds, each one's dtypes,
+// steps and constants), every row naming one of them and inside both buffers, and each
+// destination it writes at an address that holds whole elements of the program's dtype.
+Status CheckAffineChunk(const DirectChunk& chunk, const std::vector<int64_t>& source_bytes) {
+  if (chunk.affines.empty() && chunk.affine_programs == 0) return Status::Ok();
+  const int64_t table_bytes = static_cast<int64_t>(chunk.affine_table.size() * sizeof(int64_t));
+  if (chunk.affine_programs < 0 ||
+      chunk.affine_programs > table_bytes / static_cast<int64_t>(sizeof(AffineProgram))) {
+    return Status::Error("affine table of " + std::to_string(table_bytes) + " bytes does not hold its " +
+                         std::to_string(chunk.affine_programs) + " programs");
+  }
+  const AffineTable table = HostAffineTable(chunk);
+  if (Status programs = CheckAffineTable(table); !programs.ok()) return programs;
+  const auto count = static_cast<int64_t>(chunk.affines.size());
+  if (Status rows = CheckAffineRowsInBounds(chunk.affines.data(), count, table, source_bytes, chunk.destination_bytes);
+      !rows.ok()) {
+    return rows;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const AffineRow& row = chunk.affines[i];
+    const int64_t item = AffineDtypeBytes(table.programs[row.program].dst_dtype);
+    if (chunk.destinations[row.dst_index] % item != 0) {
+      return Status::Error("affine row " + std::to_string(i) + ": destination " + std::to_string(row.dst_index) +
+                           " at address " + std::to_string(chunk.destinations[row.dst_index]) +
+                           " is not a multiple of the " + std::to_string(item) + "-byte elements it writes");
+    }
+  }
+  return Status::Ok();
 }
 
 // Slots in range, buffer counts within the kernel's pointer table, addresses that user memory
@@ -48,8 +86,12 @@ Status CheckChunk(size_t index, DirectChunk& chunk, const std::vector<int64_t>& 
       !rows.ok()) {
     return Prefixed(name, rows);
   }
-  return Prefixed(name, CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
-                                           chunk_source_bytes, chunk.destination_bytes, &chunk.transpose_units));
+  if (Status transposes = CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
+                                             chunk_source_bytes, chunk.destination_bytes, &chunk.transpose_units);
+      !transposes.ok()) {
+    return Prefixed(name, transposes);
+  }
+  return Prefixed(name, CheckAffineChunk(chunk, chunk_source_bytes));
 }
 
 }  // namespace
@@ -86,7 +128,7 @@ Status DirectCopy::Make(int device, std::vector<int64_t> source_bytes, std::vect
   for (int64_t bytes : source_bytes) {
     if (bytes < 0) return Status::Error("direct copy: a source of negative size");
   }
-  int64_t rows = 0, transposes = 0;
+  int64_t rows = 0, transposes = 0, affines = 0, affine_words = 0;
   for (size_t k = 0; k < chunks.size(); ++k) {
     if (Status checked = CheckChunk(k, chunks[k], source_bytes); !checked.ok()) return checked;
     if (!chunks[k].transposes.empty()) {  // one kernel launch per kind: rows by kind, their units again
@@ -97,22 +139,39 @@ Status DirectCopy::Make(int device, std::vector<int64_t> source_bytes, std::vect
     rows += static_cast<int64_t>(chunks[k].rows.size());
     chunks[k].first_transpose = transposes;
     transposes += static_cast<int64_t>(chunks[k].transposes.size());
+    chunks[k].first_affine = affines;
+    affines += static_cast<int64_t>(chunks[k].affines.size());
+    chunks[k].affine_table_at = affine_words;  // words after the affine rows, made bytes below
+    affine_words += static_cast<int64_t>(chunks[k].affine_table.size());
   }
   made->source_bytes_ = std::move(source_bytes);
   made->chunks_ = std::move(chunks);
   made->rows_ = rows;
-  if (device >= 0 && rows + transposes > 0) {
-    // One table in device memory: the kernel rows, then the transpose rows.
+  if (device >= 0 && rows + transposes + affines > 0) {
+    // One table in device memory: the kernel rows, the transpose rows, the affine rows, then
+    // the affine tables (every part a whole number of 16 bytes: each row and table aligned).
     std::vector<char> table;
-    table.reserve(rows * sizeof(BufferSegment) + transposes * sizeof(TransposeRow));
-    for (const DirectChunk& chunk : made->chunks_) {
-      const auto* bytes = reinterpret_cast<const char*>(chunk.rows.data());
-      table.insert(table.end(), bytes, bytes + chunk.rows.size() * sizeof(BufferSegment));
-    }
+    table.reserve(rows * sizeof(BufferSegment) + transposes * sizeof(TransposeRow) +
+                  affines * sizeof(AffineRow) + affine_words * sizeof(int64_t) + 48);
+    const auto append = [&table](const void* data, size_t bytes) {
+      const auto* from = static_cast<const char*>(data);
+      table.insert(table.end(), from, from + bytes);
+    };
+    const auto align = [&table] { table.resize((table.size() + 15) / 16 * 16); };
+    for (const DirectChunk& chunk : made->chunks_) append(chunk.rows.data(), chunk.rows.size() * sizeof(BufferSegment));
+    align();
     made->transpose_table_ = static_cast<int64_t>(table.size());
     for (const DirectChunk& chunk : made->chunks_) {
-      const auto* bytes = reinterpret_cast<const char*>(chunk.transposes.data());
-      table.insert(table.end(), bytes, bytes + chunk.transposes.size() * sizeof(TransposeRow));
+      append(chunk.transposes.data(), chunk.transposes.size() * sizeof(TransposeRow));
+    }
+    align();
+    made->affine_table_ = static_cast<int64_t>(table.size());
+    for (const DirectChunk& chunk : made->chunks_) append(chunk.affines.data(), chunk.affines.size() * sizeof(AffineRow));
+    align();
+    const auto tables = static_cast<int64_t>(table.size());
+    for (DirectChunk& chunk : made->chunks_) {
+      chunk.affine_table_at = tables + chunk.affine_table_at * static_cast<int64_t>(sizeof(int64_t));
+      append(chunk.affine_table.data(), chunk.affine_table.size() * sizeof(int64_t));
     }
     std::string why;
     const cuda::DriverApi* api = cuda::Driver(&why);
@@ -150,6 +209,12 @@ int64_t DirectCopy::transpose_rows() const {
   return count;
 }
 
+int64_t DirectCopy::affine_rows() const {
+  int64_t count = 0;
+  for (const DirectChunk& chunk : chunks_) count += static_cast<int64_t>(chunk.affines.size());
+  return count;
+}
+
 int64_t DirectCopy::bulk_rows() const {
   int64_t count = 0;
   for (const DirectChunk& chunk : chunks_) count += static_cast<int64_t>(chunk.bulk.size());
@@ -178,9 +243,15 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
     const auto bulk = static_cast<int64_t>(chunk.bulk.size());
     const auto rows = static_cast<int64_t>(chunk.rows.size());
     const auto transposes = static_cast<int64_t>(chunk.transposes.size());
+    const auto affines = static_cast<int64_t>(chunk.affines.size());
     if (device_ < 0) {
       CopyAddressRowsOnHost(pointers, chunk.bulk.data(), bulk, chunk.rows.data(), rows);
       CopyTransposeRowsOnHost(pointers.sources, pointers.destinations, chunk.transposes.data(), transposes);
+      if (affines > 0) {
+        const ScopedFlushDenormals as_xla_cpu;  // the custom call's arithmetic (flush_denormals.h)
+        AffineCopyOnHost(pointers.sources, pointers.destinations, chunk.affines.data(), affines,
+                         HostAffineTable(chunk));
+      }
       continue;
     }
     const auto* device_rows = reinterpret_cast<const BufferSegment*>(
@@ -194,6 +265,15 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
     if (Status launched = LaunchTransposeRows(stream, pointers, chunk.transposes.data(), device_transposes,
                                               transposes, chunk.transpose_units);
         !launched.ok()) {
+      return launched;
+    }
+    if (affines == 0) continue;
+    const auto* device_affines = reinterpret_cast<const AffineRow*>(
+        static_cast<uintptr_t>(table_ + affine_table_ + chunk.first_affine * sizeof(AffineRow)));
+    const AffineTable device_table = AffineTableAt(
+        reinterpret_cast<const void*>(static_cast<uintptr_t>(table_ + chunk.affine_table_at)),
+        static_cast<int64_t>(chunk.affine_table.size() * sizeof(int64_t)), chunk.affine_programs);
+    if (Status launched = LaunchAffineCopy(stream, pointers, device_affines, affines, device_table); !launched.ok()) {
       return launched;
     }
   }

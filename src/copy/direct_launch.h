@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "copy/affine.h"
 #include "copy/copy_cuda.h"
 #include "copy/segments.h"
 #include "copy/transpose.h"
@@ -40,9 +41,14 @@ struct DirectChunk {
   std::vector<BufferSegment> bulk;         // rows run as one driver copy each
   std::vector<BufferSegment> rows;         // rows for the kernel, already split into pieces
   std::vector<TransposeRow> transposes;    // rows read through a transposed or cast view (transpose.h)
+  std::vector<AffineRow> affines;          // rows through constant steps (affine.h), split into pieces
+  std::vector<int64_t> affine_table;       // their programs, then the float64 constants (AffineTableAt)
+  int64_t affine_programs = 0;
   int64_t first_row = 0;                   // where `rows` start in the device table
   int64_t first_transpose = 0;             // where `transposes` start in the device table
   int64_t transpose_units = 0;             // their work units (CheckTransposeRows)
+  int64_t first_affine = 0;                // where `affines` start in the device table
+  int64_t affine_table_at = 0;             // bytes into the device table where `affine_table` lies
 };
 
 class DirectCopy {
@@ -51,7 +57,8 @@ class DirectCopy {
   // `source_bytes`: the size of each source, by slot. Checked (the message names the chunk and
   // row): slots and indices in range, at most kMaxBuffersPerSide buffers a side, destination
   // addresses in [kMinAddress, kAddressLimit), every row inside its two buffers (a transpose
-  // row: CheckTransposeRows). The caller
+  // row: CheckTransposeRows; an affine row: CheckAffineRowsInBounds, its table CheckAffineTable,
+  // its destination's address a multiple of the element it writes). The caller
   // validated the rows once (jax_amem.copy: no two rows writing one byte, allocation extents).
   // On CUDA the kernel rows of every chunk go into one device table, uploaded here.
   static Status Make(int device, std::vector<int64_t> source_bytes, std::vector<DirectChunk> chunks,
@@ -65,6 +72,7 @@ class DirectCopy {
   int64_t rows() const { return rows_; }
   int64_t bulk_rows() const;
   int64_t transpose_rows() const;
+  int64_t affine_rows() const;
 
   // Every chunk, in order: on CUDA enqueued on `stream` (the device's context current), on the
   // host copied before returning. `source_pointers`: one address per source slot. Every
@@ -78,7 +86,10 @@ class DirectCopy {
   std::vector<DirectChunk> chunks_;
   int64_t rows_ = 0;
   int64_t transpose_table_ = 0;  // bytes into table_ where the transpose rows start
-  CUdeviceptr table_ = 0;  // every chunk's kernel rows, then its transpose rows, on the device (CUDA only)
+  int64_t affine_table_ = 0;     // bytes into table_ where the affine rows start (their tables after them)
+  // Every chunk's kernel rows, then its transpose rows, its affine rows and its affine tables,
+  // on the device (CUDA only).
+  CUdeviceptr table_ = 0;
 };
 
 }  // namespace amem::copy

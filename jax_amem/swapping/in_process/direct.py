@@ -31,14 +31,16 @@ on any stream, sees the new values, and the sources stay referenced until the co
 On the CPU the same rows run in the CPU loop, synchronously.
 
 Which programs: the address route, whose every group reads whole single-device sources on
-its own device through plain views or views the fused transpose-and-cast copy reads itself
+its own device through plain views, views the fused transpose-and-cast copy reads itself
 (fused_views.py: a batched 2-D transpose and/or a cast, run by src/copy/transpose.h in the same
-launch sequence, checked by the same address_rows as rows of the view's elements; other views
-are arrays XLA must make, so their programs keep the XLA call), on a GPU of a build with the
+launch sequence, checked by the same address_rows as rows of the view's elements) or views with
+constant steps the affine kernel reads itself (direct_affine.py: not transposed, cast or not;
+the affine rows of the custom call's route, in the same launch sequence); other views are
+arrays XLA must make, so their programs keep the XLA call), on a GPU of a build with the
 CUDA kernels, or on the CPU. The choice is made once per program, on its first run: JAX_AMEM_SWAP_DIRECT=0 (or
 `ENABLED = False` here) keeps programs made after it in XLA; any other value than 0 or 1 is a
-SwapError. The custom calls stay for everything else (transforms, JAX destinations by donation,
-staged sources).
+SwapError. The custom calls stay for everything else (other transforms, JAX destinations by
+donation, staged sources, swaps inside jit).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from ... import _jax_compat
 from ..._native import core
 from ...copy import address_rows, one_buffer_rows
 from ..errors import SwapError
-from . import fused_views
+from . import direct_affine, fused_views
 from .schedule import _transforms, chunk_steps
 
 ENV = "JAX_AMEM_SWAP_DIRECT"
@@ -107,11 +109,13 @@ def eligible(program) -> bool:
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return False  # a shard of a sharded array, or a source staged from another device first
         views = {step.view for steps in group.steps for step in steps}
-        if any(plan.affine(v) is not None or (_transforms(plan, v) and not fused_views.covers(plan, v))
-               for v in views):
-            return False  # constant steps (the affine kernel's rows), or a view only XLA makes
-        if any(fused_views.rows(plan, step.view, one_buffer_rows(step.segments)) is None
-               for steps in group.steps for step in steps if _transforms(plan, step.view)):
+        if any(not direct_affine.covers(plan, v) if plan.affine(v) is not None
+               else _transforms(plan, v) and not fused_views.covers(plan, v) for v in views):
+            return False  # a view only XLA makes (a transposed one with constant steps, other permutations)
+        if any(not direct_affine.whole_elements(plan, step.view, step.segments) if plan.affine(step.view) is not None
+               else _transforms(plan, step.view) and fused_views.rows(plan, step.view,
+                                                                      one_buffer_rows(step.segments)) is None
+               for steps in group.steps for step in steps):
             return False  # a row that starts or ends inside an element of its view
     return True
 
@@ -147,18 +151,25 @@ class DirectProgram:
                 # A transposed or cast view's rows are checked as rows of the view's elements
                 # (bounds, overlaps with every other row, alignment, allocation extents), then
                 # run whole by the fused copy, not split into the plain rows.
-                fused = [k for k, (_, view) in enumerate(chunk.views) if _transforms(plan, view)]
-                avals = [fused_views.view_aval(plan, view) if k in fused else shapes[operand]
+                # A view with constant steps: its rows too, then run whole by the affine kernel.
+                stepped = [k for k, (_, view) in enumerate(chunk.views) if plan.affine(view) is not None]
+                fused = [k for k, (_, view) in enumerate(chunk.views) if _transforms(plan, view) and k not in stepped]
+                avals = [fused_views.view_aval(plan, view) if k in fused or k in stepped else shapes[operand]
                          for k, (operand, view) in enumerate(chunk.views)]
                 addresses, sizes, bulk, rows = address_rows(
                     avals, [group.targets[b][0] for b in chunk.buffers],
                     [group.targets[b][1] for b in chunk.buffers], chunk.rows, platform=group.device.platform)
                 transposes = [fused_views.rows(plan, chunk.views[k][1], chunk.rows[chunk.rows[:, 0] == k])
                               for k in fused]
-                chunks.append((operands, addresses, sizes, bulk[~np.isin(bulk[:, 0], fused)],
-                               rows[~np.isin(rows[:, 0], fused)],
+                affine = direct_affine.rows(
+                    plan, [(view, group.sources[operand][1]) for operand, view in chunk.views], chunk.rows,
+                    [shapes[operand] for operand in operands], addresses, sizes,
+                    [plan.dst_layouts[group.buffers[b][0]].dtype for b in chunk.buffers], group.device.platform)
+                whole = fused + stepped
+                chunks.append((operands, addresses, sizes, bulk[~np.isin(bulk[:, 0], whole)],
+                               rows[~np.isin(rows[:, 0], whole)],
                                np.concatenate(transposes) if transposes
-                               else np.zeros((0, fused_views.ROW_COLUMNS), np.int64)))
+                               else np.zeros((0, fused_views.ROW_COLUMNS), np.int64), *affine))
             source_bytes = [int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in shapes]
             copies.append(core.copy.DirectCopy(ordinal, source_bytes, chunks))
             ordinals.append(ordinal)

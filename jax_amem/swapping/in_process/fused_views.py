@@ -10,8 +10,8 @@ each destination byte once.
 A view is covered when, after dropping axes of size 1 and merging the axes that stay next to
 each other, its permutation is the identity, (1, 0), or (0, 2, 1), and its conversion is one of
 the kernel's (core.copy.TRANSPOSE_KINDS: the same 2- or 4-byte type, f32 to bf16 or f16, bf16 or
-f16 to f32). Other permutations, views with constant steps and other conversions keep XLA's
-route (direct.eligible decides, once per program).
+f16 to f32). Views with constant steps are the affine kernel's (direct_affine.py); other
+permutations and other conversions keep XLA's route (direct.eligible decides, once per program).
 """
 
 from __future__ import annotations
