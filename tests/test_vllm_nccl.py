@@ -1,0 +1,316 @@
+"""The vLLM backend's NCCL transport (workers on other hosts), without vLLM and on CPU where it
+can be: the placement choice and the forcing option (bad values refused by name, nothing
+started), what each rank receives (its record and per-group schedules in the rendezvous store,
+the rows checked against slices cut by hand from the trainer's arrays through a numpy run of
+the buckets), the worker's half (no JAX) answering the trainer's handshake over a real
+TCPStore, and (GPU) the trainer sending into two rank processes holding vLLM-shaped TP=2
+tensors over NCCL, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the staging buffers are PyTorch tensors")
+torch_dist = pytest.importorskip("torch.distributed")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import jax_amem  # noqa: E402,F401
+from jax_amem.reshard import Owner  # noqa: E402
+from jax_amem.reshard.numpy_exec import prepare_view  # noqa: E402
+from jax_amem.swapping.cross_host import handshake, pairs  # noqa: E402
+from jax_amem.swapping.cross_host.link import Link  # noqa: E402
+from jax_amem.swapping.errors import SwapError  # noqa: E402
+from jax_amem.swapping.store import TorchStore  # noqa: E402
+from jax_amem.vllm import VllmBackendError, VllmPlanError, connect  # noqa: E402
+from jax_amem.vllm import nccl  # noqa: E402
+from jax_amem.vllm.trainer import VllmEngine  # noqa: E402
+from jax_amem.vllm.transports import Nccl, checked_transport, placement, views  # noqa: E402
+from jax_amem_vllm import nccl as worker_side  # noqa: E402
+from jax_amem_vllm import wire  # noqa: E402
+import vllm_models as vm  # noqa: E402
+from test_vllm_ranks import expected, notes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ELSEWHERE = "another-host.example"
+
+
+@pytest.fixture
+def server():
+    return TorchStore(torch_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False))
+
+
+def remote(note: dict, host: str = ELSEWHERE, device: str = "cuda:0") -> dict:
+    """A rank's note as a worker on another host publishes it."""
+    return {**note, "host": host, "pid": 4242, "device": device, "staging": {"kind": "cuda_ipc", "device": 0}}
+
+
+class Engine:
+    """What connect reads of a vllm.LLM, and a record of what it asks the workers. At init with
+    a store, each worker "on another host" publishes its note there, as jax_amem_vllm's engine does."""
+
+    def __init__(self, rank_notes, backend="jax_amem"):
+        parallel = types.SimpleNamespace(pipeline_parallel_size=1, data_parallel_size=1,
+                                         tensor_parallel_size=len(rank_notes))
+        config = types.SimpleNamespace(weight_transfer_config=types.SimpleNamespace(backend=backend),
+                                       parallel_config=parallel)
+        self.llm_engine = types.SimpleNamespace(vllm_config=config)
+        self.notes, self.calls = rank_notes, []
+
+    def collective_rpc(self, method, timeout=None, kwargs=None):
+        self.calls.append((method, kwargs))
+        info = (kwargs or {}).get("init_info", {})
+        if method == "init_weight_transfer_engine" and info.get("store"):
+            host, _, port = info["store"].rpartition(":")
+            store = wire.TorchStore.connect(host, int(port))
+            for note in self.notes:
+                store.set(worker_side.note_key(info["session"], note["tp_rank"]), json.dumps(note).encode())
+        return [None] * len(self.notes)
+
+    def reset_prefix_cache(self):
+        return True
+
+
+def llama(seed=3):
+    tree = vm.flax_tree("llama", seed)
+    return tree, jax.tree.map(jnp.asarray, tree)
+
+
+# ----------------------------------------------------------------------------- the choice
+
+def test_placement_picks_nccl_for_another_host_or_when_forced():
+    here = socket.gethostname()
+    shm = {"host": here, "staging": {"kind": "shared_memory"}}
+    ipc = {"host": here, "staging": {"kind": "cuda_ipc"}}
+    far = {"host": ELSEWHERE, "staging": {"kind": "cuda_ipc"}}
+    assert [placement(n, "auto") for n in (shm, ipc, far)] == ["shared_memory", "cuda_ipc", "nccl"]
+    assert [placement(n, "nccl") for n in (shm, ipc, far)] == ["nccl"] * 3
+
+
+@pytest.mark.parametrize("bad", ["NCCL", "ipc", "", None, 1, ("nccl",)])
+def test_a_bad_transport_is_refused_by_name_before_the_engine_is_touched(bad):
+    with pytest.raises(VllmBackendError, match=r"transport=.*give 'auto'.*or 'nccl'.*nothing was started"):
+        checked_transport(bad)
+    engine = Engine([remote(n) for n in notes("llama", "flax", llama()[1])])
+    with pytest.raises(VllmBackendError, match=r"transport="):
+        connect(engine, llama()[1], family="llama", transport=bad)
+    assert engine.calls == []
+
+
+@pytest.mark.parametrize("bad", ["no-port", "host:", ":5000", "host:70000", "host:12a", 5000])
+def test_a_bad_rendezvous_is_refused_by_name_before_the_engine_is_touched(bad):
+    engine = Engine([remote(n) for n in notes("llama", "flax", llama()[1])])
+    with pytest.raises(VllmBackendError, match=r"rendezvous=.*'host:port'.*nothing was started"):
+        connect(engine, llama()[1], family="llama", transport="nccl", rendezvous=bad)
+    assert engine.calls == []
+
+
+def test_a_cpu_worker_cannot_be_reached_over_nccl():
+    note = remote(notes("llama", "flax", llama()[1])[1], device="cpu")
+    with pytest.raises(VllmBackendError, match=r"rank 1's worker runs on 'cpu' \(host 'another-host.example'\).*"
+                                               r"needs an engine on CUDA"):
+        Nccl(note, Owner(1, 0))
+
+
+def test_the_trainer_sends_from_one_gpu():
+    params = llama()[1]
+    with pytest.raises(VllmBackendError, match=r"sends from a GPU; the trainer's arrays are on .*cpu"):
+        nccl.trainer_owner(params)
+    spread = {"a": jax.device_put(jnp.zeros(4), jax.devices()[0]), "b": jax.device_put(jnp.zeros(4), jax.devices()[1])}
+    with pytest.raises(VllmPlanError, match=r"arrays live on 2 devices"):
+        nccl.trainer_owner(spread)
+
+
+def test_auto_reaches_workers_on_another_host_through_the_store(monkeypatch):
+    """No rank leaves a note on this host: connect serves its store, inits again with its
+    address, reads the notes from it and picks NCCL for every rank; the trainer's arrays on CPU
+    are then refused (VllmBackendError) before any update, and no rank got a record."""
+    params = llama()[1]
+    engine = Engine([remote(n) for n in notes("llama", "flax", params)])
+    with pytest.raises(VllmBackendError, match="sends from a GPU"):
+        connect(engine, params, family="llama", rendezvous="127.0.0.1:0")
+    inits = [kw["init_info"] for method, kw in engine.calls if method == "init_weight_transfer_engine"]
+    assert len(inits) == 2 and "store" not in inits[0] and inits[1]["store"].startswith("127.0.0.1:")
+    assert inits[1]["session"] == inits[0]["session"] and inits[1]["timeout"] == 300.0
+    assert [m for m, _ in engine.calls] == ["init_weight_transfer_engine"] * 2
+
+
+# ----------------------------------------------------------------------------- what each rank receives
+
+def run_buckets(plan, schedule, picked, source, destination, staged):
+    """The buckets of `schedule` in numpy, as the link moves them: the trainer gathers each
+    bucket from its prepared views (cross_host's send rows of the same packing), the worker
+    unpacks it with the rows it received and validated (`rows`) into its staged tensors."""
+    packing = pairs.packing(plan, plan.owner_id(source), plan.owner_id(destination), schedule.bucket_bytes)
+    rows = worker_side.checked_rows(schedule, staged, 0)
+    assert packing.digest == schedule.digest and len(packing.buckets) == len(schedule.buckets)
+    for bucket, ours, table in zip(packing.buckets, schedule.buckets, rows):
+        assert ours.nbytes == bucket.nbytes and ours.tensors == tuple(plan.dst_names[t] for t in bucket.dst_tensors)
+        slot = np.full(schedule.bucket_bytes, 0xEE, np.uint8)
+        for v_slot, _, src_offset, offset, n, _ in bucket.send_rows.tolist():
+            name, perm, dtype = plan.views[bucket.views[v_slot]]
+            view = prepare_view(np.asarray(picked[name]), perm, dtype).reshape(-1).view(np.uint8)
+            slot[offset:offset + n] = view[src_offset:src_offset + n]
+        for _, d_slot, offset, dst_offset, n, _ in table.tolist():
+            target = staged[ours.tensors[d_slot]].reshape(-1).view(torch.uint8).numpy()
+            target[dst_offset:dst_offset + n] = slot[offset:offset + n]
+
+
+@pytest.mark.parametrize("family, source, bucket_bytes", [("qwen3_moe", "flax", None), ("llama", "flax", 4096),
+                                                          ("qwen3", "maxtext", 8192)])
+def test_each_rank_receives_its_slice_through_its_schedule(server, monkeypatch, family, source, bucket_bytes):
+    """Each rank's record and every group's schedule as the trainer publishes them; the rows,
+    run in numpy, land exactly the rank's slice (cut by hand from the trainer's arrays) in its
+    staging buffer, and every tensor of the rank is written."""
+    tree = vm.flax_tree(family, 7)
+    params = jax.tree.map(jnp.asarray, tree if source == "flax" else vm.maxtext_tree(tree))
+    cpu = jax.devices()[0]
+    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))  # CPU stands in
+    rank_notes = [remote(n) for n in notes(family, source, params)]
+    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
+    link = nccl.TrainerLink(server, "s1", "127.0.0.1:1", 60.0, bucket_bytes)
+    engine = VllmEngine(Engine(rank_notes), ranks, params, family=family, source=source, rules=None, cast=None,
+                        timeout=60, link=link)
+    want_bucket = bucket_bytes or nccl.bucket_bytes_for(rank_notes)
+    for j, rank in enumerate(ranks):
+        tp_rank = rank.note["tp_rank"]
+        record = json.loads(server.get(worker_side.record_key("s1", tp_rank), 1.0))
+        assert record == {"kind": "nccl", "link": "vllm-s1", "generation": 0, "rank": j, "rollouts": 2,
+                          "owner": [1 + j, 0], "bucket_bytes": want_bucket, "timeout": 60.0,
+                          "groups": len(engine.plans)}
+        buffer = torch.zeros(rank.note["staging_bytes"], dtype=torch.uint8)
+        for group, plans in enumerate(engine.plans):
+            schedule = worker_side.decode_schedule(server.get(worker_side.schedule_key("s1", tp_rank, group), 1.0))
+            plan = plans[j]
+            assert schedule.expected() == {**handshake.header(0, plan.key, pairs.packing(
+                plan, plan.owner_id(link.source), plan.owner_id(rank.owner(group)), want_bucket)), "version": None}
+            buffer.zero_()
+            staged = views(buffer, rank.note["groups"][group])
+            run_buckets(plan, schedule, engine.picks[group](params), link.source, rank.owner(group), staged)
+            for name, tensor in staged.items():
+                assert np.array_equal(tensor.numpy(), expected(tree, name, tp_rank)), (tp_rank, group, name)
+
+
+def test_a_schedule_that_does_not_fit_the_workers_staging_is_refused(server, monkeypatch):
+    """The worker checks the trainer's rows against its own staged tensors before anything
+    arrives: a rank smaller than planned, or a tensor it does not hold, is refused by name."""
+    params = llama()[1]
+    cpu = jax.devices()[0]
+    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
+    rank_notes = [remote(n) for n in notes("llama", "flax", params)]
+    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
+    VllmEngine(Engine(rank_notes), ranks, params, family="llama", source="flax", rules=None, cast=None, timeout=60,
+               link=nccl.TrainerLink(server, "s2", "127.0.0.1:1", 60.0))
+    name = "model.layers.0.self_attn.qkv_proj.weight"
+    index = next(i for i, g in enumerate(rank_notes[0]["groups"]) if name in {t["name"] for t in g})
+    data = server.get(worker_side.schedule_key("s2", 0, index), 1.0)
+    schedule = worker_side.decode_schedule(data)
+    staged = views(torch.zeros(rank_notes[0]["staging_bytes"], dtype=torch.uint8), rank_notes[0]["groups"][index])
+    assert len(worker_side.checked_rows(schedule, staged, index)) == len(schedule.buckets)
+    small = {**staged, name: staged[name][:-1]}
+    with pytest.raises(wire.LinkError, match=rf"group {index} bucket 0: the trainer's rows do not fit"):
+        worker_side.checked_rows(schedule, small, index)
+    with pytest.raises(wire.LinkError, match=r"writes \['model.layers.0.self_attn.qkv_proj.weight'\], which this "
+                                            r"worker does not stage"):
+        worker_side.checked_rows(schedule, {k: v for k, v in staged.items() if k != name}, index)
+    damaged = data[:-48]
+    with pytest.raises(wire.LinkError, match="damaged"):
+        worker_side.decode_schedule(damaged)
+
+
+# ----------------------------------------------------------------------------- the worker's half
+
+WORKER = r"""
+import json, sys
+import torch
+from jax_amem_vllm import nccl, wire
+from jax_amem_vllm.native import core
+core()                                   # the compiled core, loaded without the jax_amem package
+host, port, session, rank = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+store = wire.TorchStore.connect(host, port)
+note = json.loads(store.get(nccl.note_key(session, rank), timeout=30))
+receiver = nccl.Receiver(store, session, rank, torch.device("cpu"))
+record = receiver.transport(30)
+link = nccl.WorkerLink(store, record, 0)
+link.comm = 0                            # no NCCL on CPU: the handshake alone
+out = {"record": record}
+staging = torch.zeros(note["staging_bytes"], dtype=torch.uint8)
+for group in range(record["groups"]):
+    tensors = note["groups"][group]
+    staged = {t["name"]: staging[t["offset"]:t["offset"] + 4 * int(torch.Size(t["shape"]).numel())].view(
+        torch.float32).view(t["shape"]) for t in tensors}
+    schedule = nccl.decode_schedule(store.get(nccl.schedule_key(session, rank, group), timeout=30))
+    nccl.checked_rows(schedule, staged, group)
+out["accepted"] = wire.answer_offers(link, {0: schedule.expected()})[0]["version"]
+try:
+    wire.answer_offers(link, {0: schedule.expected()})
+except wire.LinkError as error:
+    out["refused"] = str(error)
+out["jax"] = sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jax_amem.")) or m == "jax_amem")
+print(json.dumps(out))
+"""
+
+
+def test_the_worker_half_answers_the_trainers_handshake_without_jax(server, monkeypatch):
+    """A process that imports the worker's NCCL half (and loads the core) but never JAX: it reads
+    its record and schedules from the trainer's store, validates every group's rows, accepts the
+    trainer's offer (cross_host's own handshake, version 5) and refuses one of another plan; the
+    trainer's side sees both answers. Its process holds no jax or jax_amem module."""
+    params = llama()[1]
+    cpu = jax.devices()[0]
+    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
+    rank_notes = [remote(n) for n in notes("llama", "flax", params)]
+    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
+    link = nccl.TrainerLink(server, "s3", "127.0.0.1:1", 60.0)
+    engine = VllmEngine(Engine(rank_notes), ranks, params, family="llama", source="flax", rules=None, cast=None,
+                        timeout=60, link=link)
+    server.set(worker_side.note_key("s3", 1), json.dumps(rank_notes[1]).encode())
+    trainer = Link("vllm-s3", 0, "trainer", 0, 1, 2, 0, (link.source, ranks[0].owner(0), ranks[1].owner(0)), 0, 0,
+                   server, link.bucket_bytes, 30.0, False)
+    last = engine.plans[-1][1]
+    packing = pairs.packing(last, last.owner_id(link.source), last.owner_id(ranks[1].owner(0)), link.bucket_bytes)
+    handshake.offer(trainer, 2, trainer.next_sequence(2), handshake.header(5, last.key, packing))
+    handshake.offer(trainer, 2, trainer.next_sequence(2), handshake.header(6, "0" * 64, packing))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-P", "-c", WORKER, "127.0.0.1", str(server.store.port), "s3", "1"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["jax"] == []
+    assert out["record"]["rank"] == 1 and out["record"]["owner"] == [2, 0]
+    assert out["accepted"] == 5
+    assert "plan mismatch" in out["refused"] and "nothing was received" in out["refused"]
+    handshake.await_ack(trainer, 2, 0)
+    with pytest.raises(SwapError, match="refused the swap, nothing was sent: plan mismatch"):
+        handshake.await_ack(trainer, 2, 1)
+
+
+# ----------------------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+def test_gpu_trainer_sends_into_two_tp_ranks_over_nccl_bit_exact():
+    """benchmarks/vllm_ipc.py with --transport nccl: two rank processes holding a Qwen3-shaped
+    model's vLLM tensors at TP=2 (each its NCCL_HOSTID, so NCCL sees three hosts on one GPU),
+    staged and received by the worker's own code (jax_amem_vllm.nccl), committed; the trainer
+    runs the backend's update loop over the link. Every tensor of both ranks is checked bit for
+    bit against slices cut by hand (the benchmark exits non-zero on a mismatch)."""
+    from jax_amem.platform import require_gpu
+
+    require_gpu()
+    done = subprocess.run([sys.executable, "-P", str(REPO / "benchmarks" / "vllm_ipc.py"), "--transport", "nccl",
+                           "--layers", "2", "--repeats", "2", "--dtype", "float32"],
+                          capture_output=True, text=True, timeout=540, cwd=REPO)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert result["transport"] == "nccl" and result["bit_exact_bytes"] > 0
