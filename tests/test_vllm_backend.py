@@ -297,6 +297,22 @@ def _update_stopping_before_the_last_group(llama, monkeypatch, tree):
     assert llama["engine"].worker.serving_state() == "refusing"
 
 
+def test_nccl_forced_into_a_worker_of_this_process_is_refused_then_auto_still_updates(llama):
+    """transport="nccl": the real worker takes the trainer's store at init and publishes its note
+    there (the path of a worker on another host); connect then refuses, since NCCL cannot hold
+    both ranks on one GPU of one process. Nothing served changed, and an "auto" connect after it
+    (the worker staging anew) updates the engine."""
+    before = params_of(llama["llm"])
+    with pytest.raises(jv.VllmBackendError, match=r"transport='nccl' needs the engine's worker in another process"):
+        jv.connect(llama["llm"], as_jax(llama["trees"][0]), family="llama", transport="nccl",
+                   rendezvous="127.0.0.1:0")
+    unchanged(llama, before)
+    llama["engine"] = jv.connect(llama["llm"], as_jax(llama["trees"][1]), family="llama")
+    assert llama["engine"].transport == "in_process"
+    llama["engine"].update(as_jax(llama["trees"][1]))
+    assert greedy(llama["llm"]) == llama["tokens"]
+
+
 def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(llama, monkeypatch):
     _update_stopping_before_the_last_group(llama, monkeypatch, llama["trees"][0])
     llama["engine"].update(as_jax(llama["trees"][1]))
