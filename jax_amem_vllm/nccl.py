@@ -205,19 +205,27 @@ class Receiver:
         """Group `group`'s rows from the trainer into `staged` ({name: tensor} of the staging
         buffer, on this worker's GPU); returns the version the trainer sent. The handshake
         refuses (LinkError on both sides) before any NCCL call when the plans differ."""
-        import torch
-
         self.join()
         schedule, tables = self._group(group, staged)
         accepted = wire.answer_offers(self.link, {TRAINER: schedule.expected()})
         version = accepted[TRAINER]["version"]
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        wire.receive_buckets(self.link, TRAINER, stream, [
+        wire.receive_buckets(self.link, TRAINER, self._stream(), [
             (b.nbytes, [staged[name].data_ptr() for name in b.tensors], table.data_ptr(), len(table))
             for b, table in zip(schedule.buckets, tables)])
-        torch.cuda.current_stream(self.device).synchronize()
+        self._synchronize()
         wire.finish(self.link, [TRAINER], version)
         return version
+
+    def _stream(self) -> int:
+        """PyTorch's current stream on the worker's GPU: the unpack runs where vLLM's work runs."""
+        import torch
+
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def _synchronize(self) -> None:
+        import torch
+
+        torch.cuda.current_stream(self.device).synchronize()
 
     def _group(self, group: int, staged: dict):
         import torch

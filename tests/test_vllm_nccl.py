@@ -229,6 +229,112 @@ def test_a_schedule_that_does_not_fit_the_workers_staging_is_refused(server, mon
         worker_side.decode_schedule(damaged)
 
 
+class Wire:
+    """NCCL stood in for by a memory copy (the one fake here): the trainer's buckets, gathered
+    in numpy, queue up; `recv_bucket` takes the next, checks the call (slot, size, peer, the
+    worker's validated rows) and unpacks it by address with those rows into the destinations
+    the worker passed. Everything else is the real core (the row checks) and the real store."""
+
+    def __init__(self, real, tables_of):
+        self.real, self.tables_of = real, tables_of
+        self.queue, self.calls, self.pipes = [], [], 0
+        self.transport = self
+
+    @property
+    def copy(self):
+        return self.real.copy
+
+    def init_communicator(self, unique_id, nranks, rank, device):
+        self.calls.append(("init", bytes(unique_id), nranks, rank, device))
+        return 77
+
+    def create_pipe(self, device, bucket_bytes):
+        self.pipes += 1
+        self.calls.append(("pipe", device, bucket_bytes))
+        return 5
+
+    def recv_bucket(self, pipe, stream, slot, nbytes, peer, comm, destinations, rows, count):
+        import ctypes
+
+        data, k = self.queue.pop(0)
+        assert (pipe, slot, nbytes, peer, comm) == (5, k % 2, len(data), 0, 77)
+        table = next(t for t in self.tables_of() if t.data_ptr() == rows)
+        assert len(table) == count
+        for _, d_slot, offset, dst_offset, n, _ in table.tolist():
+            ctypes.memmove(destinations[d_slot] + dst_offset, data.ctypes.data + offset, n)
+        self.calls.append(("recv", slot, nbytes))
+
+    def drain(self, pipe, stream):
+        self.calls.append(("drain", pipe))
+
+    def check_communicator(self, comm):
+        assert comm == 77
+
+    def destroy_pipe(self, pipe):
+        pass
+
+    def destroy_communicator(self, comm):
+        pass
+
+
+def test_the_worker_receives_every_group_into_its_staging_through_the_link(server, monkeypatch):
+    """The worker's receive path end to end on CPU, NCCL alone stood in for (`Wire`): rank 1
+    reads its record, joins the link (meeting the trainer and rank 0 in the store), and per group
+    answers the trainer's offer, takes each bucket into the pipe slot k % 2 with its validated
+    rows and says done. Its staging then holds exactly its hand-cut slices, for two versions."""
+    from jax_amem_vllm import native
+
+    trees = [vm.flax_tree("llama", seed) for seed in (8, 9)]
+    params = [jax.tree.map(jnp.asarray, t) for t in trees]
+    cpu = jax.devices()[0]
+    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
+    rank_notes = [remote(n) for n in notes("llama", "flax", params[0])]
+    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
+    link = nccl.TrainerLink(server, "s4", "127.0.0.1:1", 30.0, 4096)
+    engine = VllmEngine(Engine(rank_notes), ranks, params[0], family="llama", source="flax", rules=None, cast=None,
+                        timeout=30, link=link)
+    note = rank_notes[1]
+    receiver = worker_side.Receiver(server, "s4", 1, torch.device("cpu"))
+    fake = Wire(native.core(), lambda: [t for _, tables in receiver.groups.values() for t in tables])
+    monkeypatch.setattr(native, "core", lambda: fake)
+    monkeypatch.setattr(worker_side.Receiver, "_stream", lambda self: 0)
+    monkeypatch.setattr(worker_side.Receiver, "_synchronize", lambda self: None)
+    # The trainer's and rank 0's side of the meeting, as cross_host.connect publishes it.
+    server.set(wire.key("nccl", "vllm-s4", 0, "id"), b"\x01" * 128)
+    for comm_rank, role, rank, owner in ((0, "trainer", 0, link.source), (1, "rollout", 0, ranks[0].owner(0))):
+        server.set(wire.key("nccl", "vllm-s4", 0, "member", comm_rank), json.dumps(
+            {"role": role, "rank": rank, "owner": list(owner), "bucket_bytes": 4096}).encode())
+    assert receiver.transport(5.0)["rank"] == 1 and receiver.active
+    trainer = Link("vllm-s4", 0, "trainer", 0, 1, 2, 0, (link.source, ranks[0].owner(0), ranks[1].owner(0)), 0, 0,
+                   server, 4096, 30.0, False)
+    buffer = torch.zeros(note["staging_bytes"], dtype=torch.uint8)
+    for version, tree in enumerate(trees, start=1):
+        for group, plans in enumerate(engine.plans):
+            plan, picked = plans[1], engine.picks[group](params[version - 1])
+            packing = pairs.packing(plan, plan.owner_id(link.source), plan.owner_id(ranks[1].owner(0)), 4096)
+            handshake.offer(trainer, 2, trainer.next_sequence(2), handshake.header(version, plan.key, packing))
+            for k, bucket in enumerate(packing.buckets):
+                slot = np.zeros(bucket.nbytes, np.uint8)
+                for v_slot, _, src_offset, offset, n, _ in bucket.send_rows.tolist():
+                    name, perm, dtype = plan.views[bucket.views[v_slot]]
+                    view = prepare_view(np.asarray(picked[name]), perm, dtype).reshape(-1).view(np.uint8)
+                    slot[offset:offset + n] = view[src_offset:src_offset + n]
+                fake.queue.append((slot, k))
+            buffer.fill_(0xEE)
+            staged = views(buffer, note["groups"][group])
+            assert receiver.receive(group, staged) == version
+            assert fake.queue == []
+            handshake.await_ack(trainer, 2, trainer.sequence[2] - 1)
+            assert server.get(trainer.key("0-2", trainer.sequence[2] - 1, "done"), 1.0) == str(version).encode()
+            for name, tensor in staged.items():
+                assert np.array_equal(tensor.numpy(), expected(tree, name, 1)), (version, group, name)
+    inits = [c for c in fake.calls if c[0] == "init"]
+    assert inits == [("init", b"\x01" * 128, 3, 2, 0)] and fake.pipes == 1
+    received = [c for c in fake.calls if c[0] == "recv"]
+    assert len(received) > 2 * len(engine.plans)   # 4 KiB buckets: several per group
+    receiver.close()
+
+
 # ----------------------------------------------------------------------------- the worker's half
 
 WORKER = r"""
