@@ -85,6 +85,8 @@ def header(version: int, plan_key: str, packing) -> dict:
 
 def mismatch(sent: dict, expected: dict) -> str | None:
     """Why the receiver refuses the sender's header, or None."""
+    if "abort" in sent:
+        return f"the trainer stopped the swap before sending: {sent['abort']}"
     if sent["version"] != expected["version"]:
         return (f"version mismatch: the trainer sends version {sent['version']}, the rollout expects "
                 f"version {expected['version']}; call send and receive with the same version")
@@ -111,6 +113,12 @@ def _get(link, name: str, what: str) -> bytes:
 def offer(link, receiver: int, n: int, message: dict) -> None:
     """Sender, step 1."""
     link.store.set(_pair(link, link.comm_rank, receiver, n, "header"), json.dumps(message).encode())
+
+
+def abort(link, receiver: int, n: int, version: int, reason: str) -> None:
+    """Sender: offers swap `n` as stopped, so a receiver waiting for its header refuses at once
+    (both sides then count swap n as done) instead of waiting out its timeout."""
+    offer(link, receiver, n, {"version": int(version), "abort": reason[:500]})
 
 
 def await_ack(link, receiver: int, n: int) -> None:

@@ -146,7 +146,34 @@ def test_auto_reaches_workers_on_another_host_through_the_store(monkeypatch):
     assert [m for m, _ in engine.calls] == ["init_weight_transfer_engine"] * 2
 
 
+def over_nccl(monkeypatch, server, family, source, params, session, *, bucket_bytes=None, llm=None, timeout=60.0):
+    """The trainer's half connected to two ranks "on another host" over NCCL, as connect builds
+    it: each rank an `Nccl` transport, the engine's plans, each rank's record and schedules
+    published in `server`. The trainer's arrays on CPU stand in for its GPU (trainer_owner).
+    `llm(rank_notes)`: the engine's workers (default: `Engine`, which only records the calls).
+    Returns (engine, ranks, the TrainerLink, the ranks' notes)."""
+    cpu = jax.devices()[0]
+    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
+    rank_notes = [remote(n) for n in notes(family, source, params)]
+    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
+    link = nccl.TrainerLink(server, session, "127.0.0.1:1", timeout, bucket_bytes)
+    engine = VllmEngine(llm(rank_notes) if llm else Engine(rank_notes), ranks, params, family=family, source=source,
+                        rules=None, cast=None, timeout=timeout, link=link)
+    return engine, ranks, link, rank_notes
+
+
 # ----------------------------------------------------------------------------- what each rank receives
+
+def gathered(plan, bucket, picked) -> np.ndarray:
+    """One bucket's bytes as the trainer's send program gathers them: cross_host's send rows
+    from the prepared views (transposed and cast as the plan says) of the picked arrays."""
+    slot = np.zeros(bucket.nbytes, np.uint8)
+    for v_slot, _, src_offset, offset, n, _ in bucket.send_rows.tolist():
+        name, perm, dtype = plan.views[bucket.views[v_slot]]
+        view = prepare_view(np.asarray(picked[name]), perm, dtype).reshape(-1).view(np.uint8)
+        slot[offset:offset + n] = view[src_offset:src_offset + n]
+    return slot
+
 
 def run_buckets(plan, schedule, picked, source, destination, staged):
     """The buckets of `schedule` in numpy, as the link moves them: the trainer gathers each
@@ -157,11 +184,7 @@ def run_buckets(plan, schedule, picked, source, destination, staged):
     assert packing.digest == schedule.digest and len(packing.buckets) == len(schedule.buckets)
     for bucket, ours, table in zip(packing.buckets, schedule.buckets, rows):
         assert ours.nbytes == bucket.nbytes and ours.tensors == tuple(plan.dst_names[t] for t in bucket.dst_tensors)
-        slot = np.full(schedule.bucket_bytes, 0xEE, np.uint8)
-        for v_slot, _, src_offset, offset, n, _ in bucket.send_rows.tolist():
-            name, perm, dtype = plan.views[bucket.views[v_slot]]
-            view = prepare_view(np.asarray(picked[name]), perm, dtype).reshape(-1).view(np.uint8)
-            slot[offset:offset + n] = view[src_offset:src_offset + n]
+        slot = gathered(plan, bucket, picked)
         for _, d_slot, offset, dst_offset, n, _ in table.tolist():
             target = staged[ours.tensors[d_slot]].reshape(-1).view(torch.uint8).numpy()
             target[dst_offset:dst_offset + n] = slot[offset:offset + n]
@@ -175,13 +198,8 @@ def test_each_rank_receives_its_slice_through_its_schedule(server, monkeypatch, 
     staging buffer, and every tensor of the rank is written."""
     tree = vm.flax_tree(family, 7)
     params = jax.tree.map(jnp.asarray, tree if source == "flax" else vm.maxtext_tree(tree))
-    cpu = jax.devices()[0]
-    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))  # CPU stands in
-    rank_notes = [remote(n) for n in notes(family, source, params)]
-    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
-    link = nccl.TrainerLink(server, "s1", "127.0.0.1:1", 60.0, bucket_bytes)
-    engine = VllmEngine(Engine(rank_notes), ranks, params, family=family, source=source, rules=None, cast=None,
-                        timeout=60, link=link)
+    engine, ranks, link, rank_notes = over_nccl(monkeypatch, server, family, source, params, "s1",
+                                                bucket_bytes=bucket_bytes)
     want_bucket = bucket_bytes or nccl.bucket_bytes_for(rank_notes)
     for j, rank in enumerate(ranks):
         tp_rank = rank.note["tp_rank"]
@@ -206,12 +224,7 @@ def test_a_schedule_that_does_not_fit_the_workers_staging_is_refused(server, mon
     """The worker checks the trainer's rows against its own staged tensors before anything
     arrives: a rank smaller than planned, or a tensor it does not hold, is refused by name."""
     params = llama()[1]
-    cpu = jax.devices()[0]
-    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
-    rank_notes = [remote(n) for n in notes("llama", "flax", params)]
-    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
-    VllmEngine(Engine(rank_notes), ranks, params, family="llama", source="flax", rules=None, cast=None, timeout=60,
-               link=nccl.TrainerLink(server, "s2", "127.0.0.1:1", 60.0))
+    rank_notes = over_nccl(monkeypatch, server, "llama", "flax", params, "s2")[3]
     name = "model.layers.0.self_attn.qkv_proj.weight"
     index = next(i for i, g in enumerate(rank_notes[0]["groups"]) if name in {t["name"] for t in g})
     data = server.get(worker_side.schedule_key("s2", 0, index), 1.0)
@@ -230,45 +243,66 @@ def test_a_schedule_that_does_not_fit_the_workers_staging_is_refused(server, mon
 
 
 class Wire:
-    """NCCL stood in for by a memory copy (the one fake here): the trainer's buckets, gathered
-    in numpy, queue up; `recv_bucket` takes the next, checks the call (slot, size, peer, the
-    worker's validated rows) and unpacks it by address with those rows into the destinations
-    the worker passed. Everything else is the real core (the row checks) and the real store."""
+    """NCCL stood in for by a memory copy (the one fake here), for the trainer's and the
+    workers' side: communicator rank r's handle is 100 + r; the trainer's buckets, gathered in
+    numpy, queue up per receiving communicator; `recv_bucket` takes the next, checks the call
+    (slot k % 2, size, peer, the worker's validated rows) and unpacks it by address with those
+    rows into the destinations the worker passed. Everything else is real: the core's row
+    checks, the store, the handshake."""
 
-    def __init__(self, real, tables_of):
-        self.real, self.tables_of = real, tables_of
-        self.queue, self.calls, self.pipes = [], [], 0
+    def __init__(self, real):
+        import collections
+        import queue
+
+        self.real, self.queues, self.calls, self.tables = real, collections.defaultdict(queue.Queue), [], []
         self.transport = self
 
     @property
     def copy(self):
         return self.real.copy
 
+    def unique_id(self):
+        return b"\x01" * 128
+
+    def front_is_interposer(self):
+        return False
+
     def init_communicator(self, unique_id, nranks, rank, device):
         self.calls.append(("init", bytes(unique_id), nranks, rank, device))
-        return 77
+        return 100 + rank
 
     def create_pipe(self, device, bucket_bytes):
-        self.pipes += 1
         self.calls.append(("pipe", device, bucket_bytes))
         return 5
 
     def recv_bucket(self, pipe, stream, slot, nbytes, peer, comm, destinations, rows, count):
         import ctypes
 
-        data, k = self.queue.pop(0)
-        assert (pipe, slot, nbytes, peer, comm) == (5, k % 2, len(data), 0, 77)
-        table = next(t for t in self.tables_of() if t.data_ptr() == rows)
+        data, k = self.queues[comm].get(timeout=20)
+        assert (pipe, slot, nbytes, peer) == (5, k % 2, len(data), 0)
+        table = next(t for t in self.tables() if t.data_ptr() == rows)
         assert len(table) == count
         for _, d_slot, offset, dst_offset, n, _ in table.tolist():
             ctypes.memmove(destinations[d_slot] + dst_offset, data.ctypes.data + offset, n)
-        self.calls.append(("recv", slot, nbytes))
+        self.calls.append(("recv", comm, slot, nbytes))
+
+    def send(self, picked, plan, link, version):
+        """cross_host.send with its GPU program replaced by the numpy gather: the real checks of
+        the plan against the link, the real handshake, then the buckets queued for the peer."""
+        packings = pairs.peer_packings(plan, link, pairs.owner_id(plan, link), "sender")
+        for peer, pair in packings.items():
+            handshake.offer(link, peer, link.next_sequence(peer), handshake.header(version, plan.key, pair))
+        for peer in packings:
+            handshake.await_ack(link, peer, link.sequence[peer] - 1)
+        for peer, pair in packings.items():
+            for k, bucket in enumerate(pair.buckets):
+                self.queues[100 + peer].put((gathered(plan, bucket, picked), k))
 
     def drain(self, pipe, stream):
         self.calls.append(("drain", pipe))
 
     def check_communicator(self, comm):
-        assert comm == 77
+        pass
 
     def destroy_pipe(self, pipe):
         pass
@@ -277,28 +311,32 @@ class Wire:
         pass
 
 
+def wire_in(monkeypatch, receivers) -> Wire:
+    """The Wire put in place of NCCL on both sides (the worker half's core, cross_host's core)."""
+    from jax_amem.swapping.cross_host import link as cross_link
+    from jax_amem_vllm import native
+
+    fake = Wire(native.core())
+    fake.tables = lambda: [t for r in receivers for _, tables in r.groups.values() for t in tables]
+    monkeypatch.setattr(native, "core", lambda: fake)
+    monkeypatch.setattr(cross_link, "core", fake)
+    monkeypatch.setattr(worker_side.Receiver, "_stream", lambda self: 0)
+    monkeypatch.setattr(worker_side.Receiver, "_synchronize", lambda self: None)
+    return fake
+
+
 def test_the_worker_receives_every_group_into_its_staging_through_the_link(server, monkeypatch):
     """The worker's receive path end to end on CPU, NCCL alone stood in for (`Wire`): rank 1
     reads its record, joins the link (meeting the trainer and rank 0 in the store), and per group
     answers the trainer's offer, takes each bucket into the pipe slot k % 2 with its validated
     rows and says done. Its staging then holds exactly its hand-cut slices, for two versions."""
-    from jax_amem_vllm import native
-
     trees = [vm.flax_tree("llama", seed) for seed in (8, 9)]
     params = [jax.tree.map(jnp.asarray, t) for t in trees]
-    cpu = jax.devices()[0]
-    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
-    rank_notes = [remote(n) for n in notes("llama", "flax", params[0])]
-    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
-    link = nccl.TrainerLink(server, "s4", "127.0.0.1:1", 30.0, 4096)
-    engine = VllmEngine(Engine(rank_notes), ranks, params[0], family="llama", source="flax", rules=None, cast=None,
-                        timeout=30, link=link)
+    engine, ranks, link, rank_notes = over_nccl(monkeypatch, server, "llama", "flax", params[0], "s4",
+                                                bucket_bytes=4096, timeout=30.0)
     note = rank_notes[1]
     receiver = worker_side.Receiver(server, "s4", 1, torch.device("cpu"))
-    fake = Wire(native.core(), lambda: [t for _, tables in receiver.groups.values() for t in tables])
-    monkeypatch.setattr(native, "core", lambda: fake)
-    monkeypatch.setattr(worker_side.Receiver, "_stream", lambda self: 0)
-    monkeypatch.setattr(worker_side.Receiver, "_synchronize", lambda self: None)
+    fake = wire_in(monkeypatch, [receiver])
     # The trainer's and rank 0's side of the meeting, as cross_host.connect publishes it.
     server.set(wire.key("nccl", "vllm-s4", 0, "id"), b"\x01" * 128)
     for comm_rank, role, rank, owner in ((0, "trainer", 0, link.source), (1, "rollout", 0, ranks[0].owner(0))):
@@ -314,25 +352,125 @@ def test_the_worker_receives_every_group_into_its_staging_through_the_link(serve
             packing = pairs.packing(plan, plan.owner_id(link.source), plan.owner_id(ranks[1].owner(0)), 4096)
             handshake.offer(trainer, 2, trainer.next_sequence(2), handshake.header(version, plan.key, packing))
             for k, bucket in enumerate(packing.buckets):
-                slot = np.zeros(bucket.nbytes, np.uint8)
-                for v_slot, _, src_offset, offset, n, _ in bucket.send_rows.tolist():
-                    name, perm, dtype = plan.views[bucket.views[v_slot]]
-                    view = prepare_view(np.asarray(picked[name]), perm, dtype).reshape(-1).view(np.uint8)
-                    slot[offset:offset + n] = view[src_offset:src_offset + n]
-                fake.queue.append((slot, k))
+                fake.queues[102].put((gathered(plan, bucket, picked), k))
             buffer.fill_(0xEE)
             staged = views(buffer, note["groups"][group])
             assert receiver.receive(group, staged) == version
-            assert fake.queue == []
+            assert fake.queues[102].empty()
             handshake.await_ack(trainer, 2, trainer.sequence[2] - 1)
             assert server.get(trainer.key("0-2", trainer.sequence[2] - 1, "done"), 1.0) == str(version).encode()
             for name, tensor in staged.items():
                 assert np.array_equal(tensor.numpy(), expected(tree, name, 1)), (version, group, name)
     inits = [c for c in fake.calls if c[0] == "init"]
-    assert inits == [("init", b"\x01" * 128, 3, 2, 0)] and fake.pipes == 1
+    assert inits == [("init", b"\x01" * 128, 3, 2, 0)] and [c for c in fake.calls if c[0] == "pipe"] == [("pipe", 0, 4096)]
     received = [c for c in fake.calls if c[0] == "recv"]
     assert len(received) > 2 * len(engine.plans)   # 4 KiB buckets: several per group
     receiver.close()
+
+
+class Workers:
+    """vLLM's workers as the trainer's half drives them: `collective_rpc` runs on every rank at
+    once (a thread each, as vLLM's worker processes do) and raises the first rank's error. Each
+    rank is the worker half's own receiving (jax_amem_vllm.nccl.Receiver, its own store client)
+    and a staging buffer, as JaxAmemWeightTransferEngine holds them: start_weight_update joins
+    the link, update_weights receives the group, then commits it (copies it into `held`)."""
+
+    def __init__(self, port: int, session: str, rank_notes):
+        self.notes = rank_notes
+        self.receivers = [worker_side.Receiver(wire.TorchStore.connect("127.0.0.1", port), session, n["tp_rank"],
+                                               torch.device("cpu")) for n in rank_notes]
+        self.buffers = [torch.zeros(n["staging_bytes"], dtype=torch.uint8) for n in rank_notes]
+        self.held = [{} for _ in rank_notes]
+        self.errors: list = []
+
+    def _one(self, rank, method, kwargs):
+        receiver, note = self.receivers[rank], self.notes[rank]
+        if method == "start_weight_update" and receiver.transport(10.0) is not None:
+            receiver.join()
+        elif method == "update_weights":
+            group = kwargs["update_info"]["group"]
+            staged = views(self.buffers[rank], note["groups"][group])
+            receiver.receive(group, staged)
+            self.held[rank].update({n: t.clone() for n, t in staged.items()})
+
+    def collective_rpc(self, method, timeout=None, kwargs=None):
+        import threading
+
+        errors = []
+
+        def run(rank):
+            try:
+                self._one(rank, method, kwargs)
+            except BaseException as error:  # noqa: BLE001 - raised below, as vLLM raises a worker's error
+                errors.append(error)
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(len(self.notes))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.errors += errors
+        if errors:
+            raise RuntimeError(f"a worker failed: {errors[0]}")
+        return [None] * len(self.notes)
+
+    def reset_prefix_cache(self):
+        return True
+
+
+def test_updates_over_the_link_end_to_end_and_a_stopped_send_fails_fast(server, monkeypatch):
+    """The trainer's update loop and both TP workers over the link, on CPU with NCCL alone stood
+    in for (`Wire`): the first start_weight_update joins the link on all three ranks (the
+    trainer alongside the workers' call); each update_weights receives while the trainer sends
+    rank 0 then rank 1. Both ranks hold their hand-cut slices after an update. A send that fails
+    before its offer tells every rank not yet offered that the swap stopped: their update_weights
+    refuse at once (not after the timeout), and the next update is complete (the handshake's
+    counts stayed in step)."""
+    import time
+
+    from jax_amem.swapping import cross_host
+    from jax_amem.vllm import VllmUpdateError
+
+    trees = [vm.flax_tree("qwen3", seed) for seed in (12, 13)]
+    params = [jax.tree.map(jnp.asarray, t) for t in trees]
+    engine, ranks, _, _ = over_nccl(monkeypatch, server, "qwen3", "flax", params[0], "s5", bucket_bytes=8192,
+                                    timeout=20.0, llm=lambda rank_notes: Workers(server.store.port, "s5", rank_notes))
+    workers = engine.llm
+    fake = wire_in(monkeypatch, workers.receivers)
+    monkeypatch.setattr(cross_host, "send", fake.send)
+    assert engine.transport == "nccl"
+
+    def holds(tree):
+        for rank, held in zip(ranks, workers.held):
+            assert held.keys() == {t["name"] for g in rank.note["groups"] for t in g}
+            for name, tensor in held.items():
+                assert np.array_equal(tensor.numpy(), expected(tree, name, rank.note["tp_rank"])), name
+
+    report = engine.update(params[0])
+    holds(trees[0])
+    assert report.version == 1 and report.groups == len(engine.plans) and report.swap_seconds > 0
+    assert sorted(c[3] for c in fake.calls if c[0] == "init") == [0, 1, 2]   # trainer and both ranks, once
+
+    calls = []
+
+    def stops_at_group_two(picked, plan, link, version):
+        calls.append(plan.key)
+        if len(calls) == 5:   # group 2's send to rank 0: before its offer
+            raise KeyboardInterrupt("the trainer stopped")
+        return fake.send(picked, plan, link, version)
+    monkeypatch.setattr(cross_host, "send", stops_at_group_two)
+    start = time.perf_counter()
+    with pytest.raises(VllmUpdateError, match=r"after committing 2 of .*KeyboardInterrupt: the trainer stopped") as caught:
+        engine.update(params[1])
+    assert time.perf_counter() - start < 10, "the workers waited out their timeout"
+    assert caught.value.served == "refusing"
+    assert len(workers.errors) == 2 and all("the trainer stopped the swap before sending" in str(e)
+                                              for e in workers.errors)
+
+    monkeypatch.setattr(cross_host, "send", fake.send)
+    engine.update(params[1])
+    holds(trees[1])
+    for receiver in workers.receivers:
+        receiver.close()
 
 
 # ----------------------------------------------------------------------------- the worker's half
@@ -374,13 +512,7 @@ def test_the_worker_half_answers_the_trainers_handshake_without_jax(server, monk
     trainer's offer (cross_host's own handshake, version 5) and refuses one of another plan; the
     trainer's side sees both answers. Its process holds no jax or jax_amem module."""
     params = llama()[1]
-    cpu = jax.devices()[0]
-    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
-    rank_notes = [remote(n) for n in notes("llama", "flax", params)]
-    ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
-    link = nccl.TrainerLink(server, "s3", "127.0.0.1:1", 60.0)
-    engine = VllmEngine(Engine(rank_notes), ranks, params, family="llama", source="flax", rules=None, cast=None,
-                        timeout=60, link=link)
+    engine, ranks, link, rank_notes = over_nccl(monkeypatch, server, "llama", "flax", params, "s3")
     server.set(worker_side.note_key("s3", 1), json.dumps(rank_notes[1]).encode())
     trainer = Link("vllm-s3", 0, "trainer", 0, 1, 2, 0, (link.source, ranks[0].owner(0), ranks[1].owner(0)), 0, 0,
                    server, link.bucket_bytes, 30.0, False)

@@ -145,10 +145,26 @@ class TrainerLink:
                                        owner=self.source, device=self.device, name=self.name,
                                        bucket_bytes=self.bucket_bytes, timeout=self.timeout)
 
-    def send(self, picked, plan, version: int) -> None:
+    def send_group(self, picked, sends: list, version: int) -> None:
+        """One group's sends, `sends` [(rank, plan)] in rank order, while the workers are in
+        update_weights. When one fails, every rank not offered its swap yet is told the swap
+        stopped (wire.abort): it refuses at once instead of waiting out the timeout."""
+        from jax_amem_vllm import wire
+
         from ..swapping.cross_host import send
 
-        send(picked, plan, self.link, version)
+        for i, (rank, plan) in enumerate(sends):
+            peer = 1 + self.ranks.index(rank)
+            offered = self.link.sequence.get(peer, 0)
+            try:
+                send(picked, plan, self.link, version)
+            except BaseException as error:
+                reason = f"{type(error).__name__}: {error}"
+                for later, _ in sends[i:]:
+                    other = 1 + self.ranks.index(later)
+                    if later is not rank or self.link.sequence.get(other, 0) == offered:
+                        wire.abort(self.link, other, self.link.next_sequence(other), version, reason)
+                raise
 
     def close(self) -> None:
         if self.link is not None:

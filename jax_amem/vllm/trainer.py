@@ -347,7 +347,7 @@ class VllmEngine:
                     sends = []
                     for rank, plan in zip(self.ranks, plans):
                         if rank.kind == "nccl":
-                            sends.append(plan)
+                            sends.append((rank, plan))
                         else:
                             swap(picked, rank.destination(index), plan=plan, progress=False)
                     t1 = time.perf_counter()
@@ -371,15 +371,14 @@ class VllmEngine:
         return VllmUpdateReport(self.version, self.bytes, len(self.plans), time.perf_counter() - start,
                                 swap_s, commit_s)
 
-    def _send(self, picked, plans, version: int):
+    def _send(self, picked, sends, version: int):
         """The NCCL sends of one group (run while the workers receive in update_weights), or None."""
-        if not plans:
+        if not sends:
             return None
 
         def sent():
             t0 = time.perf_counter()
-            for plan in plans:
-                self.link.send(picked, plan, version)
+            self.link.send_group(picked, sends, version)
             sent.seconds = time.perf_counter() - t0
         sent.seconds = 0.0
         return sent
