@@ -69,6 +69,8 @@ class Engine:
         self.notes, self.calls = rank_notes, []
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
+        from jax_amem_vllm import staging
+
         self.calls.append((method, kwargs))
         info = (kwargs or {}).get("init_info", {})
         if method == "init_weight_transfer_engine" and info.get("store"):
@@ -76,6 +78,11 @@ class Engine:
             store = wire.TorchStore.connect(host, int(port))
             for note in self.notes:
                 store.set(worker_side.note_key(info["session"], note["tp_rank"]), json.dumps(note).encode())
+        elif method == "init_weight_transfer_engine":   # a worker of this host leaves its note in a file
+            for note in self.notes:
+                if note["host"] == socket.gethostname():
+                    with open(staging.note_path(info["directory"], info["session"], note["tp_rank"]), "w") as f:
+                        json.dump(note, f)
         return [None] * len(self.notes)
 
     def reset_prefix_cache(self):
@@ -160,6 +167,29 @@ def over_nccl(monkeypatch, server, family, source, params, session, *, bucket_by
     engine = VllmEngine(llm(rank_notes) if llm else Engine(rank_notes), ranks, params, family=family, source=source,
                         rules=None, cast=None, timeout=timeout, link=link)
     return engine, ranks, link, rank_notes
+
+
+def test_auto_mixes_transports_by_each_ranks_host(server, monkeypatch, tmp_path):
+    """Rank 0 on this host (its staging a shared file), rank 1 elsewhere: connect writes rank 0
+    by shared memory and rank 1 over NCCL, the link holding rank 1 alone; each rank's record says
+    which, and the engine reports both."""
+    from jax_amem_vllm import staging
+
+    params = llama()[1]
+    cpu = jax.devices()[0]
+    monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
+    rank_notes = [remote(n) for n in notes("llama", "flax", params)]
+    _, place = staging.allocate(rank_notes[0]["staging_bytes"], torch.device("cpu"), str(tmp_path), "mixed", 0)
+    rank_notes[0] = {**rank_notes[0], "host": socket.gethostname(), "device": "cpu", "staging": place}
+    engine = connect(Engine(rank_notes), params, family="llama", rendezvous="127.0.0.1:0", session="mixed")
+    assert engine.transport == "nccl+shared_memory"
+    assert [r.kind for r in engine.ranks] == ["shared_memory", "nccl"]
+    assert engine.link.ranks == [engine.ranks[1]] and engine.ranks[1].owner(0) == Owner(1, 0)
+    records = [json.loads(engine.link.store.get(worker_side.record_key("mixed", r), 1.0)) for r in (0, 1)]
+    assert records[0] == {"kind": "shared_memory"}
+    assert records[1]["kind"] == "nccl" and records[1]["rank"] == 0 and records[1]["rollouts"] == 1
+    assert not os.path.exists(place["path"])   # mapped by both sides, then removed
+    engine.close()
 
 
 # ----------------------------------------------------------------------------- what each rank receives

@@ -215,7 +215,8 @@ class VllmEngine:
         self.llm, self.ranks, self.timeout = llm, ranks, timeout
         self.link = link   # nccl.TrainerLink when some rank is written over NCCL
         self.worker = ranks[0].worker   # the worker engine itself when it is in this process
-        self.transport = ranks[0].kind
+        kinds = sorted({rank.kind for rank in ranks})   # several where ranks sit on this host and elsewhere
+        self.transport = "+".join(kinds)
         self.description = ranks[0].note
         groups = self.description["groups"]
         names = [t["name"] for group in groups for t in group]
