@@ -120,7 +120,7 @@ class TrainerLink:
         if self.ranks:
             self.source, self.device = trainer_owner(params)
             self.bucket_bytes = self.bucket_bytes or bucket_bytes_for([r.note for r in self.ranks])
-        generation = cross_link._generations[self.name]
+        generation = cross_link.next_generation(self.name)
         for index, rank in enumerate(ranks):
             tp_rank = rank.note["tp_rank"]
             if rank.kind != "nccl":

@@ -190,6 +190,12 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
                 new[0] if len(new) == 1 else None)
 
 
+def next_generation(name: str) -> int:
+    """The generation the next connect under `name` in this process uses (its keys' namespace):
+    a peer that does not run connect itself (a vLLM worker) must be told it."""
+    return _generations[name]
+
+
 def _checked_link_arguments(name, owner, device, timeout) -> Owner:
     """connect's arguments the checks above leave: SwapError naming the one at fault; the owner."""
     if not isinstance(name, str):
