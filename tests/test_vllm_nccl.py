@@ -3,8 +3,9 @@ can be: the placement choice and the forcing option (bad values refused by name,
 started), what each rank receives (its record and per-group schedules in the rendezvous store,
 the rows checked against slices cut by hand from the trainer's arrays through a numpy run of
 the buckets), the worker's half (no JAX) answering the trainer's handshake over a real
-TCPStore, and (GPU) the trainer sending into two rank processes holding vLLM-shaped TP=2
-tensors over NCCL, bit for bit.
+TCPStore, the worker's receive path and the trainer's whole update loop with NCCL alone stood
+in for by a memory copy (`Wire`; vLLM's workers by `Workers`), and (GPU) the trainer sending
+into two rank processes holding vLLM-shaped TP=2 tensors over NCCL, bit for bit.
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ def test_a_schedule_that_does_not_fit_the_workers_staging_is_refused(server, mon
 
 
 class Wire:
-    """NCCL stood in for by a memory copy (the one fake here), for the trainer's and the
+    """NCCL stood in for by a memory copy, for the trainer's and the
     workers' side: communicator rank r's handle is 100 + r; the trainer's buckets, gathered in
     numpy, queue up per receiving communicator; `recv_bucket` takes the next, checks the call
     (slot k % 2, size, peer, the worker's validated rows) and unpacks it by address with those
