@@ -6,9 +6,14 @@ backend's trainer half (`jax_amem.vllm.trainer.VllmEngine`: per-rank plans, the 
 so the bytes travel as with a real engine:
 
 * on a GPU: CUDA IPC into each rank's staging (transports.CudaIpc);
+* on a GPU with `--transport nccl`: the NCCL transport for workers on other hosts, forced here
+  (transports.Nccl): the rank processes get the trainer's store address, publish their notes
+  there, join the trainer's link and receive each group with the worker half's own code
+  (jax_amem_vllm.nccl). Every process sets its own NCCL_HOSTID, so NCCL sees three hosts on
+  one GPU (its socket transport: the figure is a correctness run, not the speed of a network);
 * on CPU: a shared file per rank (transports.SharedMemory).
 
-    python -P benchmarks/vllm_ipc.py [--layers 28] [--repeats 5] [--tp 2]
+    python -P benchmarks/vllm_ipc.py [--layers 28] [--repeats 5] [--tp 2] [--transport nccl]
 
 vLLM itself is not installed where this runs: the commit (vLLM's processing) is stood in for by
 the rank process copying each staged tensor into its parameter, which is what vLLM's commit of
@@ -84,6 +89,14 @@ def rank_process(args) -> None:
     buffer, note["staging"] = staging_buffer.allocate(note["staging_bytes"], device, args.directory,
                                                       args.session, args.rank)
     note["device"] = str(device)
+    receiver = None
+    if args.store:   # as the worker engine does when its init carries the trainer's store
+        from jax_amem_vllm import nccl, wire
+
+        host, _, port = args.store.rpartition(":")
+        store = wire.TorchStore.connect(host, int(port))
+        store.set(nccl.note_key(args.session, args.rank), json.dumps(staging_buffer.stamped(note)).encode())
+        receiver = nccl.Receiver(store, args.session, args.rank, device)
     dtype = getattr(torch, args.dtype)
     params = {t["name"]: torch.zeros(t["loaded"], dtype=dtype, device=device) for g in note["groups"] for t in g}
 
@@ -91,11 +104,18 @@ def rank_process(args) -> None:
         for t in group:
             n = int(np.prod(t["shape"])) * params[t["name"]].element_size()
             yield t["name"], buffer[t["offset"]:t["offset"] + n].view(dtype).view(t["shape"])
-    staging_buffer.write_note(staging_buffer.note_path(args.directory, args.session, args.rank), note)
+    if receiver is None:
+        staging_buffer.write_note(staging_buffer.note_path(args.directory, args.session, args.rank), note)
     print("ready", flush=True)
     for line in sys.stdin:
         word, *rest = line.split()
-        if word == "commit":
+        if word == "start":   # start_weight_update: the first joins the trainer's link
+            if receiver is not None and receiver.transport(120) is not None:
+                receiver.join()
+            print("ok", flush=True)
+        elif word == "commit":
+            if receiver is not None and receiver.active:
+                receiver.receive(int(rest[0]), dict(staged(note["groups"][int(rest[0])])))
             for name, tensor in staged(note["groups"][int(rest[0])]):
                 params[name].copy_(tensor)
             if device.type == "cuda":
@@ -106,6 +126,8 @@ def rank_process(args) -> None:
                               for name, p in params.items()}), flush=True)
         else:
             break
+    if receiver is not None:
+        receiver.close()
 
 
 class Ranks:
@@ -116,9 +138,10 @@ class Ranks:
         self.procs = procs
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
-        if method == "update_weights":
+        words = {"update_weights": lambda: f"commit {kwargs['update_info']['group']}", "start_weight_update": lambda: "start"}
+        if method in words:
             for proc in self.procs:
-                proc.stdin.write(f"commit {kwargs['update_info']['group']}\n")
+                proc.stdin.write(words[method]() + "\n")
                 proc.stdin.flush()
             for proc in self.procs:
                 assert proc.stdout.readline().strip() == "ok"
@@ -205,12 +228,17 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--transport", default="auto", choices=("auto", "nccl"),
+                        help="auto: CUDA IPC on a GPU, shared memory on CPU; nccl: the cross-host transport")
+    parser.add_argument("--store", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--session", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--directory", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank is not None:
         return rank_process(args)
+    if args.transport == "nccl":
+        os.environ["NCCL_HOSTID"] = "jax-amem-trainer"   # each process its own "host": one GPU, three ranks
 
     import jax_amem  # noqa: F401  (before JAX starts)
     import jax
@@ -221,15 +249,27 @@ def main() -> None:
     from jax_amem.vllm.transports import alive, open_rank
     from jax_amem_vllm.staging import default_directory
 
+    from jax_amem.vllm import nccl
+    from jax_amem.vllm.transports import Nccl
+
     session, directory = uuid.uuid4().hex, default_directory()
+    link, extra = None, []
+    if args.transport == "nccl":
+        store, address = nccl.serve_store("127.0.0.1:0")
+        link, extra = nccl.TrainerLink(store, session, address, 120.0), ["--store", address]
     procs = [subprocess.Popen([sys.executable, "-P", __file__, "--rank", str(r), "--tp", str(args.tp), "--layers",
-                               str(args.layers), "--dtype", args.dtype, "--session", session, "--directory", directory],
+                               str(args.layers), "--dtype", args.dtype, "--session", session, "--directory", directory,
+                               *extra], env={**os.environ, "NCCL_HOSTID": f"jax-amem-rank{r}"},
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in range(args.tp)]
     try:
         for proc in procs:
             assert proc.stdout.readline().strip() == "ready"
-        notes = _notes(directory, session, args.tp)
-        ranks = [open_rank(note) for note in notes]
+        if link is not None:
+            notes = nccl.read_notes(link.store, session, args.tp, 120.0)
+            ranks = [Nccl(note, nccl.rank_owner(r, jax.process_count())) for r, note in enumerate(notes)]
+        else:
+            notes = _notes(directory, session, args.tp)
+            ranks = [open_rank(note) for note in notes]
         for note in notes:
             if note["staging"].get("path"):
                 os.unlink(note["staging"]["path"])
@@ -239,7 +279,7 @@ def main() -> None:
         jax.block_until_ready(trees)
         t0 = time.perf_counter()
         engine = VllmEngine(Ranks(procs), ranks, trees[0], family="qwen3", source="flax", rules=None, cast=None,
-                            timeout=120)
+                            timeout=120, link=link)
         connect_s = time.perf_counter() - t0
         device = "cuda" if notes[0]["device"].startswith("cuda") else "cpu"
         local = VllmEngine(Ranks([]), [LocalRank(n, device) for n in notes], trees[0], family="qwen3", source="flax",

@@ -9,9 +9,14 @@ The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `u
   buffer the size of the largest group (staging.py: a shared file on CPU, CUDA IPC on a GPU),
   writes a note saying where both are (`dir/jax_amem-<session>-rank<r>.json`), and publishes
   itself under `session` for a trainer in this process.
+* init with {"store": "host:port"} as well (a trainer that may write this worker over NCCL,
+  nccl.py): the note goes to the trainer's store instead of a file, and the worker keeps a
+  client of that store. At start_weight_update it reads the transport the trainer chose for
+  its rank and, for NCCL, joins the trainer's link (once).
 * update {"group": g}: the trainer has written group g's new values into the staging buffer
-  (jax_amem.swap, by address); the worker commits them: plain parameters copied in, processed
-  modules written through vLLM's processing (reprocess.py).
+  (jax_amem.swap, by address), or sends them now over NCCL, which the worker receives into
+  the staging buffer first (nccl.Receiver); the worker commits them: plain parameters copied
+  in, processed modules written through vLLM's processing (reprocess.py).
 
 Versions. Until the first commit of an update nothing served has changed: an update that stops
 there (refused, failed, never finished) leaves the old version serving. From the first commit
@@ -22,6 +27,7 @@ that finishes with groups missing keeps refusing: the next complete update recov
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +48,8 @@ from .reprocess import reprocess
 class JaxAmemInitInfo(WeightTransferInitInfo):
     session: str
     directory: str = ""   # where the note goes (staging.py); default /dev/shm
+    store: str = ""       # "host:port" of the trainer's TCPStore: the note goes there (nccl.py)
+    timeout: float = 300.0  # seconds any wait on that store may take
 
 
 @dataclass
@@ -78,6 +86,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.refusal = None                      # the forward pre-hook while versions are mixed
         self.refusal_reason = ""
         self.updates = 0                         # complete updates so far
+        self.receiver = None                     # nccl.Receiver when the trainer gave a store
+        self.timeout = 300.0
 
     # --- what the trainer reads (same process) ---------------------------------------------
     def description(self) -> dict[str, Any]:
@@ -116,7 +126,19 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                                                            init_info.session, self.tp_rank)
         note = staging_buffer.note_path(directory, init_info.session, self.tp_rank)
         self.files = (note, self.place.get("path"))
-        staging_buffer.write_note(note, self.description())
+        if init_info.store:
+            # A trainer that may be on another host: the note travels through its store.
+            from . import nccl, wire
+
+            host, _, port = init_info.store.rpartition(":")
+            store = wire.TorchStore.connect(host, int(port), timeout=init_info.timeout)
+            store.set(nccl.note_key(init_info.session, self.tp_rank),
+                      json.dumps(staging_buffer.stamped(self.description())).encode())
+            self.files = (self.place.get("path"),)
+            self.receiver, self.timeout = nccl.Receiver(store, init_info.session, self.tp_rank,
+                                                        self.device), init_info.timeout
+        else:
+            staging_buffer.write_note(note, self.description())
         publish(init_info.session, self)
 
     def start_weight_update(self) -> None:
@@ -125,6 +147,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         # vLLM refuses a start while its own update is active, so an update of ours still open
         # here is one vLLM dropped after a failed update_weights: end it (refusing if it wrote).
         self.abandon()
+        if self.receiver is not None and self.receiver.transport(self.timeout) is not None:
+            self.receiver.join()   # collective with the trainer, once: it joins during this call
         self.committed = set()
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
@@ -139,6 +163,10 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         if not 0 <= group < len(self.layout.groups) or group in self.committed:
             raise ValueError(f"jax_amem: group {group} is not a group left to commit "
                              f"(0..{len(self.layout.groups) - 1}, committed {sorted(self.committed)})")
+        if self.receiver is not None and self.receiver.active:
+            # Received before anything is committed: a refusal or a failure here leaves the
+            # group as it was (and the old version served when no group was committed yet).
+            self.receiver.receive(group, self.staged(group))
         self._refuse(f"an update is writing it ({len(self.committed)} of {len(self.layout.groups)} "
                      "groups committed)")
         self.committed.add(group)   # counted before the write: a failure inside leaves a mix
@@ -166,6 +194,9 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             self._refuse(f"an update stopped after committing {done} of {total} groups")
 
     def shutdown(self) -> None:
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
         staging_buffer.remove(*self.files)
         self.files = ()
         self.staging = None

@@ -73,9 +73,14 @@ def cuda_ipc_place(staging: torch.Tensor) -> dict:
     return place
 
 
+def stamped(note: dict) -> dict:
+    """The note with where the worker runs: its host and process."""
+    return {**note, "host": socket.gethostname(), "pid": os.getpid()}
+
+
 def write_note(path: str, note: dict) -> None:
     """Written whole or not at all (a reader never sees half a note)."""
-    note = {**note, "host": socket.gethostname(), "pid": os.getpid()}
+    note = stamped(note)
     partial = f"{path}.{os.getpid()}.partial"
     with open(partial, "w") as f:
         json.dump(note, f)

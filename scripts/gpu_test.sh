@@ -10,6 +10,8 @@
 #   gpu            the in-process GPU tests (one pytest process; no multi-process test in it)
 #   swap_ipc       tests/test_swap_ipc.py          (two processes: a pytest process of its own)
 #   swap_nccl      tests/test_swap_nccl.py -m gpu  (two processes)
+#   vllm_nccl      tests/test_vllm_nccl.py -m gpu  (the vLLM backend's NCCL transport: a trainer and two
+#                  TP rank processes on one GPU, each its own NCCL_HOSTID; benchmarks/vllm_ipc.py --transport nccl)
 #   swap_multigpu  tests/test_swap_multigpu.py     (needs 2+ GPUs: skips on one)
 #   nccl           NCCL pause/resume of XLA's communicators, 2 and 4 JAX processes, the image's NCCL
 #   nccl_new       the same with the NCCL in $NCCL_NEW (e.g. NCCL_NEW=/tmp/libnccl.so.2, 2.30.7)
@@ -53,9 +55,9 @@ for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
   command -v nvcc >/dev/null || { [ -x $d/nvcc ] && export PATH=$PATH:$d; }
 done
 export JAX_AMEM_CUDA=${JAX_AMEM_CUDA:-ON}
-ALL="build gpu swap_ipc swap_nccl swap_multigpu nccl nccl_new bench"
+ALL="build gpu swap_ipc swap_nccl vllm_nccl swap_multigpu nccl nccl_new bench"
 STEPS=${*:-${STEPS:-$ALL}}
-MULTI_PROCESS="tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py tests/test_swap_ipc.py tests/test_swap_nccl.py tests/test_swap_multigpu.py"
+MULTI_PROCESS="tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py tests/test_swap_ipc.py tests/test_swap_nccl.py tests/test_swap_multigpu.py tests/test_vllm_nccl.py"
 SUMMARY=()
 failed=0
 
@@ -108,6 +110,8 @@ for name in $STEPS; do
       # on the GPU machine they would start JAX's GPU backend in this pytest process, which the
       # two-process GPU tests after them cannot share (they hung there).
       step swap_nccl 400 $PY -P -m pytest -q -rs -m gpu tests/test_swap_nccl.py tests/test_swap_affine.py -k "not test_gpu_ or over_nccl" ;;
+    vllm_nccl)
+      step vllm_nccl 540 $PY -P -m pytest -q -rs -m gpu tests/test_vllm_nccl.py ;;
     swap_multigpu)
       step swap_multigpu 540 $PY -P -m pytest -q -rs -m multigpu tests/test_swap_multigpu.py ;;
     nccl)

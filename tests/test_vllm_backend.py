@@ -70,7 +70,9 @@ def release(*engines):
 def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
     """vLLM's default: the engine core and its worker in another process (TP=1). vLLM loads the
     plugin and builds the worker engine there, which never imports JAX or jax_amem; the trainer
-    reaches its staging buffer through a shared file, and the update serves transformers' tokens."""
+    reaches its staging buffer through a shared file, and the update serves transformers' tokens.
+    First, transport="nccl" takes the worker through the trainer's store (its NCCL half loaded,
+    still no JAX) and is refused by name, as NCCL needs a GPU engine; the next connect works."""
     import json
     import subprocess
     import sys
@@ -89,7 +91,8 @@ def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
             def probe(worker):
                 import os, sys
                 return (os.getpid(), type(worker.weight_transfer_engine).__name__,
-                        sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jax_amem."))))
+                        sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jax_amem."))),
+                        "jax_amem_vllm.nccl" in sys.modules)
             import jax_amem.vllm as jv, jax.numpy as jnp
             tree = {{}}
             for key, value in np.load({str(tmp_path / "v1.npz")!r}).items():
@@ -98,6 +101,10 @@ def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
                 for part in path:
                     node = node.setdefault(part, {{}})
                 node[leaf] = jnp.asarray(value)
+            try:
+                jv.connect(llm, tree, family="llama", transport="nccl", rendezvous="127.0.0.1:0")
+            except jv.VllmBackendError as error:
+                print("NCCL", json.dumps(str(error)))
             engine = jv.connect(llm, tree, family="llama")
             print("TRANSPORT", engine.transport)
             engine.update(tree)
@@ -112,10 +119,11 @@ def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     said = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines()
-            if line.startswith(("TRANSPORT", "TOKENS", "WORKER"))}
+            if line.startswith(("NCCL", "TRANSPORT", "TOKENS", "WORKER"))}
     assert "WORKER" in said, done.stdout[-2000:] + done.stderr[-4000:]
-    trainer_pid, [worker_pid, kind, modules] = json.loads(said["WORKER"])
-    assert worker_pid != trainer_pid and kind == "JaxAmemWeightTransferEngine" and modules == []
+    trainer_pid, [worker_pid, kind, modules, nccl_loaded] = json.loads(said["WORKER"])
+    assert worker_pid != trainer_pid and kind == "JaxAmemWeightTransferEngine" and modules == [] and nccl_loaded
+    assert "rank 0's worker runs on 'cpu'" in json.loads(said["NCCL"]) and "needs an engine on CUDA" in said["NCCL"]
     assert said["TRANSPORT"] == "shared_memory"
     hf = vm.hf_model("llama", trees[1])
     assert json.loads(said["TOKENS"]) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
@@ -295,6 +303,22 @@ def _update_stopping_before_the_last_group(llama, monkeypatch, tree):
         monkeypatch.undo()
     assert caught.value.served == "refusing"
     assert llama["engine"].worker.serving_state() == "refusing"
+
+
+def test_nccl_forced_into_a_worker_of_this_process_is_refused_then_auto_still_updates(llama):
+    """transport="nccl": the real worker takes the trainer's store at init and publishes its note
+    there (the path of a worker on another host); connect then refuses, since NCCL cannot hold
+    both ranks on one GPU of one process. Nothing served changed, and an "auto" connect after it
+    (the worker staging anew) updates the engine."""
+    before = params_of(llama["llm"])
+    with pytest.raises(jv.VllmBackendError, match=r"transport='nccl' needs the engine's worker in another process"):
+        jv.connect(llama["llm"], as_jax(llama["trees"][0]), family="llama", transport="nccl",
+                   rendezvous="127.0.0.1:0")
+    unchanged(llama, before)
+    llama["engine"] = jv.connect(llama["llm"], as_jax(llama["trees"][1]), family="llama")
+    assert llama["engine"].transport == "in_process"
+    llama["engine"].update(as_jax(llama["trees"][1]))
+    assert greedy(llama["llm"]) == llama["tokens"]
 
 
 def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(llama, monkeypatch):

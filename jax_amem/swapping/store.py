@@ -13,12 +13,12 @@ Keys are namespaced with `key(...)`: `jax_amem/swap/<part>/<part>/...`.
 
 from __future__ import annotations
 
-import datetime
+from jax_amem_vllm import wire
 
 from .. import _jax_compat
 from .errors import SwapError
 
-PREFIX = "jax_amem/swap"  # the keys' namespace on the wire, not a module path: both sides must agree on it
+PREFIX = wire.PREFIX  # the keys' namespace on the wire, not a module path: both sides must agree on it
 DEFAULT_TIMEOUT = 60.0  # seconds
 
 
@@ -27,54 +27,23 @@ class StoreTimeout(SwapError, TimeoutError):
 
 
 def key(*parts) -> str:
-    """`jax_amem/swap/a/b/...`; parts must not contain '/' of their own (keeps keys unambiguous)."""
-    for part in parts:
-        if "/" in str(part) or str(part) == "":
-            raise SwapError(f"store key part {part!r} is empty or contains '/': give names without slashes")
-    return "/".join([PREFIX, *map(str, parts)])
+    """`jax_amem/swap/a/b/...`; parts must not contain '/' of their own (keeps keys unambiguous).
+    The key layout is jax_amem_vllm.wire's, which a vLLM worker shares without JAX."""
+    return wire.key(*parts, error=SwapError)
 
 
 def _check_timeout(timeout) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise SwapError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+    return wire.check_timeout(timeout, error=SwapError)
 
 
-class TorchStore:
+class TorchStore(wire.TorchStore):
     """A torch.distributed Store (TCPStore, FileStore, PrefixStore...), e.g. the rollout's
-    `TCPStore(host, port, is_master=...)` whose address is given to the trainer."""
+    `TCPStore(host, port, is_master=...)` whose address is given to the trainer. The wrapper
+    is jax_amem_vllm.wire's (a vLLM worker uses it without JAX); here its refusals are
+    SwapError and its timeout StoreTimeout."""
 
-    def __init__(self, store):
-        self.store = store
-
-    @classmethod
-    def connect(cls, host: str, port: int, *, is_master: bool = False, timeout: float = DEFAULT_TIMEOUT):
-        """A TCPStore client (or the server, `is_master=True`) at host:port."""
-        from torch.distributed import TCPStore
-
-        return cls(TCPStore(host, int(port), is_master=is_master, wait_for_workers=False,
-                            timeout=datetime.timedelta(seconds=_check_timeout(timeout))))
-
-    def set(self, key: str, value: bytes) -> None:
-        self.store.set(key, bytes(value))
-
-    def get(self, key: str, timeout: float = DEFAULT_TIMEOUT) -> bytes:
-        seconds = _check_timeout(timeout)
-        try:
-            self.store.wait([key], datetime.timedelta(seconds=seconds))
-        except RuntimeError as error:  # torch's DistStoreError on timeout is a RuntimeError
-            if "timeout" not in str(error).lower() and "timed out" not in str(error).lower():
-                raise
-            raise StoreTimeout(f"key {key!r} did not appear in the torch store {self!r} within {seconds:g} s: "
-                               "is the other side running, and does it use the same store?") from None
-        return bytes(self.store.get(key))
-
-    def delete(self, key: str) -> None:
-        self.store.delete_key(key)
-
-    def __repr__(self):
-        host = getattr(self.store, "host", None)
-        return f"TorchStore({type(self.store).__name__}" + (f" {host}:{self.store.port})" if host else ")")
+    Timeout = StoreTimeout
+    Error = SwapError
 
 
 class JaxStore:

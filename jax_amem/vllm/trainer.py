@@ -26,7 +26,8 @@ from ..swapping import swap
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
-from .transports import InProcess, alive, open_rank
+from . import nccl
+from .transports import InProcess, Nccl, alive, checked_transport, open_rank, placement
 
 BACKEND = "jax_amem"
 WATCH_S = 0.05   # how often a call into workers of other processes checks that they are alive
@@ -98,8 +99,10 @@ def _worker(session: str):
     return lookup(session)
 
 
-def _notes(directory: str, session: str, tp: int) -> list[dict]:
-    """Each rank's note (jax_amem_vllm/staging.py), read and removed."""
+def _notes(directory: str, session: str, tp: int, missing_ok: bool = False) -> list[dict | None]:
+    """Each rank's note (jax_amem_vllm/staging.py), read and removed. A rank without one has
+    its worker on another host (or not sharing this host's /dev/shm): None with `missing_ok`,
+    else VllmBackendError."""
     from jax_amem_vllm.staging import note_path, remove
 
     notes = []
@@ -109,17 +112,29 @@ def _notes(directory: str, session: str, tp: int) -> list[dict]:
             with open(path) as f:
                 notes.append(json.load(f))
         except FileNotFoundError:
-            raise VllmBackendError(
-                f"rank {rank}'s worker left no note at {path} after init_weight_transfer_engine: its worker runs on "
-                "another host or does not share this host's /dev/shm; this release writes into workers on the "
-                "trainer's host only (docs/vllm.md)") from None
+            if not missing_ok:
+                raise VllmBackendError(
+                    f"rank {rank}'s worker left no note at {path} after init_weight_transfer_engine: its worker "
+                    "runs on another host or does not share this host's /dev/shm") from None
+            notes.append(None)
         finally:
             remove(path)
     return notes
 
 
+def _init(llm, session: str, directory: str, timeout: float, store: str = "") -> None:
+    info = {"session": session, "directory": directory}
+    if store:
+        info.update(store=store, timeout=timeout)
+    try:
+        llm.collective_rpc("init_weight_transfer_engine", timeout=timeout, kwargs={"init_info": info})
+    except Exception as error:
+        raise VllmBackendError(f"the engine's workers could not set up the jax_amem backend: {error}") from error
+
+
 def connect(llm, params, *, family: str | None = None, source: str = "flax", rules=None,
-            cast: str | None = None, session: str | None = None, timeout: float = 300.0) -> "VllmEngine":
+            cast: str | None = None, session: str | None = None, timeout: float = 300.0,
+            transport: str = "auto", rendezvous: str | None = None) -> "VllmEngine":
     """Connects to `llm` (a `vllm.LLM` started with weight_transfer_config={"backend": "jax_amem"})
     and plans `params` (the trainer's pytree; only layouts are read) into its model, one plan
     per layer group and tensor-parallel rank.
@@ -127,6 +142,10 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     Rules: `family` (a `reshard.rules.preset` family; `source` "flax" or "maxtext") or `rules`
     (e.g. from `reshard.rules.from_function`), in vLLM's layout (fused qkv and gate_up, MoE w13/w2).
     `timeout`: seconds any one call into the engine's workers may take before the update fails.
+    `transport`: "auto" (by placement: in process, shared memory or CUDA IPC on this host, NCCL
+    for a worker on another host) or "nccl" (every rank over NCCL, on this host too).
+    `rendezvous`: "host:port" where the workers reach this trainer's store when NCCL is used
+    (default: this host's name, a free port).
     Raises VllmBackendError (engine not set up for it) or VllmPlanError (the tree or rules do not
     match the engine's model), before anything is written."""
     backend = _backend_of(llm)
@@ -142,23 +161,41 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
         raise VllmBackendError(f"the engine runs pipeline_parallel_size={parallel.pipeline_parallel_size} and "
                                f"data_parallel_size={parallel.data_parallel_size}: this release writes into "
                                "tensor-parallel engines only (both 1)")
+    transport = checked_transport(transport)
+    if transport == "nccl" or rendezvous is not None:
+        nccl.checked_rendezvous(rendezvous)
     from jax_amem_vllm.staging import default_directory, remove  # after the checks: it needs PyTorch
 
     session, directory = session or uuid.uuid4().hex, default_directory()
-    try:
-        llm.collective_rpc("init_weight_transfer_engine", timeout=timeout,
-                           kwargs={"init_info": {"session": session, "directory": directory}})
-    except Exception as error:
-        raise VllmBackendError(f"the engine's workers could not set up the jax_amem backend: {error}") from error
-    notes = _notes(directory, session, parallel.tensor_parallel_size)
+    tp = parallel.tensor_parallel_size
+    link = None
+    if transport == "auto":
+        _init(llm, session, directory, timeout)
+        notes = _notes(directory, session, tp, missing_ok=True)
+    if transport == "nccl" or None in notes:
+        # A worker elsewhere (or NCCL asked for): the notes travel through the trainer's store,
+        # whose address the workers get in a second init (they describe themselves again).
+        store, address = nccl.serve_store(rendezvous)
+        link = nccl.TrainerLink(store, session, address, timeout)
+        _init(llm, session, directory, timeout, store=address)
+        notes = nccl.read_notes(store, session, tp, timeout)
     worker = _worker(session)
     ranks = []
     try:
         if worker is not None and len(notes) == 1:
+            if transport == "nccl":
+                raise VllmBackendError("transport='nccl' needs the engine's worker in another process: this engine "
+                                       "runs it in the trainer's process (VLLM_ENABLE_V1_MULTIPROCESSING=0), where "
+                                       "NCCL cannot have both ranks on one GPU; use transport='auto'")
             ranks.append(InProcess(worker, notes[0]))
+        process_count = _process_count()
         for note in notes if not ranks else ():
-            ranks.append(open_rank(note))
-        return VllmEngine(llm, ranks, params, family=family, source=source, rules=rules, cast=cast, timeout=timeout)
+            if placement(note, transport) == "nccl":
+                ranks.append(Nccl(note, nccl.rank_owner(sum(r.kind == "nccl" for r in ranks), process_count)))
+            else:
+                ranks.append(open_rank(note))
+        return VllmEngine(llm, ranks, params, family=family, source=source, rules=rules, cast=cast, timeout=timeout,
+                          link=link)
     except BaseException:
         for rank in ranks:
             rank.close()
@@ -167,11 +204,19 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
         remove(*(note["staging"].get("path") for note in notes))  # mapped by both sides now
 
 
+def _process_count() -> int:
+    import jax
+
+    return jax.process_count()
+
+
 class VllmEngine:
-    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout):
+    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout, link=None):
         self.llm, self.ranks, self.timeout = llm, ranks, timeout
+        self.link = link   # nccl.TrainerLink when some rank is written over NCCL
         self.worker = ranks[0].worker   # the worker engine itself when it is in this process
-        self.transport = ranks[0].kind
+        kinds = sorted({rank.kind for rank in ranks})   # several where ranks sit on this host and elsewhere
+        self.transport = "+".join(kinds)
         self.description = ranks[0].note
         groups = self.description["groups"]
         names = [t["name"] for group in groups for t in group]
@@ -217,6 +262,8 @@ class VllmEngine:
                 plans.append(plan)
                 self.bytes += plan.nbytes
             self.plans.append(plans)
+        if link is not None:
+            link.publish(ranks, self.plans, params)
         self.version = 0
         self._in_flight = False
         self._died: list[dict] = []
@@ -225,6 +272,8 @@ class VllmEngine:
         """Unmaps the workers' staging buffers (the engine keeps serving; connect again to update)."""
         for rank in self.ranks:
             rank.close()
+        if self.link is not None:
+            self.link.close()
 
     def _check_source(self, params) -> None:
         try:
@@ -237,10 +286,12 @@ class VllmEngine:
             raise VllmPlanError(f"update: the trainer's tree is not the one planned at connect "
                                 f"(names, shapes, dtypes or shardings of {changed[:6]}): connect again for it")
 
-    def _rpc(self, method: str, **kwargs):
+    def _rpc(self, method: str, alongside=None, **kwargs):
         """`llm.collective_rpc(method)`, bounded by the timeout. Into workers of other processes it
         runs on a thread while this one watches their processes: a worker that dies ends the call
-        at once (vLLM would wait for its answer until the timeout)."""
+        at once (vLLM would wait for its answer until the timeout). `alongside()` runs here while
+        the workers are in the call (the NCCL sends they receive); when it fails, the call is
+        waited for (its workers then fail within their timeout) and its error raised."""
         call = lambda: self.llm.collective_rpc(method, timeout=self.timeout, kwargs=kwargs or None)  # noqa: E731
         if self.worker is not None:
             return call()
@@ -253,6 +304,12 @@ class VllmEngine:
                 box["error"] = error
         thread = threading.Thread(target=run, daemon=True, name=f"jax_amem {method}")
         thread.start()
+        if alongside is not None:
+            try:
+                alongside()
+            except BaseException:
+                thread.join(self.timeout)
+                raise
         while thread.is_alive():
             thread.join(WATCH_S)
             if thread.is_alive() and self._dead():
@@ -288,15 +345,21 @@ class VllmEngine:
                 for index, plans in enumerate(self.plans):
                     t0 = time.perf_counter()
                     picked = self.picks[index](params)
+                    sends = []
                     for rank, plan in zip(self.ranks, plans):
-                        swap(picked, rank.destination(index), plan=plan, progress=False)
+                        if rank.kind == "nccl":
+                            sends.append((rank, plan))
+                        else:
+                            swap(picked, rank.destination(index), plan=plan, progress=False)
                     t1 = time.perf_counter()
                     if self._dead():
                         raise RuntimeError("a worker process exited")
                     attempted += 1
-                    self._rpc("update_weights", update_info={"group": index})
+                    sent = self._send(picked, sends, version if version is not None else self.version + 1)
+                    self._rpc("update_weights", alongside=sent, update_info={"group": index})
                     committed += 1
-                    swap_s, commit_s = swap_s + t1 - t0, commit_s + time.perf_counter() - t1
+                    send_s = sent.seconds if sent else 0.0
+                    swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
             except BaseException as error:
                 raise self._failed(error, attempted, committed) from error
             self._rpc("finish_weight_update")
@@ -309,11 +372,25 @@ class VllmEngine:
         return VllmUpdateReport(self.version, self.bytes, len(self.plans), time.perf_counter() - start,
                                 swap_s, commit_s)
 
+    def _send(self, picked, sends, version: int):
+        """The NCCL sends of one group (run while the workers receive in update_weights), or None."""
+        if not sends:
+            return None
+
+        def sent():
+            t0 = time.perf_counter()
+            self.link.send_group(picked, sends, version)
+            sent.seconds = time.perf_counter() - t0
+        sent.seconds = 0.0
+        return sent
+
     def _start(self) -> None:
         try:
             if self._dead():
                 raise RuntimeError("a worker process exited")
-            self._rpc("start_weight_update")
+            # The first update joins the NCCL link: the workers join in start_weight_update.
+            join = None if self.link is None or self.link.joined else self.link.join
+            self._rpc("start_weight_update", alongside=join)
         except Exception as error:
             if self._dead():
                 raise self._failed(error, 0, 0) from error

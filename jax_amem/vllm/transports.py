@@ -6,6 +6,9 @@
   /dev/shm, mapped here (a PyTorch tensor over the shared pages), written by address.
 * `CudaIpc`: a GPU worker in another process of this host: the worker's staging allocation,
   mapped with `jax_amem.swapping.open_remote` (CUDA IPC), written by address.
+* `Nccl`: a GPU worker on another host (or any GPU worker, forced with transport="nccl"):
+  the trainer sends each group's rows over the NCCL link of jax_amem.swapping.cross_host and
+  the worker receives them into its staging buffer (jax_amem_vllm/nccl.py); nccl.py here.
 
 Each gives, per layer group, the destination the swap writes (the group's tensors, as the rank
 loads them, less a padded vocabulary's padding rows) and the owner its layouts name.
@@ -120,6 +123,50 @@ class CudaIpc:
         self.remotes = []
 
 
+class Nccl:
+    """A rank the trainer sends to over NCCL: its plans' destination owner is its place on the
+    link (`owner`); the link itself is the engine's (nccl.py), made at the first update."""
+
+    kind = "nccl"
+    worker = None
+
+    def __init__(self, note: dict, owner):
+        if not str(note.get("device", "")).startswith("cuda"):
+            raise VllmBackendError(f"rank {note['tp_rank']}'s worker runs on {note.get('device')!r} (host "
+                                   f"{note['host']!r}): the NCCL transport receives into a GPU, so it needs an "
+                                   "engine on CUDA; a CPU engine must share this host (and its /dev/shm)")
+        self.note, self._owner = note, owner
+
+    def owner(self, group: int):
+        return self._owner
+
+    def destination(self, group: int):
+        raise VllmBackendError("a rank written over NCCL has no destination here: the engine sends to it")
+
+    def close(self) -> None:
+        pass
+
+
+TRANSPORTS = ("auto", "nccl")
+
+
+def checked_transport(transport) -> str:
+    """connect's `transport=`: "auto" (chosen by placement) or "nccl" (forced for every rank)."""
+    if not isinstance(transport, str) or transport not in TRANSPORTS:
+        raise VllmBackendError(f"transport={transport!r:.60}: give 'auto' (in process, shared memory or CUDA "
+                               "IPC on this host, NCCL for a worker on another host) or 'nccl' (NCCL for every "
+                               "rank, also on this host); nothing was started")
+    return transport
+
+
+def placement(note: dict, transport: str) -> str:
+    """How the trainer reaches a rank in another process: "nccl" when forced or when the worker
+    runs on another host, else the kind of staging the worker made on this host."""
+    if transport == "nccl" or note["host"] != socket.gethostname():
+        return "nccl"
+    return note["staging"]["kind"]
+
+
 def open_rank(note: dict):
     """The transport to one rank in another process, by where its staging buffer is."""
     if note["host"] != socket.gethostname():
@@ -132,7 +179,10 @@ def open_rank(note: dict):
 
 def alive(note: dict) -> bool:
     """Whether the rank's worker process still runs (same host: its pid; a killed child of this
-    process stays a zombie until reaped, which counts as dead)."""
+    process stays a zombie until reaped, which counts as dead). A worker on another host cannot
+    be watched from here: it counts as alive, and the timeout bounds a wait on it."""
+    if note.get("host", socket.gethostname()) != socket.gethostname():
+        return True
     try:
         os.kill(note["pid"], 0)
     except ProcessLookupError:

@@ -19,6 +19,8 @@ import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from jax_amem_vllm import wire
+
 from ... import nccl as amem_nccl
 from ..._native import core
 from ...errors import GpuUnavailableError
@@ -53,6 +55,7 @@ class Link:
     pipes: dict = field(default_factory=dict)      # peer comm rank -> staging pipe id
     sequence: dict = field(default_factory=dict)   # peer comm rank -> swaps done with it
     closed: bool = False
+    Error = SwapError           # what the handshake (jax_amem_vllm.wire) raises on a refusal
 
     @property
     def owner(self) -> Owner:
@@ -160,18 +163,14 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
     nranks = trainers + rollouts
     generation = _generations[name]
     prefix = ("nccl", name, generation)
+    member = {"role": role, "rank": rank, "owner": list(owner), "bucket_bytes": bucket_bytes}
+    made = None
     if comm_rank == 0:
         try:
-            unique_id = core.transport.unique_id()
+            made = core.transport.unique_id()
         except RuntimeError as error:  # no libnccl.so.2 in this process
             raise GpuUnavailableError(f"cross_host.connect: {error}") from None
-        store.set(S.key(*prefix, "id"), unique_id)
-    else:
-        unique_id = _get(store, S.key(*prefix, "id"), timeout, "the NCCL unique id from trainer rank 0")
-    member = {"role": role, "rank": rank, "owner": list(owner), "bucket_bytes": bucket_bytes}
-    store.set(S.key(*prefix, "member", comm_rank), json.dumps(member).encode())
-    members = [json.loads(_get(store, S.key(*prefix, "member", r), timeout, f"communicator rank {r}"))
-               for r in range(nranks)]
+    unique_id, members = wire.meet(store, prefix, comm_rank, nranks, member, timeout, made)
     owners = tuple(Owner(*m["owner"]) for m in members)
     if len(set(owners)) != len(owners):
         raise SwapError(f"link {name!r}: two ranks stand for the same plan owner ({[tuple(o) for o in owners]}); "
@@ -191,6 +190,12 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
                 new[0] if len(new) == 1 else None)
 
 
+def next_generation(name: str) -> int:
+    """The generation the next connect under `name` in this process uses (its keys' namespace):
+    a peer that does not run connect itself (a vLLM worker) must be told it."""
+    return _generations[name]
+
+
 def _checked_link_arguments(name, owner, device, timeout) -> Owner:
     """connect's arguments the checks above leave: SwapError naming the one at fault; the owner."""
     if not isinstance(name, str):
@@ -208,9 +213,3 @@ def _checked_link_arguments(name, owner, device, timeout) -> Owner:
         raise SwapError(f"owner={owner!r:.60}: give the plan owner this rank stands for, a (process, device) "
                         "pair of ints") from None
 
-
-def _get(store, key: str, timeout: float, what: str) -> bytes:
-    try:
-        return store.get(key, timeout=timeout)
-    except S.StoreTimeout as error:
-        raise S.StoreTimeout(f"waiting for {what}: {error}") from None

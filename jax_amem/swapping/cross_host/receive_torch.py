@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._native import core
+from jax_amem_vllm import wire
+
 from .. import cache, torch_bridge
 from ..errors import SwapError
 from ..report import NcclSwapReport
@@ -100,13 +101,11 @@ def upload_tables(packing: PairPacking, plan, owner, device: int) -> BucketTable
 
 
 def receive_pair(link, peer: int, packing: PairPacking, tables: BucketTables, by_id: dict) -> None:
-    """Enqueues every bucket from communicator rank `peer` on PyTorch's current stream."""
+    """Enqueues every bucket from communicator rank `peer` on PyTorch's current stream (the
+    loop is jax_amem_vllm.wire's, which the vLLM worker runs too)."""
     import torch
 
     stream = torch.cuda.current_stream(link.device).cuda_stream
-    pipe = link.pipe(peer)
-    for k, bucket in enumerate(packing.buckets):
-        destinations = [by_id[t].data_ptr() for t in bucket.dst_tensors]
-        core.transport.recv_bucket(pipe, stream, k % 2, bucket.nbytes, peer, link.comm, destinations,
-                                   tables.rows[k].data_ptr(), tables.counts[k])
-    core.transport.drain(pipe, stream)
+    wire.receive_buckets(link, peer, stream, [
+        (bucket.nbytes, [by_id[t].data_ptr() for t in bucket.dst_tensors], tables.rows[k].data_ptr(),
+         tables.counts[k]) for k, bucket in enumerate(packing.buckets)])

@@ -1,0 +1,244 @@
+"""The worker's end of the NCCL transport (a vLLM worker on another host than the trainer):
+it joins the trainer's link and receives each layer group's rows into its staging buffer.
+
+No JAX here: the link's protocol is `wire.py` (the same functions jax_amem's cross-host swap
+runs), the NCCL calls and the row checks are jax-amem's compiled core, loaded by `native.py`.
+
+What the trainer publishes in the store, per rank (`record_key`), after it planned:
+
+    {"link": name, "generation": g, "rank": j (rollout rank), "rollouts": n, "owner": [p, d],
+     "bucket_bytes": B, "timeout": s, "groups": G}
+
+and per group (`schedule_key`, bytes from `encode_schedule`): the plan key and packing digest
+the handshake compares, and per bucket its size, the staged tensors it lands in (by name, in
+the bucket's slot order) and its unpack rows, (n, 6) int64 BufferSegment rows
+`(0, dst slot, bucket offset, dst offset, bytes, 0)` as `jax_amem.swapping.cross_host.pairs.
+bucket_table` makes them. The worker validates every table against its own staged tensors
+(in bounds, no byte written twice) before the first byte arrives, so a wrong plan cannot
+write outside the staging buffer.
+
+The trainer is communicator rank 0 (one trainer rank); rollout rank j is rank 1 + j.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import wire
+
+TRAINER = 0           # the trainer's communicator rank
+NO_SPLIT = 1 << 62    # the trainer already split the rows: validate, do not split again
+
+
+def record_key(session: str, rank: int) -> str:
+    return wire.key("vllm", session, "nccl", rank)
+
+
+def schedule_key(session: str, rank: int, group: int) -> str:
+    return wire.key("vllm", session, "nccl", rank, group)
+
+
+def note_key(session: str, rank: int) -> str:
+    """Where a worker given a store publishes its note (staging.py) for a trainer elsewhere."""
+    return wire.key("vllm", session, "note", rank)
+
+
+# ----------------------------------------------------------------------------- a group's schedule
+
+@dataclass(frozen=True)
+class Bucket:
+    nbytes: int
+    tensors: tuple[str, ...]   # the staged tensors, by the rows' dst slot
+    rows: np.ndarray           # (n, 6) int64 unpack rows
+
+
+@dataclass(frozen=True)
+class Schedule:
+    plan_key: str
+    digest: str
+    bucket_bytes: int
+    nbytes: int                # payload
+    buckets: tuple[Bucket, ...]
+
+    def expected(self) -> dict:
+        """The header this side expects (wire.header's fields); the version is the trainer's."""
+        return {"version": None, "plan_key": self.plan_key, "digest": self.digest,
+                "bucket_bytes": self.bucket_bytes, "buckets": len(self.buckets), "bytes": self.nbytes}
+
+
+def encode_schedule(schedule: Schedule) -> bytes:
+    """One JSON line (everything but the rows), then every bucket's rows as int64 bytes."""
+    meta = {"plan_key": schedule.plan_key, "digest": schedule.digest, "bucket_bytes": schedule.bucket_bytes,
+            "nbytes": schedule.nbytes,
+            "buckets": [{"nbytes": b.nbytes, "tensors": list(b.tensors), "rows": len(b.rows)}
+                        for b in schedule.buckets]}
+    rows = [np.ascontiguousarray(b.rows, dtype="<i8").tobytes() for b in schedule.buckets]
+    return json.dumps(meta).encode() + b"\n" + b"".join(rows)
+
+
+def decode_schedule(data: bytes) -> Schedule:
+    line, _, body = bytes(data).partition(b"\n")
+    meta = json.loads(line)
+    table = np.frombuffer(body, dtype="<i8").reshape(-1, 6)
+    buckets, at = [], 0
+    for b in meta["buckets"]:
+        buckets.append(Bucket(int(b["nbytes"]), tuple(b["tensors"]), table[at:at + b["rows"]].astype(np.int64)))
+        at += b["rows"]
+    if at != len(table):
+        raise wire.LinkError(f"jax_amem: a schedule of {len(table)} rows announces {at}: the trainer's message is "
+                             "damaged or of another jax-amem version")
+    return Schedule(meta["plan_key"], meta["digest"], int(meta["bucket_bytes"]), int(meta["nbytes"]), tuple(buckets))
+
+
+def checked_rows(schedule: Schedule, staged: dict, group: int) -> list[np.ndarray]:
+    """Every bucket's rows validated against the bucket and the staged tensors it names (their
+    byte sizes): LinkError naming the group, bucket and cause, before anything is received."""
+    from .native import core
+
+    out = []
+    for k, bucket in enumerate(schedule.buckets):
+        missing = [name for name in bucket.tensors if name not in staged]
+        if missing:
+            raise wire.LinkError(f"jax_amem: the trainer's plan for group {group} writes {missing}, which this "
+                                 f"worker does not stage ({sorted(staged)[:6]}): connect again")
+        if bucket.nbytes > schedule.bucket_bytes:
+            raise wire.LinkError(f"jax_amem: group {group} bucket {k} holds {bucket.nbytes} bytes, more than the "
+                                 f"link's {schedule.bucket_bytes}-byte buckets")
+        sizes = [staged[name].numel() * staged[name].element_size() for name in bucket.tensors]
+        try:
+            out.append(core().copy.prepare_buffer_segments(np.ascontiguousarray(bucket.rows), [bucket.nbytes],
+                                                           sizes, NO_SPLIT))
+        except (ValueError, TypeError) as error:
+            raise wire.LinkError(f"jax_amem: group {group} bucket {k}: the trainer's rows do not fit this worker's "
+                                 f"staged tensors ({error}): connect again") from None
+    return out
+
+
+# ----------------------------------------------------------------------------- the link
+
+class WorkerLink:
+    """Rollout rank `record["rank"]` of the trainer's link: what wire.py's functions need, the
+    communicator joined by `join()`, one staging pipe (two buckets) from the trainer."""
+
+    Error = wire.LinkError
+
+    def __init__(self, store, record: dict, device: int):
+        self.store, self.record, self.device = store, record, int(device)
+        self.name, self.generation = record["link"], int(record["generation"])
+        self.rank, self.rollouts = int(record["rank"]), int(record["rollouts"])
+        self.comm_rank, self.nranks = 1 + self.rank, 1 + self.rollouts
+        self.bucket_bytes, self.timeout = int(record["bucket_bytes"]), float(record["timeout"])
+        self.sequence: dict[int, int] = {}
+        self.pipes: dict[int, int] = {}
+        self.comm: int | None = None
+
+    def key(self, *parts) -> str:
+        return wire.key("nccl", self.name, self.generation, *parts, error=wire.LinkError)
+
+    def not_ready(self) -> str | None:
+        return None if self.comm is not None else f"link {self.name!r} rank {self.comm_rank} has not joined"
+
+    def join(self) -> None:
+        """Collective with the trainer (it joins during the same update)."""
+        from .native import core
+
+        member = {"role": "rollout", "rank": self.rank, "owner": list(self.record["owner"]),
+                  "bucket_bytes": self.bucket_bytes}
+        unique_id, members = wire.meet(self.store, ("nccl", self.name, self.generation), self.comm_rank,
+                                       self.nranks, member, self.timeout)
+        sizes = {m["bucket_bytes"] for m in members}
+        if len(sizes) != 1:
+            raise wire.LinkError(f"link {self.name!r}: ranks asked for different bucket sizes {sorted(sizes)}")
+        self.comm = core().transport.init_communicator(unique_id, self.nranks, self.comm_rank, self.device)
+
+    def pipe(self, peer: int) -> int:
+        from .native import core
+
+        if peer not in self.pipes:
+            self.pipes[peer] = core().transport.create_pipe(self.device, self.bucket_bytes)
+        return self.pipes[peer]
+
+    def close(self) -> None:
+        from .native import core
+
+        for pipe in self.pipes.values():
+            core().transport.destroy_pipe(pipe)
+        self.pipes.clear()
+        if self.comm is not None:
+            core().transport.destroy_communicator(self.comm)
+            self.comm = None
+
+
+class Receiver:
+    """A worker's NCCL receiving: the link (joined at the first update), each group's schedule
+    and its validated rows on the device (read and checked at the group's first update)."""
+
+    def __init__(self, store, session: str, rank: int, device):
+        self.store, self.session, self.rank, self.device = store, session, rank, device
+        self.link: WorkerLink | None = None
+        self.record: dict | None = None
+        self.groups: dict[int, tuple[Schedule, list]] = {}
+
+    def transport(self, timeout: float) -> dict | None:
+        """The trainer's record for this rank, None when it writes this rank another way. Read
+        once; the trainer publishes it at connect, before any update."""
+        if self.record is None:
+            self.record = json.loads(wire.wait(self.store, record_key(self.session, self.rank), timeout,
+                                               "the trainer's transport for this rank"))
+        return self.record if self.record.get("kind") == "nccl" else None
+
+    @property
+    def active(self) -> bool:
+        """The trainer writes this rank over NCCL (known once `transport` was read)."""
+        return self.record is not None and self.record.get("kind") == "nccl"
+
+    def join(self) -> None:
+        if self.link is None:
+            link = WorkerLink(self.store, self.record, self.device.index or 0)
+            link.join()
+            self.link = link
+
+    def receive(self, group: int, staged: dict) -> int:
+        """Group `group`'s rows from the trainer into `staged` ({name: tensor} of the staging
+        buffer, on this worker's GPU); returns the version the trainer sent. The handshake
+        refuses (LinkError on both sides) before any NCCL call when the plans differ."""
+        self.join()
+        schedule, tables = self._group(group, staged)
+        accepted = wire.answer_offers(self.link, {TRAINER: schedule.expected()})
+        version = accepted[TRAINER]["version"]
+        wire.receive_buckets(self.link, TRAINER, self._stream(), [
+            (b.nbytes, [staged[name].data_ptr() for name in b.tensors], table.data_ptr(), len(table))
+            for b, table in zip(schedule.buckets, tables)])
+        self._synchronize()
+        wire.finish(self.link, [TRAINER], version)
+        return version
+
+    def _stream(self) -> int:
+        """PyTorch's current stream on the worker's GPU: the unpack runs where vLLM's work runs."""
+        import torch
+
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def _synchronize(self) -> None:
+        import torch
+
+        torch.cuda.current_stream(self.device).synchronize()
+
+    def _group(self, group: int, staged: dict):
+        import torch
+
+        if group not in self.groups:
+            data = wire.wait(self.store, schedule_key(self.session, self.rank, group), self.link.timeout,
+                             f"the trainer's schedule of group {group}")
+            schedule = decode_schedule(data)
+            rows = checked_rows(schedule, staged, group)
+            self.groups[group] = (schedule, [torch.from_numpy(r).to(self.device) for r in rows])
+        return self.groups[group]
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.close()
+            self.link = None
