@@ -189,8 +189,16 @@ class VllmEngine:
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
-        if any(not isinstance(r, reshard.Rule) for r in rules):
-            raise VllmPlanError("connect takes Rules (reshard.rules presets, from_function), not Pieces")
+        pieces = sorted({r.dst for r in rules if not isinstance(r, reshard.Rule)})
+        if pieces:
+            # The presets give Pieces for what a Rule cannot say: MaxText's Llama and Mixtral
+            # exports reorder the rotary halves and scale the query kernel.
+            raise VllmPlanError(
+                f"the rules for {len(pieces)} engine tensor(s) ({', '.join(pieces[:4])}"
+                f"{' ...' if len(pieces) > 4 else ''}) are Pieces, not Rules (a rotary reorder or a scaled "
+                "query kernel, as the maxtext naming of Llama and Mixtral needs; layers on another axis): connect "
+                "plans Rules only, so nothing was written. Give the tree in the flax naming (source='flax') or "
+                "write Rules with reshard.rules.from_function")
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
