@@ -10,7 +10,8 @@ Each engine start takes tens of seconds here, so the engines are shared:
 * untied Llama with one KV head, so the tensor-parallel size exceeds the KV heads and vLLM
   replicates the head on both ranks: a Flax tree (heads merged: the worker's head size splits
   them), two versions against transformers and against vLLM's in-place reload of the same
-  weights; a MaxText Llama tree refused by name;
+  weights; the same with the direct launch off (each layer picked first); a MaxText Llama tree
+  refused by name;
 * Qwen3-MoE (Flax tree), its own engine.
 
 Skips cleanly where vllm is not importable.
@@ -161,6 +162,7 @@ def test_llama_one_kv_head_two_versions_equal_vllms_own_reload_on_both_ranks(lla
 
     amem = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
     assert amem.description["head_dim"] == vm.HD
+    assert amem.picks == [None] * (vm.L + 2)   # the direct launch reads the stacked kernels whole
     qkv = "model.layers.0.self_attn.qkv_proj.weight"
     assert [next(t["shape"] for g in r.note["groups"] for t in g if t["name"] == qkv) for r in amem.ranks] == \
         [[(vm.H // 2 + 2) * vm.HD, vm.D]] * 2     # two query heads, the KV head, on each rank
@@ -192,6 +194,20 @@ def test_llama_one_kv_head_two_versions_equal_vllms_own_reload_on_both_ranks(lla
         for name in ours[rank]:
             assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
             assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+
+
+def test_with_the_direct_launch_off_each_layer_is_picked_first(llama_engine, monkeypatch):
+    """Without the direct launch, XLA would make each transposed view of a stacked kernel whole
+    for every group: each group's layer is picked out of the stacks first, and the engine serves
+    transformers' tokens all the same."""
+    monkeypatch.setenv("JAX_AMEM_SWAP_DIRECT", "0")
+    llm, tree = llama_engine["llm"], llama_engine["trees"][3]
+    amem = jv.connect(llm, as_jax(tree), family="llama", source="flax", timeout=120)
+    assert all(pick is not None for pick in amem.picks)
+    amem.update(as_jax(tree))
+    amem.close()
+    hf = vm.hf_model("llama", tree)
+    assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
 
 
 def test_a_maxtext_llama_tree_is_refused_by_name_with_nothing_written(llama_engine):

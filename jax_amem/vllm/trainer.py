@@ -80,6 +80,30 @@ def _one_layer(rules):
     return out, pick
 
 
+def _reads_whole_sources(plan, arrays: dict) -> bool:
+    """Whether the swap's direct launch runs `plan` reading its sources whole (a stacked kernel
+    too: its fused transpose-and-cast rows read only the layer they copy), as
+    swapping/in_process/direct.eligible decides: single-device sources on the CPU or a GPU with
+    the CUDA kernels, and every transposed or cast view one the fused copy reads itself. Then a
+    group needs no layer picked first (a copy of the layer per group); otherwise XLA would make
+    each view whole, every layer's, for each group."""
+    from .._native import core
+    from ..swapping.in_process import direct, fused_views
+    from ..swapping.in_process.schedule import _transforms
+
+    if not direct.enabled():
+        return False
+    for name in plan.src_layouts:
+        devices = getattr(getattr(arrays.get(name), "sharding", None), "device_set", ())
+        if len(devices) != 1:
+            return False
+        platform = next(iter(devices)).platform
+        if platform not in ("cpu", "gpu") or (platform == "gpu" and not core.copy.have_cuda_kernels()):
+            return False
+    return all(plan.affine(v) is None and (not _transforms(plan, v) or fused_views.covers(plan, v))
+               for v in range(len(plan.views)))
+
+
 def _backend_of(llm) -> str | None:
     try:
         config = getattr(llm.llm_engine.vllm_config, "weight_transfer_config", None)
@@ -204,30 +228,38 @@ class VllmEngine:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
                                 f"runs tensor_parallel_size={tp}: make them with tp={tp}")
         self._source_layouts = reshard.layouts_of(params)
+        arrays = reshard.tree_names(params)
         self.plans, self.picks, self.bytes = [], [], 0   # plans[group][rank]
         for index, group in enumerate(groups):
-            mine, pick = _one_layer(r for r in rules if r.dst in {t["name"] for t in group})
+            mine = [r for r in rules if r.dst in {t["name"] for t in group}]
+            plans = self._plan(index, params, self._source_layouts, mine)
+            pick = None   # the swap reads the whole tree
+            if not all(_reads_whole_sources(plan, arrays) for plan in plans):
+                mine, pick = _one_layer(mine)
+                picked = pick(params)
+                plans = self._plan(index, picked, reshard.layouts_of(picked), mine)
             self.picks.append(pick)
-            picked = pick(params)
-            picked_layouts = reshard.layouts_of(picked) if tp > 1 else None   # one read for every rank
-            plans = []
-            for rank in ranks:
-                wire, owner = rank.note["groups"][index], rank.owner(index)
-                layouts = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
-                try:
-                    pieces = mine if tp == 1 else rank_pieces(mine, picked_layouts, wire, owner,
-                                                              rank.note["tp_rank"], tp)
-                    plan = reshard.plan(picked, layouts, pieces)
-                except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
-                    raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
-                                        f"({', '.join(layouts)[:200]}) on rank {rank.note['tp_rank']}: "
-                                        f"{error}") from error
-                plans.append(plan)
-                self.bytes += plan.nbytes
             self.plans.append(plans)
+            self.bytes += sum(plan.nbytes for plan in plans)
         self.version = 0
         self._in_flight = False
         self._died: list[dict] = []
+
+    def _plan(self, index: int, sources, layouts, rules) -> list:
+        """Layer group `index`'s plan for every rank, from `sources` (the tree, or its picked layer)."""
+        tp = self.description["tp_size"]
+        plans = []
+        for rank in self.ranks:
+            wire, owner = rank.note["groups"][index], rank.owner(index)
+            targets = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
+            try:
+                pieces = rules if tp == 1 else rank_pieces(rules, layouts, wire, owner, rank.note["tp_rank"], tp)
+                plans.append(reshard.plan(sources, targets, pieces))
+            except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
+                raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
+                                    f"({', '.join(targets)[:200]}) on rank {rank.note['tp_rank']}: "
+                                    f"{error}") from error
+        return plans
 
     def close(self) -> None:
         """Unmaps the workers' staging buffers (the engine keeps serving; connect again to update)."""
@@ -295,7 +327,8 @@ class VllmEngine:
             try:
                 for index, plans in enumerate(self.plans):
                     t0 = time.perf_counter()
-                    picked = self.picks[index](params)
+                    pick = self.picks[index]
+                    picked = params if pick is None else pick(params)
                     for rank, plan in zip(self.ranks, plans):
                         swap(picked, rank.destination(index), plan=plan, progress=False)
                     t1 = time.perf_counter()
