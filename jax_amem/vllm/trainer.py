@@ -4,7 +4,8 @@ training step.
 
 An update is vLLM's protocol driven through `llm.collective_rpc`: start_weight_update; per
 layer group, the swap writes each rank's slice of the new values into that rank's staging
-buffer (by address, the group's cached program; transports.py says how the buffer is reached)
+buffer (by address, the group's cached program, reading the trainer's arrays whole where the
+direct launch reads the group's layer itself; transports.py says how the buffer is reached)
 and update_weights({"group": g}) commits them on every rank (vLLM's processing included);
 finish_weight_update; then the prefix cache is reset, so no KV block computed with the old
 weights is reused.
@@ -51,8 +52,9 @@ def _one_layer(rules):
     """A group's rules reading stacked layers (`Part.index`) rewritten to read the one layer,
     and the jitted function that picks those layers (and the unstacked sources) from the tree.
 
-    The swap prepares a transposed or cast source view whole: a group read from the whole
-    stack would transpose every layer for each group. Picked first, it transposes its own."""
+    For groups whose views XLA makes (`_reads_whole_sources` is False): XLA makes a transposed
+    or cast source view whole, so a group read from the whole stack would transpose every layer
+    for each group. Picked first, it transposes its own."""
     import dataclasses
 
     import jax
