@@ -102,7 +102,7 @@ def checkpoint_tensors(host: dict, layers: int):
             yield p + f"mlp.{x}_proj.weight", t(lay["mlp"][x]["kernel"][i].T)
 
 
-REPACK = "dispatch_cpu_unquantized_gemm"   # vLLM-CPU's repack of a linear layer (model_executor/layers/utils.py)
+REPACK = "dispatch_cpu_unquantized_gemm"   # vLLM-CPU's repack of a linear layer (in the module vllm.model_executor.layers.utils)
 
 
 def profile(name: str, update, top: int) -> float:
