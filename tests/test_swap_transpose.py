@@ -103,7 +103,8 @@ def _random(rng, shape, dtype):
 
 
 @pytest.mark.parametrize("src_dtype, dst_dtype", CASTS)
-@pytest.mark.parametrize("batch, rows, cols", [(1, 67, 131), (3, 5, 129), (2, 64, 64), (1, 1, 1000), (4, 130, 1)])
+@pytest.mark.parametrize("batch, rows, cols", [(1, 67, 131), (3, 5, 129), (2, 64, 64), (1, 1, 1000), (4, 130, 1),
+                                              (2, 150, 203)])
 def test_bit_exact_against_xla(src_dtype, dst_dtype, batch, rows, cols):
     """Odd shapes (no multiple of the GPU's 64-wide tile), casts (rows == 1 or cols == 1) and
     whole views: the bytes of jnp.swapaxes(x, 1, 2).astype(dtype)."""
@@ -126,8 +127,11 @@ def test_specials_round_as_xla(dst_dtype):
         assert np.array_equal(_run_rows(source, out_dtype, 1, rows, cols, 0, 60), want), (rows, cols)
 
 
-@pytest.mark.parametrize("first, count", [(0, 1), (5, 200), (131, 131), (67 * 131 - 1, 1), (1000, 5000)])
+@pytest.mark.parametrize("first, count", [(0, 1), (5, 200), (131, 131), (67 * 131 - 1, 1), (1000, 5000),
+                                          (8000, 9000), (3 * 67 + 7, 2 * 67 * 131 - 3 * 67 - 20), (67, 2 * 67 * 131 - 67)])
 def test_a_row_of_part_of_the_view_writes_only_its_elements(first, count):
+    """Rows that start and end inside a view row, span the two matrices, or cover whole view rows
+    (the CPU loop copies whole view rows in tiles and the rest element by element)."""
     source = _random(np.random.default_rng(1), (2, 67, 131), "float32")
     whole = _bits(_xla(source, jnp.bfloat16, 2, 67, 131))
     got = _run_rows(source, jnp.bfloat16, 2, 67, 131, first, count, dst_elements=count + 3)

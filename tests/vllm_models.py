@@ -13,8 +13,9 @@ L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
 E, I = 4, 64  # MoE: experts, expert width
 
 
-def flax_tree(family: str, seed: int) -> dict:
-    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked)."""
+def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
+    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked), with
+    `kv` KV heads."""
     rng = np.random.default_rng(seed)
 
     def w(*shape, scale=None):
@@ -23,8 +24,8 @@ def flax_tree(family: str, seed: int) -> dict:
     def norm(*shape):
         return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
 
-    attn = {"q": {"kernel": w(L, D, H * HD)}, "k": {"kernel": w(L, D, KV * HD)},
-            "v": {"kernel": w(L, D, KV * HD)}, "o": {"kernel": w(L, H * HD, D)}}
+    attn = {"q": {"kernel": w(L, D, H * HD)}, "k": {"kernel": w(L, D, kv * HD)},
+            "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, H * HD, D)}}
     if family in ("qwen3", "qwen3_moe"):
         attn["q_norm"] = {"scale": norm(L, HD)}
         attn["k_norm"] = {"scale": norm(L, HD)}
@@ -46,9 +47,10 @@ def maxtext_tree(flax: dict) -> dict:
     """The same weights in MaxText's naming (heads split, experts under MoeBlock_0)."""
     lay = flax["layers"]
     a = lay["attn"]
+    kv = a["k"]["kernel"].shape[-1] // HD
     attn = {"query": {"kernel": a["q"]["kernel"].reshape(L, D, H, HD)},
-            "key": {"kernel": a["k"]["kernel"].reshape(L, D, KV, HD)},
-            "value": {"kernel": a["v"]["kernel"].reshape(L, D, KV, HD)},
+            "key": {"kernel": a["k"]["kernel"].reshape(L, D, kv, HD)},
+            "value": {"kernel": a["v"]["kernel"].reshape(L, D, kv, HD)},
             "out": {"kernel": a["o"]["kernel"].reshape(L, H, HD, D)}}
     if "q_norm" in a:
         attn["query_norm"] = {"scale": a["q_norm"]["scale"]}
@@ -72,10 +74,10 @@ def tied(family: str) -> bool:
     return family == "qwen3"   # one tied family, two untied
 
 
-def hf_config(family: str):
+def hf_config(family: str, kv: int = KV):
     import transformers as T
     base = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=H,
-                num_key_value_heads=KV, head_dim=HD, max_position_embeddings=256, tie_word_embeddings=tied(family))
+                num_key_value_heads=kv, head_dim=HD, max_position_embeddings=256, tie_word_embeddings=tied(family))
     if family == "llama":
         return T.LlamaConfig(**base), T.LlamaForCausalLM
     if family == "qwen3":
@@ -86,9 +88,9 @@ def hf_config(family: str):
 
 
 def hf_model(family: str, tree: dict):
-    """A transformers model holding `tree`'s weights (float32, eval)."""
+    """A transformers model holding `tree`'s weights (float32, eval); its KV heads as many as the tree's."""
     import torch
-    config, cls = hf_config(family)
+    config, cls = hf_config(family, kv=tree["layers"]["attn"]["k"]["kernel"].shape[-1] // HD)
     model = cls(config).eval()
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
     lay = tree["layers"]

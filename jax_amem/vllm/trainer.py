@@ -4,7 +4,8 @@ training step.
 
 An update is vLLM's protocol driven through `llm.collective_rpc`: start_weight_update; per
 layer group, the swap writes each rank's slice of the new values into that rank's staging
-buffer (by address, the group's cached program; transports.py says how the buffer is reached)
+buffer (by address, the group's cached program, reading the trainer's arrays whole where the
+direct launch reads the group's layer itself; transports.py says how the buffer is reached)
 and update_weights({"group": g}) commits them on every rank (vLLM's processing included);
 finish_weight_update; then the prefix cache is reset, so no KV block computed with the old
 weights is reused.
@@ -52,8 +53,9 @@ def _one_layer(rules):
     """A group's rules reading stacked layers (`Part.index`) rewritten to read the one layer,
     and the jitted function that picks those layers (and the unstacked sources) from the tree.
 
-    The swap prepares a transposed or cast source view whole: a group read from the whole
-    stack would transpose every layer for each group. Picked first, it transposes its own."""
+    For groups whose views XLA makes (`_reads_whole_sources` is False): XLA makes a transposed
+    or cast source view whole, so a group read from the whole stack would transpose every layer
+    for each group. Picked first, it transposes its own."""
     import dataclasses
 
     import jax
@@ -79,6 +81,24 @@ def _one_layer(rules):
         whole = {name: flat[src] for name, (src, index) in picks.items() if not index}
         return {**whole, **layer({src: flat[src] for src, _ in stacked.values()})} if stacked else whole
     return out, pick
+
+
+def _reads_whole_sources(plan, arrays: dict) -> bool:
+    """Whether the swap's direct launch runs `plan` reading its sources whole (a stacked kernel
+    too: its fused transpose-and-cast rows read only the layer they copy), by the direct
+    launch's own tests (swapping/in_process/direct.py): single-device sources on a device it
+    runs on, and every view one it reads itself. Then a group needs no layer picked first (a
+    copy of the layer per group); otherwise XLA would make each view whole, every layer's, for
+    each group."""
+    from ..swapping.in_process import direct
+
+    if not direct.enabled():
+        return False
+    for name in plan.src_layouts:
+        devices = getattr(getattr(arrays.get(name), "sharding", None), "device_set", ())
+        if len(devices) != 1 or not direct.runs_on(next(iter(devices))):
+            return False
+    return all(direct.reads_view(plan, v) for v in range(len(plan.views)))
 
 
 def _backend_of(llm) -> str | None:
@@ -234,39 +254,57 @@ class VllmEngine:
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
-        if any(not isinstance(r, reshard.Rule) for r in rules):
-            raise VllmPlanError("connect takes Rules (reshard.rules presets, from_function), not Pieces")
+        pieces = sorted({r.dst for r in rules if not isinstance(r, reshard.Rule)})
+        if pieces:
+            # The presets give Pieces for what a Rule cannot say: MaxText's Llama and Mixtral
+            # exports reorder the rotary halves and scale the query kernel.
+            raise VllmPlanError(
+                f"the rules for {len(pieces)} engine tensor(s) ({', '.join(pieces[:4])}"
+                f"{' ...' if len(pieces) > 4 else ''}) are Pieces, not Rules (a rotary reorder or a scaled "
+                "query kernel, as the maxtext naming of Llama and Mixtral needs; layers on another axis): connect "
+                "plans Rules only, so nothing was written. Give the tree in the flax naming (source='flax') or "
+                "write Rules with reshard.rules.from_function")
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
                                 f"runs tensor_parallel_size={tp}: make them with tp={tp}")
         self._source_layouts = reshard.layouts_of(params)
+        arrays = reshard.tree_names(params)
         self.plans, self.picks, self.bytes = [], [], 0   # plans[group][rank]
         for index, group in enumerate(groups):
-            mine, pick = _one_layer(r for r in rules if r.dst in {t["name"] for t in group})
+            mine = [r for r in rules if r.dst in {t["name"] for t in group}]
+            plans = self._plan(index, params, self._source_layouts, mine)
+            pick = None   # the swap reads the whole tree
+            # An NCCL rank's sends run in an XLA program (cross_host.send): it reads a picked layer.
+            if any(rank.kind == "nccl" for rank in ranks) or \
+                    not all(_reads_whole_sources(plan, arrays) for plan in plans):
+                mine, pick = _one_layer(mine)
+                picked = pick(params)
+                plans = self._plan(index, picked, reshard.layouts_of(picked), mine)
             self.picks.append(pick)
-            picked = pick(params)
-            picked_layouts = reshard.layouts_of(picked) if tp > 1 else None   # one read for every rank
-            plans = []
-            for rank in ranks:
-                wire, owner = rank.note["groups"][index], rank.owner(index)
-                layouts = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
-                try:
-                    pieces = mine if tp == 1 else rank_pieces(mine, picked_layouts, wire, owner,
-                                                              rank.note["tp_rank"], tp)
-                    plan = reshard.plan(picked, layouts, pieces)
-                except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
-                    raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
-                                        f"({', '.join(layouts)[:200]}) on rank {rank.note['tp_rank']}: "
-                                        f"{error}") from error
-                plans.append(plan)
-                self.bytes += plan.nbytes
             self.plans.append(plans)
+            self.bytes += sum(plan.nbytes for plan in plans)
         if link is not None:
             link.publish(ranks, self.plans, params)
         self.version = 0
         self._in_flight = False
         self._died: list[dict] = []
+
+    def _plan(self, index: int, sources, layouts, rules) -> list:
+        """Layer group `index`'s plan for every rank, from `sources` (the tree, or its picked layer)."""
+        tp = self.description["tp_size"]
+        plans = []
+        for rank in self.ranks:
+            wire, owner = rank.note["groups"][index], rank.owner(index)
+            targets = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
+            try:
+                pieces = rules if tp == 1 else rank_pieces(rules, layouts, wire, owner, rank.note["tp_rank"], tp)
+                plans.append(reshard.plan(sources, targets, pieces))
+            except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
+                raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
+                                    f"({', '.join(targets)[:200]}) on rank {rank.note['tp_rank']}: "
+                                    f"{error}") from error
+        return plans
 
     def close(self) -> None:
         """Unmaps the workers' staging buffers (the engine keeps serving; connect again to update)."""
@@ -344,7 +382,8 @@ class VllmEngine:
             try:
                 for index, plans in enumerate(self.plans):
                     t0 = time.perf_counter()
-                    picked = self.picks[index](params)
+                    pick = self.picks[index]
+                    picked = params if pick is None else pick(params)
                     sends = []
                     for rank, plan in zip(self.ranks, plans):
                         if rank.kind == "nccl":

@@ -24,6 +24,67 @@ inline void Put(const char* source, int64_t from, char* destination, int64_t to)
   std::memcpy(destination + to * static_cast<int64_t>(sizeof(D)), &out, sizeof(D));
 }
 
+// View elements [begin, end) of a transposed row, to `out` (where view element row.first lands),
+// element by element in blocks of 32 view rows by 32 view columns: the source lines a block
+// reads stay in cache while its view rows are written. Used for the parts of view rows at the
+// ends of a row (and rows of less than one view row).
+template <typename S, typename D, D (*Convert)(S)>
+void CopyElements(const char* source, char* out, const TransposeRow& row, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  constexpr int64_t kBlock = 32;
+  const int64_t view_rows = row.cols, view_cols = row.rows, matrix = row.rows * row.cols;
+  const int64_t g_first = begin / view_cols, g_last = (end - 1) / view_cols;  // global view rows
+  for (int64_t gb = g_first; gb <= g_last; gb += kBlock) {
+    const int64_t g_end = std::min(gb + kBlock, g_last + 1);
+    for (int64_t ib = 0; ib < view_cols; ib += kBlock) {
+      for (int64_t g = gb; g < g_end; ++g) {
+        const int64_t b = g / view_rows, j = g % view_rows, at = g * view_cols;  // view element (g, 0)
+        const int64_t lo = std::max(ib, begin - at), hi = std::min({ib + kBlock, view_cols, end - at});
+        const int64_t base = b * matrix + j;
+        for (int64_t i = lo; i < hi; ++i) Put<S, D, Convert>(source, base + i * view_rows, out, at + i - row.first);
+      }
+    }
+  }
+}
+
+// Whole view rows j in [j0, j1) of matrix b (source columns j0..j1 of every source row), to
+// `out` as above. In 8 x 8 tiles inside 64 x 64 blocks: a tile's 8 source rows are read as 8
+// runs of 8 elements and its 8 view rows written as 8 runs, which the compiler moves in whole
+// vectors; element by element (CopyElements) runs at a third of this speed (measured on the
+// 2-core CPU machine: 0.9-1.3 against 2.7-3.3 GB/s for a 1024 x 3072 f32 kernel).
+template <typename S, typename D, D (*Convert)(S)>
+void CopyViewRows(const char* source, char* out, const TransposeRow& row, int64_t b, int64_t j0, int64_t j1) {
+  constexpr int64_t kTile = 8, kBlock = 64;
+  const int64_t view_rows = row.cols, view_cols = row.rows;
+  const char* matrix = source + b * row.rows * row.cols * static_cast<int64_t>(sizeof(S));
+  auto at = [&](int64_t j, int64_t i) {  // where view element (b, j, i) lands, in elements from out
+    return (b * view_rows + j) * view_cols + i - row.first;
+  };
+  for (int64_t jb = j0; jb < j1; jb += kBlock) {
+    const int64_t je = std::min(jb + kBlock, j1);
+    for (int64_t ib = 0; ib < view_cols; ib += kBlock) {
+      const int64_t ie = std::min(ib + kBlock, view_cols);
+      for (int64_t j = jb; j < je; j += kTile) {
+        for (int64_t i = ib; i < ie; i += kTile) {
+          if (j + kTile <= je && i + kTile <= ie) {
+            S tile[kTile][kTile];
+            for (int64_t r = 0; r < kTile; ++r)
+              std::memcpy(tile[r], matrix + ((i + r) * view_rows + j) * static_cast<int64_t>(sizeof(S)), sizeof(tile[r]));
+            for (int64_t c = 0; c < kTile; ++c) {
+              D line[kTile];
+              for (int64_t r = 0; r < kTile; ++r) line[r] = Convert(tile[r][c]);
+              std::memcpy(out + at(j + c, i) * static_cast<int64_t>(sizeof(D)), line, sizeof(line));
+            }
+            continue;
+          }
+          for (int64_t c = j; c < std::min(j + kTile, je); ++c)  // a tile cut by the block's edge
+            for (int64_t r = i; r < std::min(i + kTile, ie); ++r) Put<S, D, Convert>(matrix, r * view_rows + c, out, at(c, r));
+        }
+      }
+    }
+  }
+}
+
 template <typename S, typename D, D (*Convert)(S)>
 void CopyRow(const char* source, char* destination, const TransposeRow& row) {
   char* out = destination + row.dst_offset;
@@ -31,23 +92,21 @@ void CopyRow(const char* source, char* destination, const TransposeRow& row) {
     for (int64_t n = 0; n < row.count; ++n) Put<S, D, Convert>(source, row.first + n, out, n);
     return;
   }
-  // Blocks of 32 view rows by 32 view columns: the source lines a block reads stay in cache
-  // while its view rows are written (element by element, the reads would stride the source).
-  constexpr int64_t kBlock = 32;
-  const int64_t view_rows = row.cols, view_cols = row.rows, matrix = row.rows * row.cols;
-  const int64_t end = row.first + row.count;
-  const int64_t g_first = row.first / view_cols, g_last = (end - 1) / view_cols;  // global view rows
-  for (int64_t gb = g_first; gb <= g_last; gb += kBlock) {
-    const int64_t g_end = std::min(gb + kBlock, g_last + 1);
-    for (int64_t ib = 0; ib < view_cols; ib += kBlock) {
-      for (int64_t g = gb; g < g_end; ++g) {
-        const int64_t b = g / view_rows, j = g % view_rows, at = g * view_cols;  // view element (g, 0)
-        const int64_t lo = std::max(ib, row.first - at), hi = std::min({ib + kBlock, view_cols, end - at});
-        const int64_t base = b * matrix + j;
-        for (int64_t i = lo; i < hi; ++i) Put<S, D, Convert>(source, base + i * view_rows, out, at + i - row.first);
-      }
-    }
+  // The whole view rows [g_first, g_end) in tiles, the parts of a view row before and after them
+  // element by element.
+  const int64_t view_rows = row.cols, view_cols = row.rows, end = row.first + row.count;
+  const int64_t g_first = CeilDiv(row.first, view_cols), g_end = end / view_cols;
+  if (g_first >= g_end) {
+    CopyElements<S, D, Convert>(source, out, row, row.first, end);
+    return;
   }
+  CopyElements<S, D, Convert>(source, out, row, row.first, g_first * view_cols);
+  for (int64_t g = g_first; g < g_end;) {
+    const int64_t b = g / view_rows, j = g % view_rows, j_end = std::min(view_rows, j + g_end - g);
+    CopyViewRows<S, D, Convert>(source, out, row, b, j, j_end);
+    g += j_end - j;
+  }
+  CopyElements<S, D, Convert>(source, out, row, g_end * view_cols, end);
 }
 
 template <typename T>

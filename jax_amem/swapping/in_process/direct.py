@@ -103,14 +103,11 @@ def eligible(program) -> bool:
         return False
     plan = program.plan
     for group in program.groups:
-        platform = group.device.platform
-        if platform not in ("cpu", "gpu") or (platform == "gpu" and not core.copy.have_cuda_kernels()):
+        if not runs_on(group.device):
             return False
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return False  # a shard of a sharded array, or a source staged from another device first
-        views = {step.view for steps in group.steps for step in steps}
-        if any(not direct_affine.covers(plan, v) if plan.affine(v) is not None
-               else _transforms(plan, v) and not fused_views.covers(plan, v) for v in views):
+        if not all(reads_view(plan, v) for v in {step.view for steps in group.steps for step in steps}):
             return False  # a view only XLA makes (a transposed one with constant steps, other permutations)
         if any(not direct_affine.whole_elements(plan, step.view, step.segments) if plan.affine(step.view) is not None
                else _transforms(plan, step.view) and fused_views.rows(plan, step.view,
@@ -118,6 +115,21 @@ def eligible(program) -> bool:
                for steps in group.steps for step in steps):
             return False  # a row that starts or ends inside an element of its view
     return True
+
+
+def runs_on(device) -> bool:
+    """Whether the direct launch can run on `device`: the CPU, or a GPU of a build with the CUDA kernels."""
+    platform = device.platform
+    return platform == "cpu" or (platform == "gpu" and core.copy.have_cuda_kernels())
+
+
+def reads_view(plan, view: int) -> bool:
+    """Whether the direct launch reads plan view `view` straight from its whole source: a plain
+    one, one the fused transpose-and-cast copy reads, or one with constant steps the affine rows
+    read (direct_affine.covers); any other view is an array XLA must make first."""
+    if plan.affine(view) is not None:
+        return direct_affine.covers(plan, view)
+    return not _transforms(plan, view) or fused_views.covers(plan, view)
 
 
 class DirectProgram:
