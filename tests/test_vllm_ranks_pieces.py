@@ -26,6 +26,7 @@ from jax_amem.reshard.affine import Affine, Step  # noqa: E402
 from jax_amem.vllm.ranks import rank_pieces, whole_shapes  # noqa: E402
 from jax_amem.vllm.trainer import VllmEngine, _one_layer  # noqa: E402
 
+import maxtext_exporter as X  # noqa: E402
 import preset_models as M  # noqa: E402
 from test_reshard_preset_kv_heads import HD, H, _trainer_and_checkpoint, vllm_ranks  # noqa: E402
 from test_vllm_ranks import Commits, Rank, notes_for, split_axis  # noqa: E402
@@ -84,6 +85,38 @@ def test_each_ranks_pieces_equal_maxtexts_export_as_vllm_loads_it(scan_axis, kv,
             for name, w in want.items():
                 got = out[(name, HERE)]
                 assert np.array_equal(got.view(np.uint32), w.view(np.uint32)), (name, rank)
+
+
+@pytest.mark.parametrize("scan_axis", [0, 1])
+def test_mixtral_ranks_equal_maxtexts_export_fused_as_vllm_fuses_it(scan_axis):
+    """MaxText's Mixtral (query scaling; experts, router and every layer tensor on scan axis 1 as
+    Pieces) at tp 2: each rank's pieces write its block of the exporter's tensors fused as vLLM's
+    loaders fuse them (maxtext_exporter.to_vllm: qkv, experts' w13 per rank, side by side)."""
+    tp = 2
+    tree = X.maxtext_tree("mixtral", M.logical("mixtral", np.random.default_rng(3)), scan_axis)
+    fused = X.to_vllm("mixtral", X.to_transformers("mixtral", X.export("mixtral", tree, scan_axis)), tp)
+    made = jax_amem.rules.preset("mixtral", tree, source="maxtext", layout="vllm", tp=tp)
+    flat = reshard.tree_names(tree)
+    layouts = {name: Layout.single(x.shape, x.dtype, HERE) for name, x in flat.items()}
+    wholes = whole_shapes(made, layouts)
+    assert wholes.keys() == fused.keys() and all(wholes[n] == fused[n].shape for n in fused)
+    arrays = {(name, HERE): x for name, x in flat.items()}
+    for names in groups_of(wholes).values():
+        mine = [r for r in made if r.dst in names]
+        for rank in range(tp):
+            want = {}
+            for name in names:
+                axis = split_axis(name)
+                n = 0 if axis is None else fused[name].shape[axis] // tp
+                want[name] = fused[name] if axis is None else np.take(fused[name], range(rank * n, (rank + 1) * n),
+                                                                      axis=axis)
+            wire = [{"name": n, "shape": list(w.shape), "loaded": list(w.shape), "dtype": "float32"}
+                    for n, w in want.items()]
+            pieces = rank_pieces(mine, layouts, wire, HERE, rank, tp)
+            targets = {n: Layout.single(w.shape, np.float32, HERE) for n, w in want.items()}
+            out = numpy_exec.execute(reshard.plan(layouts, targets, pieces, cache=False), arrays)
+            for name, w in want.items():
+                assert np.array_equal(out[(name, HERE)].view(np.uint32), w.view(np.uint32)), (name, rank)
 
 
 @pytest.mark.parametrize("direct", ["1", "0"])
