@@ -57,6 +57,28 @@ def groups_of(names) -> dict[str, list[str]]:
     return out
 
 
+def each_rank_equals(tree, made, tp: int, want) -> dict:
+    """Plans every layer group of `made` (the preset's whole-tensor rules and pieces) for each rank
+    on its own, runs it in numpy and checks it bit for bit against `want(name, rank)`; returns
+    the whole shapes."""
+    flat = reshard.tree_names(tree)
+    layouts = {name: Layout.single(x.shape, x.dtype, HERE) for name, x in flat.items()}
+    arrays = {(name, HERE): x for name, x in flat.items()}
+    wholes = whole_shapes(made, layouts)
+    for names in groups_of(wholes).values():
+        mine = [r for r in made if r.dst in names]
+        for rank in range(tp):
+            expect = {name: want(name, rank) for name in names}
+            wire = [{"name": n, "shape": list(w.shape), "loaded": list(w.shape), "dtype": "float32"}
+                    for n, w in expect.items()]
+            pieces = rank_pieces(mine, layouts, wire, HERE, rank, tp)
+            targets = {n: Layout.single(w.shape, np.float32, HERE) for n, w in expect.items()}
+            out = numpy_exec.execute(reshard.plan(layouts, targets, pieces, cache=False), arrays)
+            for name, w in expect.items():
+                assert np.array_equal(out[(name, HERE)].view(np.uint32), w.view(np.uint32)), (name, rank)
+    return wholes
+
+
 @pytest.mark.parametrize("scan_axis", [0, 1])
 @pytest.mark.parametrize("kv", [1, 2])
 @pytest.mark.parametrize("tp", [1, 2, 4])
@@ -68,23 +90,8 @@ def test_each_ranks_pieces_equal_maxtexts_export_as_vllm_loads_it(scan_axis, kv,
     made = jax_amem.rules.preset("llama", tree, source="maxtext", layout="vllm", tp=tp, head_dim=HD)
     qkv = "model.layers.0.self_attn.qkv_proj.weight"
     assert any(isinstance(r, Piece) and r.dst == qkv for r in made)      # what a Rule cannot say
-    flat = reshard.tree_names(tree)
-    layouts = {name: Layout.single(x.shape, x.dtype, HERE) for name, x in flat.items()}
-    wholes = whole_shapes(made, layouts)
+    wholes = each_rank_equals(tree, made, tp, lambda name, rank: expected(checkpoint, name, rank, tp, kv))
     assert wholes[qkv] == (tp * (H // tp + 2 * max(1, kv // tp)) * HD, M.D)   # every rank's block, KV replicated
-    arrays = {(name, HERE): x for name, x in flat.items()}
-    for names in groups_of(wholes).values():
-        mine = [r for r in made if r.dst in names]
-        for rank in range(tp):
-            want = {name: expected(checkpoint, name, rank, tp, kv) for name in names}
-            wire = [{"name": n, "shape": list(w.shape), "loaded": list(w.shape), "dtype": "float32"}
-                    for n, w in want.items()]
-            pieces = rank_pieces(mine, layouts, wire, HERE, rank, tp)
-            targets = {n: Layout.single(w.shape, np.float32, HERE) for n, w in want.items()}
-            out = numpy_exec.execute(reshard.plan(layouts, targets, pieces, cache=False), arrays)
-            for name, w in want.items():
-                got = out[(name, HERE)]
-                assert np.array_equal(got.view(np.uint32), w.view(np.uint32)), (name, rank)
 
 
 @pytest.mark.parametrize("scan_axis", [0, 1])
@@ -96,27 +103,15 @@ def test_mixtral_ranks_equal_maxtexts_export_fused_as_vllm_fuses_it(scan_axis):
     tree = X.maxtext_tree("mixtral", M.logical("mixtral", np.random.default_rng(3)), scan_axis)
     fused = X.to_vllm("mixtral", X.to_transformers("mixtral", X.export("mixtral", tree, scan_axis)), tp)
     made = jax_amem.rules.preset("mixtral", tree, source="maxtext", layout="vllm", tp=tp)
-    flat = reshard.tree_names(tree)
-    layouts = {name: Layout.single(x.shape, x.dtype, HERE) for name, x in flat.items()}
-    wholes = whole_shapes(made, layouts)
+
+    def block(name, rank):
+        axis = split_axis(name)
+        if axis is None:
+            return fused[name]
+        n = fused[name].shape[axis] // tp
+        return np.take(fused[name], range(rank * n, (rank + 1) * n), axis=axis)
+    wholes = each_rank_equals(tree, made, tp, block)
     assert wholes.keys() == fused.keys() and all(wholes[n] == fused[n].shape for n in fused)
-    arrays = {(name, HERE): x for name, x in flat.items()}
-    for names in groups_of(wholes).values():
-        mine = [r for r in made if r.dst in names]
-        for rank in range(tp):
-            want = {}
-            for name in names:
-                axis = split_axis(name)
-                n = 0 if axis is None else fused[name].shape[axis] // tp
-                want[name] = fused[name] if axis is None else np.take(fused[name], range(rank * n, (rank + 1) * n),
-                                                                      axis=axis)
-            wire = [{"name": n, "shape": list(w.shape), "loaded": list(w.shape), "dtype": "float32"}
-                    for n, w in want.items()]
-            pieces = rank_pieces(mine, layouts, wire, HERE, rank, tp)
-            targets = {n: Layout.single(w.shape, np.float32, HERE) for n, w in want.items()}
-            out = numpy_exec.execute(reshard.plan(layouts, targets, pieces, cache=False), arrays)
-            for name, w in want.items():
-                assert np.array_equal(out[(name, HERE)].view(np.uint32), w.view(np.uint32)), (name, rank)
 
 
 @pytest.mark.parametrize("direct", ["1", "0"])
