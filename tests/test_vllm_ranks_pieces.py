@@ -44,7 +44,7 @@ def expected(checkpoint, name: str, rank: int, tp: int, kv: int) -> np.ndarray:
         return vllm_ranks(checkpoint, name[:-len("self_attn.qkv_proj.weight")], "weight", tp, kv)[rank]
     if name.endswith("gate_up_proj.weight"):
         p = name[:-len("gate_up_proj.weight")]
-        return np.concatenate([block(checkpoint[p + "gate_proj.weight"], 0), block(checkpoint[p + "up_proj.weight"], 0)])
+        return np.concatenate([block(checkpoint[p + f"{x}_proj.weight"], 0) for x in ("gate", "up")])
     axis = split_axis(name)
     return checkpoint[name] if axis is None else block(checkpoint[name], axis)
 
