@@ -137,21 +137,26 @@ def _flat(tree, prefix=()):
     return out
 
 
-@pytest.mark.parametrize("family, source", [("llama", "flax"), ("qwen3", "maxtext"), ("qwen3_moe", "flax")])
+@pytest.mark.parametrize("family, source", [("llama", "flax"), ("qwen3", "maxtext"), ("qwen3_moe", "flax"),
+                                            ("llama", "maxtext")])
 def test_three_versions_match_transformers_and_vllms_loader(tmp_path, family, source):
     """Three updates in a row: greedy tokens equal transformers' with the same weights each time.
     After the last, an oracle engine holding the same weights through vLLM's own loader gives the
-    same tokens and logprobs, and every parameter vLLM keeps unprocessed is bit-identical."""
+    same tokens and logprobs, and every parameter vLLM keeps unprocessed is bit-identical. The
+    MaxText Llama tree holds its layers on MaxText's default axis 1, and the weights served are
+    what MaxText's exporter makes of it (rotary halves reordered, the query scaled)."""
     trees = [vm.flax_tree(family, seed) for seed in range(4)]
-    tree = (lambda t: t) if source == "flax" else vm.maxtext_tree
-    vm.checkpoint(vm.hf_model(family, trees[0]), tmp_path / "v0")
+    scan_axis = 1 if family == "llama" else 0
+    tree = (lambda t: t) if source == "flax" else (lambda t: vm.maxtext_tree(t, scan_axis))
+    served = [vm.served(family, source, t) for t in trees]
+    vm.checkpoint(vm.hf_model(family, served[0]), tmp_path / "v0")
     llm = start(tmp_path / "v0")
-    assert greedy(llm) == [vm.hf_greedy(vm.hf_model(family, trees[0]), p, NEW_TOKENS) for p in PROMPTS]
+    assert greedy(llm) == [vm.hf_greedy(vm.hf_model(family, served[0]), p, NEW_TOKENS) for p in PROMPTS]
     engine = jv.connect(llm, as_jax(tree(trees[1])), family=family, source=source)
     for version in (1, 2, 3):
         report = engine.update(as_jax(tree(trees[version])))
         assert report.version == version and report.groups == vm.L + 2
-        hf = vm.hf_model(family, trees[version])
+        hf = vm.hf_model(family, served[version])
         assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS], f"version {version}"
     ours_tokens, ours_logprobs = greedy(llm, logprobs=5)
     ours = params_of(llm)
@@ -162,7 +167,7 @@ def test_three_versions_match_transformers_and_vllms_loader(tmp_path, family, so
     # The oracle: vLLM's own path to the same weights. Its in-place reload is the oracle for the
     # untied dense model; for the tied head and the MoE experts vLLM 0.32's reload is wrong on
     # CPU (docs/vllm.md), so there the oracle is a fresh load of the same checkpoint.
-    state = vm.checkpoint(vm.hf_model(family, trees[3]), tmp_path / "v3")
+    state = vm.checkpoint(vm.hf_model(family, served[3]), tmp_path / "v3")
     if family == "llama":
         oracle = start(tmp_path / "v0", backend=False)
         oracle.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state.items())})

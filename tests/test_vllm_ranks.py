@@ -16,7 +16,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import jax_amem  # noqa: E402
 from jax_amem.vllm import VllmPlanError  # noqa: E402
-from jax_amem.vllm.ranks import whole_shape  # noqa: E402
+from jax_amem.vllm.ranks import whole_shapes  # noqa: E402
 from jax_amem.vllm.trainer import VllmEngine  # noqa: E402
 from jax_amem.vllm.transports import views  # noqa: E402
 import vllm_models as vm  # noqa: E402
@@ -72,28 +72,31 @@ def expected(tree, name: str, rank: int, tp: int = TP) -> np.ndarray:
 
 
 def notes(family: str, source: str, params, loaded=lambda name, shape: shape, tp: int = TP) -> list[dict]:
-    """Each rank's note as the worker half writes it: vLLM's names grouped per layer, the rank's
-    loaded shapes, places in one staging buffer."""
+    """Each rank's note as the worker half writes it for the family's preset: vLLM's names grouped
+    per layer, the rank's loaded shapes, places in one staging buffer."""
     rules = jax_amem.rules.preset(family, params, source=source, layout="vllm", tp=tp, tie_embeddings=vm.tied(family),
                                   head_dim=vm.HD)
-    sources = jax_amem.reshard.layouts_of(params)
+    return notes_for(rules, jax_amem.reshard.layouts_of(params), tp, vm.HD, loaded)
+
+
+def notes_for(rules, sources, tp: int, head_dim: int, loaded=lambda name, shape: shape) -> list[dict]:
+    """Each rank's note for the tensors `rules` (Rules or Pieces) write."""
     out = []
     for rank in range(tp):
         groups: dict[str, list] = {}
-        for rule in rules:
-            whole = whole_shape(rule, sources)
-            axis = split_axis(rule.dst)
+        for name, whole in whole_shapes(rules, sources).items():
+            axis = split_axis(name)
             shape = list(whole) if axis is None else [n // tp if a == axis else n for a, n in enumerate(whole)]
-            shape = list(loaded(rule.dst, shape))
-            key = rule.dst.split(".")[2] if ".layers." in rule.dst else rule.dst
-            groups.setdefault(key, []).append({"name": rule.dst, "shape": shape, "loaded": shape,
+            shape = list(loaded(name, shape))
+            key = name.split(".")[2] if ".layers." in name else name
+            groups.setdefault(key, []).append({"name": name, "shape": shape, "loaded": shape,
                                                "dtype": "float32", "offset": 0})
         for group in groups.values():
             offset = 0
             for t in group:
                 t["offset"] = offset
                 offset += -(-int(np.prod(t["shape"])) * 4 // 64) * 64
-        out.append({"tp_size": tp, "tp_rank": rank, "pid": 0, "head_dim": vm.HD, "groups": list(groups.values()),
+        out.append({"tp_size": tp, "tp_rank": rank, "pid": 0, "head_dim": head_dim, "groups": list(groups.values()),
                     "staging_bytes": max(sum(-(-int(np.prod(t["shape"])) * 4 // 64) * 64 for t in g)
                                          for g in groups.values())})
     return out

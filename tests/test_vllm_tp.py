@@ -11,7 +11,8 @@ Each engine start takes tens of seconds here, so the engines are shared:
   replicates the head on both ranks: a Flax tree (heads merged: the worker's head size splits
   them), two versions against transformers and against vLLM's in-place reload of the same
   weights; the same with the direct launch off (each layer picked first); a MaxText Llama tree
-  refused by name;
+  (layers on scan axis 1, the rotary reorder and query scaling as Pieces), two versions against
+  transformers and against vLLM's in-place reload of the exported weights;
 * Qwen3-MoE (Flax tree), its own engine.
 
 Skips cleanly where vllm is not importable.
@@ -34,6 +35,7 @@ vllm = pytest.importorskip("vllm", reason="vLLM is not installed here (make test
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import jax_amem  # noqa: E402,F401
@@ -210,16 +212,36 @@ def test_with_the_direct_launch_off_each_layer_is_picked_first(llama_engine, mon
     assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
 
 
-def test_a_maxtext_llama_tree_is_refused_by_name_with_nothing_written(llama_engine):
-    """MaxText's Llama export reorders the rotary halves and scales the query kernel: the preset
-    gives Pieces for q and k, which connect does not plan. It says so, naming the tensors and
-    what to do, and the engine still serves what it served."""
-    llm, trees = llama_engine["llm"], llama_engine["trees"]
-    before = greedy(llm)
-    with pytest.raises(jv.VllmPlanError, match=r"qkv_proj.weight.*are Pieces, not Rules.*rotary reorder.*"
-                                               r"nothing was written.*source='flax'"):
-        jv.connect(llm, as_jax(vm.maxtext_tree(trees[3])), family="llama", source="maxtext", timeout=120)
-    assert greedy(llm) == before
+def test_a_maxtext_llama_tree_two_versions_equal_vllms_own_reload_on_both_ranks(llama_engine):
+    """A MaxText-style Llama tree, layers on MaxText's default scan axis 1: its export reorders
+    the rotary halves of q and k and scales the query kernel, which the preset says as Pieces,
+    each rank's slice cut from them and each layer picked first. vLLM's own loader first reloads,
+    in place, the checkpoint of what MaxText's exporter makes of version 2: the oracle. Then
+    jax-amem writes versions 1 and 2 from the MaxText tree: greedy tokens equal transformers'
+    with the exported weights at each version, and afterwards every parameter of both ranks is
+    bit-identical to the oracle's."""
+    llm, trees, directory = llama_engine["llm"], llama_engine["trees"], llama_engine["directory"]
+    served = [vm.served("llama", "maxtext", tree) for tree in trees]
+    assert not np.array_equal(served[2]["layers"]["attn"]["q"]["kernel"], trees[2]["layers"]["attn"]["q"]["kernel"])
+    vm.checkpoint(vm.hf_model("llama", served[2]), directory / "maxtext-v2")
+    llm.collective_rpc("reload_weights", kwargs={"weights_path": str(directory / "maxtext-v2")})
+    theirs = [state for _, state in ranks_params(llm)]
+
+    amem = jv.connect(llm, as_jax(vm.maxtext_tree(trees[1], scan_axis=1)), family="llama", source="maxtext",
+                      timeout=120)
+    layers = [any(".layers." in t["name"] for t in group) for group in amem.description["groups"]]
+    assert [pick is not None for pick in amem.picks] == layers and sum(layers) == vm.L   # layers picked first
+    for version in (1, 2):
+        amem.update(as_jax(vm.maxtext_tree(trees[version], scan_axis=1)))
+        hf = vm.hf_model("llama", served[version])
+        assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS], f"version {version}"
+    ours = [state for _, state in ranks_params(llm)]
+    amem.close()
+    for rank in (0, 1):
+        assert set(ours[rank]) == set(theirs[rank])
+        for name in ours[rank]:
+            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
+            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
 
 
 def test_three_versions_into_two_worker_processes(engine):

@@ -43,8 +43,43 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     return tree
 
 
-def maxtext_tree(flax: dict) -> dict:
-    """The same weights in MaxText's naming (heads split, experts under MoeBlock_0)."""
+def maxtext_tree(flax: dict, scan_axis: int = 0) -> dict:
+    """The same weights in MaxText's naming (heads split, experts under MoeBlock_0), every layer
+    tensor stacked on `scan_axis` (MaxText's param_scan_axis: 1 by default)."""
+    tree = _maxtext_stacked(flax)
+    tree["decoder"]["layers"] = _moved(tree["decoder"]["layers"], scan_axis)
+    return tree
+
+
+def _moved(tree: dict, scan_axis: int) -> dict:
+    return {k: _moved(v, scan_axis) if isinstance(v, dict) else np.moveaxis(v, 0, scan_axis) for k, v in tree.items()}
+
+
+def served(family: str, source: str, flax: dict) -> dict:
+    """The Flax-style tree of the weights an engine serves after an update from `flax` in the
+    `source` naming (maxtext_tree): for MaxText's Llama what MaxText's exporter writes (its hooks
+    from maxtext_exporter.py: the query scaled by sqrt(head_dim), then q and k's rotary halves
+    reordered, evens then odds), otherwise `flax` itself."""
+    if source != "maxtext" or family != "llama":
+        return flax
+    import maxtext_exporter as X
+    hooks = X.hooks("llama", head_dim=HD)
+    out = {**flax, "layers": {**flax["layers"], "attn": dict(flax["layers"]["attn"])}}
+    for x, name in (("q", "query"), ("k", "key")):
+        kernel = flax["layers"]["attn"][x]["kernel"]                   # (L, D, heads * HD): MaxText's, heads merged
+        chain = hooks[f"params-decoder-layers-self_attention-{name}-kernel"]
+        target = (kernel.shape[-1], D)                                 # Hugging Face (out, in)
+        layers = []
+        for i in range(L):
+            value = kernel[i].reshape(D, -1, HD)
+            for hook in chain:
+                value = hook(value, target)
+            layers.append(np.ascontiguousarray(value.T))               # back to a kernel (in, out)
+        out["layers"]["attn"][x] = {"kernel": np.stack(layers)}
+    return out
+
+
+def _maxtext_stacked(flax: dict) -> dict:
     lay = flax["layers"]
     a = lay["attn"]
     kv = a["k"]["kernel"].shape[-1] // HD

@@ -11,7 +11,11 @@ build it before slicing. Each rank of the engine holds one slice of it, as vLLM 
 
 The rules are lowered to pieces once for the whole tensor, then every piece is cut to the
 rank's box and moved to the rank's coordinates: each rank's staging gets its own slice from
-the trainer's arrays, and nothing is gathered to full size.
+the trainer's arrays, and nothing is gathered to full size. Pieces given with the rules (what a
+Rule cannot say: MaxText's rotary reorder and query scaling, layers on scan axis 1) are whole-
+tensor pieces too and take the same cut; a tensor written by pieces is as large as their
+destination boxes reach. A cut keeps a piece's constant steps as they are: their vector
+constants are indexed by source coordinates, which move with the cut's source region.
 """
 
 from __future__ import annotations
@@ -35,6 +39,21 @@ def whole_shape(rule: Rule, sources: Mapping[str, Layout]) -> tuple[int, ...]:
     axis = rule.axis % len(views[0])
     extent = sum(v[axis] * getattr(part, "replicas", 1) for v, part in zip(views, rule.parts))
     return tuple(extent if i == axis else n for i, n in enumerate(views[0]))
+
+
+def whole_shapes(rules: list, sources: Mapping[str, Layout]) -> dict[str, tuple[int, ...]]:
+    """Each destination's whole shape: a Rule's from its parts (`whole_shape`); a tensor written
+    by Pieces, the bounding extent of their destination boxes."""
+    out: dict[str, tuple[int, ...]] = {}
+    for rule in rules:
+        if isinstance(rule, Rule):
+            shape = whole_shape(rule, sources)
+        else:
+            shape = tuple(a + n for a, n in zip(rule.dst_start, rule.size))
+        held = out.get(rule.dst, shape)
+        # a piece of another rank is left to `lower`, which names it
+        out[rule.dst] = tuple(max(a, b) for a, b in zip(held, shape)) if len(held) == len(shape) else held
+    return out
 
 
 def rank_box(name: str, whole: tuple[int, ...], loaded: tuple[int, ...], written: tuple[int, ...],
@@ -76,15 +95,15 @@ def cut(piece: Piece, axis: int, start: int, rows: int) -> Piece | None:
 
 def rank_pieces(rules: list[Rule], sources: Mapping[str, Layout], tensors: list[dict], owner,
                 rank: int, tp: int) -> list[Piece]:
-    """Rank `rank`'s pieces for one group: `tensors` is the rank's wire description of the
+    """Rank `rank`'s pieces for one group, from its whole-tensor `rules` (Rules, and Pieces where
+    a Rule cannot say it: `lower` takes both): `tensors` is the rank's wire description of the
     group (name, shape as written, loaded shape, dtype)."""
-    by_name = {r.dst: r for r in rules}
+    shapes = whole_shapes(rules, sources)
     wholes, boxes = {}, {}
     for t in tensors:
-        rule = by_name.get(t["name"])
-        if rule is None:
+        whole = shapes.get(t["name"])
+        if whole is None:
             raise VllmPlanError(f"no rule writes engine tensor {t['name']!r}")
-        whole = whole_shape(rule, sources)
         wholes[t["name"]] = Layout.single(whole, t["dtype"], owner)
         boxes[t["name"]] = rank_box(t["name"], whole, tuple(t["loaded"]), tuple(t["shape"]), rank, tp)
     out = []

@@ -49,9 +49,16 @@ class VllmUpdateReport:
                 f"commit {self.commit_seconds * 1e3:.1f} ms)")
 
 
-def _one_layer(rules):
-    """A group's rules reading stacked layers (`Part.index`) rewritten to read the one layer,
-    and the jitted function that picks those layers (and the unstacked sources) from the tree.
+def _one_layer(rules, sources):
+    """A group's rules rewritten to read the one layer they read of each stacked source, and the
+    jitted function that picks those layers (and passes the other sources whole) from the tree.
+
+    A Rule reads a layer through `Part.index` (picked and dropped, as numpy indexes). A Piece
+    reads a box of its source: the coordinate every one of the group's pieces of that source
+    reads on an axis (a layer on the scan axis, 0 or 1, an expert) is picked and kept as an axis
+    of extent 1, so the pieces' permutations still fit; their source starts, and any vector
+    constant along that axis, move to it. A source the pieces read more of on every axis is
+    passed whole.
 
     For groups whose views XLA makes (`_reads_whole_sources` is False): XLA makes a transposed
     or cast source view whole, so a group read from the whole stack would transpose every layer
@@ -60,14 +67,21 @@ def _one_layer(rules):
 
     import jax
 
-    picks: dict[str, tuple[str, tuple[int, ...]]] = {}
+    picks: dict[str, tuple[str, tuple]] = {}   # picked name -> (source, index: ints and slices)
+
+    def picked(src: str, index: tuple) -> str:
+        name = src if not index else f"{src}@" + ",".join(
+            str(i) if isinstance(i, int) else ":" if i.start is None else f"{i.start}:{i.stop}" for i in index)
+        picks[name] = (src, index)
+        return name
+
+    one = _one_coordinate([r for r in rules if isinstance(r, reshard.Piece)], sources)
     out = []
     for rule in rules:
-        parts = []
-        for part in rule.parts:
-            name = f"{part.src}@{','.join(map(str, part.index))}" if part.index else part.src
-            picks[name] = (part.src, tuple(part.index))
-            parts.append(dataclasses.replace(part, src=name, index=()))
+        if isinstance(rule, reshard.Piece):
+            out.append(_piece_on_pick(rule, one.get(rule.src, {}), picked))
+            continue
+        parts = [dataclasses.replace(part, src=picked(part.src, tuple(part.index)), index=()) for part in rule.parts]
         out.append(dataclasses.replace(rule, parts=tuple(parts)))
 
     stacked = {name: pick for name, pick in picks.items() if pick[1]}
@@ -81,6 +95,40 @@ def _one_layer(rules):
         whole = {name: flat[src] for name, (src, index) in picks.items() if not index}
         return {**whole, **layer({src: flat[src] for src, _ in stacked.values()})} if stacked else whole
     return out, pick
+
+
+def _one_coordinate(pieces, sources) -> dict[str, dict[int, int]]:
+    """Per source: {axis: coordinate} for each axis (of the source's own, extent above 1) on
+    which every piece reading it reads that one coordinate."""
+    from ..reshard.lowering import aligned_source_size
+
+    boxes: dict[str, dict[int, set]] = {}
+    for p in pieces:
+        ndim = len(p.src_start)
+        perm = range(ndim) if p.perm is None else p.perm
+        size = aligned_source_size(p.size, ndim, p.dst)
+        seen = boxes.setdefault(p.src, {})
+        for j, axis in enumerate(perm):
+            seen.setdefault(axis, set()).add(p.src_start[j] if size[j] == 1 else None)
+    return {src: {axis: next(iter(c)) for axis, c in axes.items()
+                  if len(c) == 1 and None not in c and sources[src].shape[axis] > 1}
+            for src, axes in boxes.items()}
+
+
+def _piece_on_pick(piece, one: dict[int, int], picked):
+    """`piece` reading its source with the coordinates `one` ({axis: coordinate}) picked out."""
+    import dataclasses
+
+    ndim = len(piece.src_start)
+    index = tuple(slice(one[a], one[a] + 1) if a in one else slice(None) for a in range(ndim)) if one else ()
+    perm = tuple(range(ndim)) if piece.perm is None else piece.perm
+    src_start = tuple(s - one.get(axis, 0) for s, axis in zip(piece.src_start, perm))
+    affine = piece.affine
+    if affine is not None and one:
+        affine = dataclasses.replace(affine, steps=tuple(
+            dataclasses.replace(step, start=step.start - one[step.axis]) if step.axis in one else step
+            for step in affine.steps))
+    return dataclasses.replace(piece, src=picked(piece.src, index), src_start=src_start, affine=affine)
 
 
 def _reads_whole_sources(plan, arrays: dict) -> bool:
@@ -254,16 +302,6 @@ class VllmEngine:
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
-        pieces = sorted({r.dst for r in rules if not isinstance(r, reshard.Rule)})
-        if pieces:
-            # The presets give Pieces for what a Rule cannot say: MaxText's Llama and Mixtral
-            # exports reorder the rotary halves and scale the query kernel.
-            raise VllmPlanError(
-                f"the rules for {len(pieces)} engine tensor(s) ({', '.join(pieces[:4])}"
-                f"{' ...' if len(pieces) > 4 else ''}) are Pieces, not Rules (a rotary reorder or a scaled "
-                "query kernel, as the maxtext naming of Llama and Mixtral needs; layers on another axis): connect "
-                "plans Rules only, so nothing was written. Give the tree in the flax naming (source='flax') or "
-                "write Rules with reshard.rules.from_function")
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
@@ -278,7 +316,7 @@ class VllmEngine:
             # An NCCL rank's sends run in an XLA program (cross_host.send): it reads a picked layer.
             if any(rank.kind == "nccl" for rank in ranks) or \
                     not all(_reads_whole_sources(plan, arrays) for plan in plans):
-                mine, pick = _one_layer(mine)
+                mine, pick = _one_layer(mine, self._source_layouts)
                 picked = pick(params)
                 plans = self._plan(index, picked, reshard.layouts_of(picked), mine)
             self.picks.append(pick)
