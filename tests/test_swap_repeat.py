@@ -229,8 +229,8 @@ class ReadersSeen(TorchDestination):
         def seen(k, chain):
             def read(tensor):
                 ReadersSeen.reads.append((k, sys._getframe(1).f_code.co_name))
-                for step_ in chain:
-                    tensor = step_(tensor)
+                for step_ in chain:  # a callable, or a getter (a descriptor) of the tensor's type
+                    tensor = step_(tensor) if callable(step_) else step_.__get__(tensor, type(tensor))
                 return tensor
             return (read,)
 
