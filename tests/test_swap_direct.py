@@ -283,6 +283,48 @@ def test_direct_copy_refuses_pointers_it_cannot_use():
     assert dst[16:24].tolist() == list(range(8, 16)) and not dst[:16].any() and not dst[24:].any()
 
 
+def test_refresh_sources_reads_only_new_arrays_and_leaves_the_addresses_on_a_failure():
+    """core.copy.refresh_sources, the one refresh of the direct launch and the repeat check:
+    the arrays of the last call are neither awaited nor read again; a new one is, all groups'
+    in one wait; a failure to read leaves every address as it was."""
+    a, b, c = jnp.ones(3), jnp.zeros(3), jnp.full(3, 2.0)
+    pointers = [np.zeros(2, np.int64), np.zeros(1, np.int64)]
+    tables = [core.copy.SourceAddresses(p) for p in pointers]
+    waited = []
+    wait = lambda arrays: waited.append(list(arrays)) or jax.block_until_ready(arrays)  # noqa: E731
+    core.copy.refresh_sources(tables, [[a, b], [c]], wait)
+    assert pointers[0].tolist() == [a.unsafe_buffer_pointer(), b.unsafe_buffer_pointer()]
+    assert pointers[1].tolist() == [c.unsafe_buffer_pointer()]
+    assert [[id(x) for x in w] for w in waited] == [[id(a), id(b), id(c)]]
+    new = b + 1
+    core.copy.refresh_sources(tables, [[a, new], [c]], wait)
+    assert [[id(x) for x in w] for w in waited[1:]] == [[id(new)]]  # the others kept their addresses
+    assert pointers[0].tolist() == [a.unsafe_buffer_pointer(), new.unsafe_buffer_pointer()]
+    before = [p.copy() for p in pointers]
+    with pytest.raises(AttributeError, match="unsafe_buffer_pointer"):
+        core.copy.refresh_sources(tables, [[jnp.ones(3) * 5, np.ones(3)], [c]], jax.block_until_ready)
+    assert all((p == q).all() for p, q in zip(pointers, before))
+    core.copy.refresh_sources(tables, [[a, new], [c]], wait)  # still known: nothing awaited
+    assert len(waited) == 2
+    with pytest.raises(ValueError, match="not as many"):
+        core.copy.refresh_sources(tables, [[a], [c]], wait)
+    with pytest.raises(ValueError, match="one operand list per table"):
+        core.copy.refresh_sources(tables, [[a, new]], wait)
+
+
+def test_the_same_arrays_in_turn_with_new_ones_are_written_exactly():
+    """Sources alternating between two sets and a mix (the kept addresses, the refreshed ones),
+    through the repeat check and through the full path (verify=True: DirectProgram.run): every
+    swap writes exactly its own arrays."""
+    first = sources(12)
+    second = step(first)
+    dst = empty_like(first)
+    for verify in (False, True):
+        for src in (first, second, first, dict(first, t0003=second["t0003"]), second, first):
+            jax_amem.swap(src, dst, progress=False, verify=verify)
+            assert_holds(dst, src)
+
+
 # ----------------------------------------------------------------------------- GPU
 
 

@@ -229,8 +229,8 @@ class ReadersSeen(TorchDestination):
         def seen(k, chain):
             def read(tensor):
                 ReadersSeen.reads.append((k, sys._getframe(1).f_code.co_name))
-                for step_ in chain:
-                    tensor = step_(tensor)
+                for step_ in chain:  # a callable, or a getter (a descriptor) of the tensor's type
+                    tensor = step_(tensor) if callable(step_) else step_.__get__(tensor, type(tensor))
                 return tensor
             return (read,)
 
@@ -296,6 +296,86 @@ def test_version_counters_moved_by_anything_but_the_swap_miss_after_many_repeats
     dst["t1"].resize_(4, 8)
     with pytest.raises(SwapError, match="t1"):
         jax_amem.swap(step(src), dst, rules=rules, progress=False)
+
+
+def assert_copied(src, dst):
+    """assert_written through copies (a tensor's .numpy() makes its storage unresizable)."""
+    for name, array in src.items():
+        assert torch.equal(dst[name], torch.from_numpy(np.array(array))), name
+
+
+def _storage_shrunk(tensor):
+    tensor.untyped_storage().resize_(0)
+    tensor.untyped_storage().resize_(16)  # the same storage, fewer bytes: no version moves
+
+
+def _storage_freed_and_regrown(tensor):
+    storage = tensor.untyped_storage()
+    size = storage.nbytes()
+    storage.resize_(0)  # FSDP-style: freed, then allocated again; larger here, so the check must
+    storage.resize_(size + 64)  # miss (the same size may come back at the same address: rightly a hit)
+
+
+def _set_to_new_storage(tensor):
+    tensor.set_(torch.zeros(tensor.shape))  # a new storage, same shape and dtype
+
+
+def _viewed_further_in(tensor):
+    with torch.no_grad():
+        tensor.set_(tensor.untyped_storage(), 4, (7, 4), (4, 1))  # another offset and shape
+
+
+def _written_by_the_rollout(tensor):
+    with torch.no_grad():
+        tensor.mul_(-1)
+
+
+@pytest.mark.parametrize("change, refused", [
+    (_storage_shrunk, True), (_storage_freed_and_regrown, False), (_set_to_new_storage, False),
+    (_viewed_further_in, True), (_written_by_the_rollout, False)])
+def test_after_many_repeats_a_changed_destination_misses_and_is_refused_or_written_exactly(change, refused):
+    """After repeats (facts compared as int64, the version counters computed, not read), each
+    change of a destination makes the next swap miss: the full path refuses it with every tensor
+    as it was, or re-plans and writes exactly the tensors as they are now (never the old bytes)."""
+    src = sources(4)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    for k in range(4):
+        src = step(src)
+        jax_amem.swap(src, dst, progress=False)
+        assert_copied(src, dst)
+    tensor = dst["t2"]
+    before = {name: t.clone() for name, t in dst.items() if name != "t2"}
+    change(tensor)
+    assert not hits(src, dst)
+    src = step(src)
+    if refused:
+        with pytest.raises(SwapError, match="t2"):
+            jax_amem.swap(src, dst, progress=False)
+        for name, t in before.items():
+            assert torch.equal(dst[name], t), name
+    else:
+        jax_amem.swap(src, dst, progress=False)
+        assert_written(src, dst)
+        assert hits(step(src), dst)  # remembered again, as the tensors are now
+
+
+def test_after_many_repeats_a_deleted_or_changed_source_misses_with_the_destination_intact():
+    """The same arrays repeat without their addresses read again; a deleted one (its buffer
+    freed, the object alive) and one of another layout still miss, and the full path refuses
+    them before writing."""
+    src = sources(4)
+    dst = {name: torch.zeros(8, 4) for name in src}
+    for _ in range(3):
+        jax_amem.swap(src, dst, progress=False)  # the same arrays each time
+    before = {name: t.clone() for name, t in dst.items()}
+    for changed, name in ((dict(src, t1=src["t1"].reshape(4, 8)), "t1"), (src, "t3")):
+        if changed is src:
+            src["t3"].delete()
+        assert not hits(changed, dst)
+        with pytest.raises(SwapError, match=name):
+            jax_amem.swap(changed, dst, progress=False)
+        for key, t in before.items():
+            assert torch.equal(dst[key], t), key
 
 
 def test_facts_that_cannot_be_read_leave_the_swap_done_and_nothing_remembered(monkeypatch):

@@ -166,7 +166,10 @@ class TorchDestination(WrittenHere):
         storage: `addresses()`) and the version counter (in-place metadata changes, `resize_`,
         `set_`, `as_strided_`, `t_`, bump it; so does every swap, `before_writing`: the second
         list names the facts read again after writing). Inference tensors have no version
-        counter: their device, shape, dtype and strides instead."""
+        counter: their device, shape, dtype and strides instead. The version counter is read
+        through its getter (the descriptor itself, which the check calls in C)."""
+        import inspect
+
         import torch
 
         readers = [(torch.Tensor.data_ptr,), (torch.Tensor.storage_offset,),
@@ -175,7 +178,7 @@ class TorchDestination(WrittenHere):
             sum(map(_version, self.tensors.values()))
         except RuntimeError:  # an inference tensor ("Inference tensors do not track version counter")
             return readers + [(_tensor_facts,), (torch.Tensor.stride,)], []
-        return readers + [(_version,)], [len(readers)]
+        return readers + [(inspect.getattr_static(torch.Tensor, "_version"),)], [len(readers)]
 
     def before_writing(self, devices) -> None:
         """Work PyTorch queued on the destination GPUs (a rollout still reading the old

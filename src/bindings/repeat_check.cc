@@ -18,7 +18,13 @@
 //   callables: address, storage offset, storage size, version counter) equal to the last ones.
 // A miss leaves everything as it was; the caller's full path then checks and names the problem.
 // On a hit, the arrays that are not the last swap's are awaited together (one call of the
-// batched wait) and their buffer addresses read into the launch's pointer arrays.
+// batched wait) and their buffer addresses read into the launch's pointer arrays (source_addresses.h,
+// the same code as the direct launch of a full swap).
+//
+// Cost per tensor: each fact is one call of a C function of PyTorch, called directly where it is a
+// method without arguments or a getter (OneArgCall: what Python's call protocol reaches after its
+// own dispatch), and compared as an int64 when it is an int (no Python comparison; the version
+// counters written() computes are plain additions, no new Python objects).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/vector.h>
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "bindings/bindings.h"
+#include "bindings/source_addresses.h"
 
 namespace nb = nanobind;
 
@@ -51,35 +58,117 @@ struct Node {
 };
 
 struct LeafFacts {
-  nb::object reference;  // weak reference to the array last seen here, or none
+  SourceSlot source;  // the array last seen here (weak reference) and its address
   nb::object aval;
   nb::object sharding;
-  int64_t pointer = 0;
 };
+
+// An exact int that fits in an int64 (PyLong_AsLongLongAndOverflow: no byte-array conversion for the
+// multi-digit ints addresses are).
+bool AsInt64(PyObject* value, int64_t* out) {
+  if (!PyLong_CheckExact(value)) return false;
+  int overflow = 0;
+  const long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+  if (overflow != 0 || (number == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = number;
+  return true;
+}
+
+// One fact of a tensor as last read: an int is kept as an int64 and compared as one.
+struct Fact {
+  nb::object object;  // the fact where it is no int64; none after a failed read (misses)
+  int64_t value = 0;
+  bool integer = false;
+
+  // Takes a new reference (or null: a failed read, whose error is cleared).
+  void Set(PyObject* read) {
+    integer = false;
+    int64_t number = 0;
+    if (read != nullptr && AsInt64(read, &number)) {
+      Py_DECREF(read);
+      value = number;
+      integer = true;
+      object = nb::object();
+      return;
+    }
+    PyErr_Clear();
+    object = nb::steal(read);
+  }
+
+  bool valid() const { return integer || object.is_valid(); }
+};
+
+bool Same(PyObject* a, PyObject* b);
+
+// Whether a fact read now (a new reference, consumed) equals the one remembered.
+bool SameFact(PyObject* read, const Fact& known) {
+  bool same;
+  if (known.integer) {
+    int64_t number = 0;
+    same = AsInt64(read, &number) && number == known.value;
+  } else {
+    same = Same(read, known.object.ptr());
+  }
+  Py_DECREF(read);
+  return same;
+}
+
+// A callable applied to one object, resolved once: a C method without arguments or the getter of a
+// data descriptor of a built-in type is called through its C function directly, for an object of
+// that type; anything else through Python's call protocol (a descriptor: its __get__).
+class OneArgCall {
+ public:
+  explicit OneArgCall(nb::handle callable) : callable_(nb::borrow(callable)) {
+    PyObject* c = callable.ptr();
+    if (Py_IS_TYPE(c, &PyMethodDescr_Type)) {
+      auto* descr = reinterpret_cast<PyMethodDescrObject*>(c);
+      if ((descr->d_method->ml_flags & ~METH_COEXIST) == METH_NOARGS) {
+        type_ = PyDescr_TYPE(descr);
+        method_ = descr->d_method->ml_meth;
+      }
+    } else if (Py_IS_TYPE(c, &PyGetSetDescr_Type)) {
+      auto* descr = reinterpret_cast<PyGetSetDescrObject*>(c);
+      descriptor_ = true;
+      if (descr->d_getset->get != nullptr) {
+        type_ = PyDescr_TYPE(descr);
+        get_ = descr->d_getset->get;
+        closure_ = descr->d_getset->closure;
+      }
+    } else if (!PyCallable_Check(c)) {
+      throw nb::type_error("a reader must be callable or a getter of the tensor's type");
+    }
+  }
+
+  // A new reference, or null with an error set.
+  PyObject* operator()(PyObject* self) const {
+    if (type_ != nullptr && PyObject_TypeCheck(self, type_)) {
+      return method_ != nullptr ? method_(self, nullptr) : get_(self, closure_);
+    }
+    if (descriptor_) {  // an object of another type: the descriptor says what is wrong
+      return Py_TYPE(callable_.ptr())->tp_descr_get(callable_.ptr(), self, reinterpret_cast<PyObject*>(Py_TYPE(self)));
+    }
+    return PyObject_CallOneArg(callable_.ptr(), self);
+  }
+
+ private:
+  nb::object callable_;
+  PyTypeObject* type_ = nullptr;
+  PyCFunction method_ = nullptr;
+  getter get_ = nullptr;
+  void* closure_ = nullptr;
+  bool descriptor_ = false;
+};
+
+using Reader = std::vector<OneArgCall>;  // applied in turn
 
 struct TensorFacts {
   PyObject* identity = nullptr;  // not owned (module comment)
   nb::object name;
-  std::vector<nb::object> facts;  // one per reader; none after a failed read (misses)
+  std::vector<Fact> facts;  // one per reader
 };
-
-nb::str Interned(const char* text) { return nb::steal<nb::str>(PyUnicode_InternFromString(text)); }
-
-PyObject* Referent(PyObject* reference) {
-  if (reference == nullptr) return nullptr;
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* object = nullptr;
-  if (PyWeakref_GetRef(reference, &object) < 0) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  Py_XDECREF(object);  // only compared by identity; the caller holds the candidate alive
-  return object;
-#else
-  PyObject* object = PyWeakref_GetObject(reference);
-  return object == Py_None ? nullptr : object;
-#endif
-}
 
 // Equal by identity first, then by ==; an error in the comparison counts as different.
 bool Same(PyObject* a, PyObject* b) {
@@ -116,7 +205,11 @@ class RepeatCheck {
     if (root_ >= 0 && spec_leaves_ != static_cast<Py_ssize_t>(leaves_.size())) {
       throw nb::value_error("the tree's structure names another number of leaves than given");
     }
-    for (nb::handle reader : readers) readers_.push_back(nb::cast<nb::tuple>(reader));
+    for (nb::handle reader : readers) {
+      Reader chain;
+      for (nb::handle callable : nb::cast<nb::tuple>(reader)) chain.emplace_back(callable);
+      readers_.push_back(std::move(chain));
+    }
     for (int r : rewritten_) {
       if (r < 0 || r >= static_cast<int>(readers_.size())) throw nb::value_error("rewritten: no such reader");
     }
@@ -129,7 +222,7 @@ class RepeatCheck {
       for (size_t r = 0; r < readers_.size(); ++r) {
         PyObject* fact = Read(readers_[r], tensors_[t].identity);
         if (fact == nullptr) throw nb::python_error();
-        tensors_[t].facts[r] = nb::steal(fact);
+        tensors_[t].facts[r].Set(fact);
       }
     }
     if (!groups.is_none()) {
@@ -148,18 +241,12 @@ class RepeatCheck {
       with_pointers_ = true;
       // The swap just made awaited these arrays and copied from them: their addresses are
       // known now, and a repeat with the same arrays reads none again.
-      for (size_t i = 0; i < leaves_.size(); ++i) {
-        PyObject* leaf = leaves[i].ptr();
-        PyObject* pointer = PyObject_CallMethodNoArgs(leaf, unsafe_buffer_pointer_.ptr());
-        const int64_t value = pointer == nullptr ? -1 : PyLong_AsLongLong(pointer);
-        Py_XDECREF(pointer);
-        PyObject* reference = value == -1 ? nullptr : PyWeakref_NewRef(leaf, nullptr);
-        if (reference == nullptr) {
-          PyErr_Clear();  // read on the first repeat instead
-          continue;
-        }
-        leaves_[i].pointer = value;
-        leaves_[i].reference = nb::steal(reference);
+      std::vector<std::pair<SourceSlot*, PyObject*>> every;
+      for (size_t i = 0; i < leaves_.size(); ++i) every.emplace_back(&leaves_[i].source, leaves[i].ptr());
+      try {
+        Refresh(every, nb::handle());
+      } catch (const nb::python_error&) {
+        // read on the first repeat instead
       }
     }
   }
@@ -187,14 +274,14 @@ class RepeatCheck {
       PyObject* leaf = leaves[i];
       if (Py_TYPE(leaf) != reinterpret_cast<PyTypeObject*>(array_type_.ptr())) return nb::none();
       LeafFacts& known = leaves_[i];
-      if (Referent(known.reference.ptr()) != leaf) {
+      if (!Holds(known.source, leaf)) {
         if (!Compare(leaf, aval_attribute_, known.aval, i, &avals) ||
             !Compare(leaf, sharding_attribute_, known.sharding, i, &shardings)) {
           return nb::none();
         }
         changed.push_back(i);
       }
-      PyObject* deleted = PyObject_CallMethodNoArgs(leaf, is_deleted_.ptr());
+      PyObject* deleted = is_deleted_(leaf);
       if (deleted == nullptr) {
         PyErr_Clear();
         return nb::none();
@@ -207,36 +294,18 @@ class RepeatCheck {
       }
     }
     // Pass 2 (a hit): the new arrays awaited in one call, then their addresses read.
-    std::vector<std::pair<size_t, int64_t>> addresses;
-    std::vector<nb::object> references;
-    if (with_pointers_ && !changed.empty()) {
-      nb::list waited;
-      for (size_t i : changed) waited.append(nb::handle(leaves[i]));
-      wait_(waited);
-      for (size_t i : changed) {
-        PyObject* pointer = PyObject_CallMethodNoArgs(leaves[i], unsafe_buffer_pointer_.ptr());
-        if (pointer == nullptr) throw nb::python_error();
-        int64_t value = PyLong_AsLongLong(pointer);
-        Py_DECREF(pointer);
-        if (value == -1 && PyErr_Occurred()) throw nb::python_error();
-        addresses.emplace_back(i, value);
-        PyObject* reference = PyWeakref_NewRef(leaves[i], nullptr);
-        if (reference == nullptr) PyErr_Clear();  // no weak reference: read again next time
-        references.push_back(nb::steal(reference));
-      }
+    if (with_pointers_) {
+      std::vector<std::pair<SourceSlot*, PyObject*>> stale;
+      for (size_t i : changed) stale.emplace_back(&leaves_[i].source, leaves[i]);
+      Refresh(stale, wait_);  // raises with every slot as it was
     }
     for (auto& [i, aval] : avals) leaves_[i].aval = std::move(aval);
     for (auto& [i, sharding] : shardings) leaves_[i].sharding = std::move(sharding);
-    for (size_t k = 0; k < addresses.size(); ++k) {
-      LeafFacts& known = leaves_[addresses[k].first];
-      known.pointer = addresses[k].second;
-      known.reference = std::move(references[k]);
-    }
     if (with_pointers_) {
       for (size_t g = 0; g < groups_.size(); ++g) {
         int64_t* out = outputs_[g].data();
         const std::vector<int64_t>& positions = groups_[g];
-        for (size_t s = 0; s < positions.size(); ++s) out[s] = leaves_[positions[s]].pointer;
+        for (size_t s = 0; s < positions.size(); ++s) out[s] = leaves_[positions[s]].source.pointer;
       }
     }
     if (!want_leaves) return nb::bool_(true);
@@ -260,27 +329,16 @@ class RepeatCheck {
     for (size_t t = 0; t < tensors_.size(); ++t) {
       TensorFacts& tensor = tensors_[t];
       for (size_t k = 0; k < rewritten_.size(); ++k) {
-        nb::object& fact = tensor.facts[rewritten_[k]];
+        Fact& fact = tensor.facts[rewritten_[k]];
         int64_t& step = steps_[t * rewritten_.size() + k];
-        if (!learn && step != kRead && fact.is_valid()) {
-          const int64_t before = PyLong_AsLongLong(fact.ptr());
-          if (!(before == -1 && PyErr_Occurred())) {
-            fact = nb::steal(PyLong_FromLongLong(before + step));
-            continue;
-          }
-          PyErr_Clear();
+        if (!learn && step != kRead && fact.integer) {
+          fact.value += step;
+          continue;
         }
-        PyObject* read = Read(readers_[rewritten_[k]], tensor.identity);
-        if (read == nullptr) PyErr_Clear();
-        if (learn && read != nullptr && fact.is_valid() && PyLong_CheckExact(read) && PyLong_CheckExact(fact.ptr())) {
-          const int64_t now = PyLong_AsLongLong(read), before = PyLong_AsLongLong(fact.ptr());
-          if (PyErr_Occurred()) {
-            PyErr_Clear();
-          } else {
-            step = now - before;
-          }
-        }
-        fact = nb::steal(read);
+        const bool known = fact.integer;
+        const int64_t before = fact.value;
+        fact.Set(Read(readers_[rewritten_[k]], tensor.identity));
+        if (learn && known && fact.integer) step = fact.value - before;
       }
     }
   }
@@ -376,20 +434,18 @@ class RepeatCheck {
           PyErr_Clear();
           return false;
         }
-        const bool same = Same(fact, known.facts[r].ptr());
-        Py_DECREF(fact);
-        if (!same) return false;
+        if (!SameFact(fact, known.facts[r])) return false;
       }
     }
     return true;
   }
 
   // A reader's chain of callables applied in turn: new reference, or null with an error set.
-  static PyObject* Read(const nb::tuple& chain, PyObject* tensor) {
+  static PyObject* Read(const Reader& chain, PyObject* tensor) {
     Py_INCREF(tensor);
     PyObject* value = tensor;
     for (size_t c = 0; c < chain.size() && value != nullptr; ++c) {
-      PyObject* next = PyObject_CallOneArg(chain[c].ptr(), value);
+      PyObject* next = chain[c](value);
       Py_DECREF(value);
       value = next;
     }
@@ -415,13 +471,12 @@ class RepeatCheck {
   nb::str aval_attribute_;
   nb::str sharding_attribute_;
   nb::object wait_;
-  nb::str is_deleted_ = Interned("is_deleted");
-  nb::str unsafe_buffer_pointer_ = Interned("unsafe_buffer_pointer");
+  OneArgCall is_deleted_{nb::getattr(array_type_, "is_deleted")};
   std::vector<Node> nodes_;
   int root_ = -1;
   Py_ssize_t spec_leaves_ = 0;
   std::vector<LeafFacts> leaves_;
-  std::vector<nb::tuple> readers_;
+  std::vector<Reader> readers_;
   std::vector<int> rewritten_;
   std::vector<TensorFacts> tensors_;
   static constexpr int64_t kRead = INT64_MIN;  // a rewritten fact read after each swap
@@ -434,6 +489,7 @@ class RepeatCheck {
 }  // namespace
 
 void BindRepeatCheck(nb::module_& m) {
+  BindSourceAddresses(m);
   nb::class_<RepeatCheck>(m, "RepeatCheck",
                           "Whether a swap's inputs repeat those of the last swap of a program, in one native pass "
                           "(jax_amem/swapping/in_process/repeat.py).")
@@ -445,7 +501,8 @@ void BindRepeatCheck(nb::module_& m) {
            "spec: the tree's structure (leaf: its position; dict (0, keys, children); list (1, n, children); tuple "
            "(2, n, children); None (3,)), or None to check flattened leaves only. leaves: the arrays, each of "
            "array_type, whose aval and sharding (the attributes named) are remembered. names, tensors: the "
-           "destination in order. readers: per fact, a tuple of callables applied in turn to a tensor; rewritten: "
+           "destination in order. readers: per fact, a tuple of callables (or getters of the tensor's type, such as "
+           "a getset descriptor) applied in turn to a tensor; rewritten: "
            "the readers read again by written(). groups: per launch group, the leaf position of each operand, with "
            "pointers (an int64 array per group) to fill with their buffer addresses on a hit, the new arrays first "
            "awaited with wait(list); None: no addresses (no wait).")

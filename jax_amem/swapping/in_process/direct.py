@@ -17,9 +17,9 @@ once, on its first run (`core.copy.DirectCopy`, one per group); a swap passes on
 addresses, which travel with the kernel launch (nothing uploaded per swap). The addresses are
 kept between swaps: a source that is the same live array as last time keeps its entry, and
 only the sources JAX gave new buffers (a training step's outputs, new LoRA adapters beside
-frozen weights) are awaited and read again, with `unsafe_buffer_pointer()` in C-level map()
-calls: no Python per array. A repeat swap (repeat.py) does the same inside its one native check
-of its inputs and hands `launch` the addresses it read.
+frozen weights) are awaited and read again, in one native call (`core.copy.refresh_sources`,
+src/bindings/source_addresses.cc): no Python per array. A repeat swap (repeat.py) runs the same
+code inside its one native check of its inputs and hands `launch` the addresses it read.
 
 Ordering: before, the new sources are awaited on the host, all at once (one batched
 block_until_ready); their addresses are read after. The copies run on PyTorch's current stream
@@ -45,10 +45,7 @@ donation, staged sources, swaps inside jit).
 
 from __future__ import annotations
 
-import itertools
-import operator
 import os
-import weakref
 
 import jax
 import numpy as np
@@ -62,17 +59,6 @@ from .schedule import _transforms, chunk_steps
 
 ENV = "JAX_AMEM_SWAP_DIRECT"
 ENABLED = True
-
-_pointer = None  # jax.Array's unsafe_buffer_pointer, the C method itself (no attribute lookup per leaf)
-_call = weakref.ReferenceType.__call__
-
-
-class _Gone:
-    pass
-
-
-_DEAD = weakref.ref(_Gone())  # a reference whose array is gone: what a group knows before its first run
-
 
 _await = _jax_compat.batched_wait()  # one C call that waits for many arrays
 
@@ -139,12 +125,12 @@ class DirectProgram:
         self.copies = copies       # per group, core.copy.DirectCopy
         self.ordinals = ordinals   # per group, the CUDA ordinal, or -1 on the CPU
         self.nbytes = nbytes       # per group, destination bytes (the progress bar's steps)
-        # Per group, the sources' addresses as the last swap read them (int64, one per operand)
-        # and weak references to the arrays they belong to: an operand that is the same live
-        # array keeps its address (a jax.Array's buffer never moves, and the callers refuse
-        # deleted arrays before this runs), so only the others are awaited and read again.
+        # Per group, the sources' addresses as the last swap read them (int64, one per operand),
+        # kept with weak references to their arrays (core.copy.SourceAddresses): an operand that
+        # is the same live array keeps its address (a jax.Array's buffer never moves, and the
+        # callers refuse deleted arrays before this runs), so only the others are read again.
         self.pointers = [np.zeros(c.sources, np.int64) for c in copies]
-        self.arrays = [np.full(c.sources, _DEAD, object) for c in copies]
+        self.sources = [core.copy.SourceAddresses(p) for p in self.pointers]
 
     @classmethod
     def make(cls, program) -> "DirectProgram":
@@ -191,7 +177,7 @@ class DirectProgram:
         """Copies every group: `operands[k]` holds group k's source arrays in operand order.
         Returns when the copies are done; their failure to launch or run raises after every
         copy already launched has finished (nothing still writes when the error leaves)."""
-        self._refresh(operands)  # every address read before the first launch
+        core.copy.refresh_sources(self.sources, operands, _await)  # every address read before the first launch
         self.launch(self.pointers, destination, show_progress)
 
     def launch(self, pointers: list, destination, show_progress: bool = False) -> None:
@@ -219,25 +205,6 @@ class DirectProgram:
                 bar.close()
         _synchronize(launched)
 
-    def _refresh(self, operands) -> None:
-        """Awaits the operands that are not the arrays of the last swap (one batched wait) and
-        reads their addresses; C-level map() calls, no Python per array."""
-        stale, fresh = [], []
-        for arrays, known in zip(operands, self.arrays):
-            changed = np.fromiter(map(operator.is_not, map(_call, known), arrays), bool, len(known))
-            stale.append(np.flatnonzero(changed))
-            fresh.append(list(itertools.compress(arrays, changed)))
-        waited = list(itertools.chain.from_iterable(fresh))
-        if waited:
-            _await(waited)
-        addresses = [_pointers(new) for new in fresh]
-        for positions, new, read, pointers, known in zip(stale, fresh, addresses, self.pointers, self.arrays):
-            if len(positions):
-                pointers[positions] = read
-                references = np.empty(len(new), object)
-                references[:] = list(map(weakref.ref, new))
-                known[positions] = references
-
     def _streams(self, destination) -> dict:
         """{CUDA ordinal: stream}: PyTorch's current stream for this process's tensors, else ours."""
         ordinals = sorted({o for o in self.ordinals if o >= 0})
@@ -248,17 +215,6 @@ class DirectProgram:
 
             return {o: torch.cuda.current_stream(o).cuda_stream for o in ordinals}
         return {o: core.copy.direct_stream(o) for o in ordinals}
-
-
-def _pointers(arrays: list) -> np.ndarray:
-    """The arrays' device addresses (jax.Array's C method mapped over them: no Python per array)."""
-    global _pointer
-    if _pointer is None:
-        _pointer = type(jax.numpy.zeros(())).unsafe_buffer_pointer
-    try:
-        return np.fromiter(map(_pointer, arrays), np.int64, len(arrays))
-    except TypeError:  # an array of another class than JAX's own: its method, looked up per array
-        return np.fromiter(map(operator.methodcaller("unsafe_buffer_pointer"), arrays), np.int64, len(arrays))
 
 
 def _synchronize(launched) -> None:
