@@ -28,23 +28,20 @@ import cProfile
 import json
 import pstats
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax_amem  # noqa: F401  (before JAX starts)
 import jax
 import jax.numpy as jnp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from swap import median_seconds  # noqa: E402  (benchmarks/swap.py: the same timing)
 
-def median_us(fn, repeats: int, sync) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+
+def median_us(fn, repeats: int, sync=lambda: None) -> float:
+    return median_seconds(fn, repeats, sync) * 1e6
 
 
 def new_arrays_us(src, repeats: int, sync, timed) -> float:

@@ -12,8 +12,8 @@ the same arrays, and new arrays it awaits and reads), before_writing (the wait f
 stream and the version bump), the launch, and the wait for the stream.
 """
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax_amem
 import jax
@@ -22,31 +22,8 @@ import torch
 from jax_amem.swapping.destinations import describe
 from jax_amem.swapping.in_process import direct, repeat, run
 
-
-def median_us(fn, repeats, sync=lambda: None):
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
-def new_arrays_us(src, repeats, sync, timed):
-    """Median of `timed(src)` with new arrays each time (a jitted step's outputs, awaited first)."""
-    step = jax.jit(lambda tree: jax.tree_util.tree_map(lambda x: x + 1, tree))
-    times = []
-    for _ in range(repeats):
-        src = jax.block_until_ready(step(src))
-        sync()
-        start = time.perf_counter()
-        timed(src)
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from swap_host import median_us, new_arrays_us  # noqa: E402  (benchmarks/swap_host.py: the same timing)
 
 
 def profile(count: int, mib: float, repeats: int) -> None:
