@@ -217,16 +217,21 @@ def test_a_scaled_repeat_does_no_python_work_per_tensor():
 
 
 def test_views_xla_must_make_keep_the_custom_calls():
-    """A transposed view with steps is a transpose XLA makes first: the program keeps the XLA
-    route (its affine rows in the custom call), with the same values."""
-    tree = {"w": values((6, 8), np.float32, 7)}
-    convert = lambda p: {"t": (p["w"] * 0.5).T.astype(jnp.bfloat16), "plain": p["w"] * 2.0}
-    want = eager(convert, tree)
-    dst = tensors_for(want)
-    jax_amem.swap(on_one_device(tree), dst, rules=rules.from_function(convert, tree), progress=False)
-    assert the_program().direct is False
-    for name, value in want.items():
-        assert np.array_equal(raw(dst[name]), as_bytes(value)), name
+    """A view with steps that neither the affine kernel nor the fused transpose copy reads (a
+    transpose of rows of 8, not a 2-D one; a transposed bfloat16 -> float16 view, a conversion
+    the transpose copy has not) is one XLA makes first: the program keeps the XLA route (its
+    affine rows in the custom call), with the same values. (A transposed view the fused copy
+    has: tests/test_swap_transpose_steps.py.)"""
+    for src, convert in ((np.float32, lambda p: {"t": (p["w"] * 0.5).transpose(1, 0, 2), "plain": p["w"] * 2.0}),
+                         (BF16, lambda p: {"t": (p["w"] * 0.5).transpose(0, 2, 1).astype(jnp.float16)})):
+        forget()
+        tree = {"w": values((6, 4, 8), src, 7)}
+        want = eager(convert, tree)
+        dst = tensors_for(want)
+        jax_amem.swap(on_one_device(tree), dst, rules=rules.from_function(convert, tree), progress=False)
+        assert the_program().direct is False
+        for name, value in want.items():
+            assert np.array_equal(raw(dst[name]), as_bytes(value)), name
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -260,10 +265,10 @@ def test_a_refused_affine_table_leaves_every_destination_and_the_program_untouch
     real = direct_affine.rows
 
     def corrupted(*args, **kwargs):
-        rows, words, programs = real(*args, **kwargs)
+        rows, words, programs, fused = real(*args, **kwargs)
         words = words.copy()
         words[3] = 9  # the program's step count
-        return rows, words, programs
+        return rows, words, programs, fused
 
     monkeypatch.setattr(direct_affine, "rows", corrupted)
     with pytest.raises(ValueError, match=r"direct copy, chunk 0: affine copy: program 0: 9 steps \(1 to 8\)"):
