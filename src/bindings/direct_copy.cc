@@ -133,6 +133,8 @@ void BindDirectCopy(nb::module_& m) {
       .def_prop_ro("rows", [](const DirectCopyHandle& h) { return h.copy->rows(); })
       .def_prop_ro("bulk_rows", [](const DirectCopyHandle& h) { return h.copy->bulk_rows(); })
       .def_prop_ro("transpose_rows", [](const DirectCopyHandle& h) { return h.copy->transpose_rows(); })
+      .def_prop_ro("stepped_transpose_rows",
+                   [](const DirectCopyHandle& h) { return h.copy->stepped_transpose_rows(); })
       .def_prop_ro("affine_rows", [](const DirectCopyHandle& h) { return h.copy->affine_rows(); })
       .def(
           "run",

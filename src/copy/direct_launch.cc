@@ -216,6 +216,14 @@ int64_t DirectCopy::transpose_rows() const {
   return count;
 }
 
+int64_t DirectCopy::stepped_transpose_rows() const {
+  int64_t count = 0;
+  for (const DirectChunk& chunk : chunks_) {
+    for (const TransposeRow& row : chunk.transposes) count += row.program >= 0 ? 1 : 0;
+  }
+  return count;
+}
+
 int64_t DirectCopy::affine_rows() const {
   int64_t count = 0;
   for (const DirectChunk& chunk : chunks_) count += static_cast<int64_t>(chunk.affines.size());
