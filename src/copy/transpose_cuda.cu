@@ -87,24 +87,34 @@ __device__ __noinline__ float GeneralSteps(float x, const AffineProgram* program
   return v[0];
 }
 
-// Source element `x`, view element `n`, as the destination holds it.
+// The steps on a thread's N elements at once (as the affine kernel runs them: each step's
+// operation and roundings chosen once for all N), `n(u)` the view element number of element u.
+template <typename D, int N, typename Numbers>
+__device__ __forceinline__ void RunProgram(float (&v)[N], const Steps& steps, Numbers n) {
+  if (steps.plain) {
+    const int count = static_cast<int>(steps.program->steps);
+    for (int k = 0; k < count; ++k) {
+      float c[N];
+#pragma unroll
+      for (int u = 0; u < N; ++u) c[u] = steps.scalars[k];
+      affine_kernel::ApplyStep<float, N, false>(v, steps.program->step[k], c);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < N; ++u) v[u] = GeneralSteps(v[u], steps.program, steps.constants, n(u));
+  }
+}
+
+// Source element `x`, view element `n`, as the destination holds it (one element: the cast runs'
+// loop and the tiles of the plain conversions).
 template <typename K>
 __device__ __forceinline__ typename K::Destination Apply(const Steps& steps, typename K::Source x, int64_t n) {
   if constexpr (!K::kSteps) {
     return K::Convert(x);
   } else {
-    using D = typename K::Destination;
     float v[1] = {affine_math::Load<float>(x)};  // the pairs of this kernel all compute in float32
-    if (steps.plain) {
-      const int count = static_cast<int>(steps.program->steps);
-      for (int k = 0; k < count; ++k) {
-        const float c[1] = {steps.scalars[k]};
-        affine_kernel::ApplyStep<float, 1, false>(v, steps.program->step[k], c);
-      }
-    } else {
-      v[0] = GeneralSteps(v[0], steps.program, steps.constants, n);
-    }
-    return affine_math::Store<D, float>::Of(v[0]);
+    RunProgram<typename K::Destination, 1>(v, steps, [n](int) { return n; });
+    return affine_math::Store<typename K::Destination, float>::Of(v[0]);
   }
 }
 
@@ -147,7 +157,7 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
   const S* src = reinterpret_cast<const S*>(source) + b * matrix + (i0 + ty) * view_rows + j0 + tx;
   const int64_t src_step = kThreadsY * view_rows;
   // Read: source rows i (the view's columns), along j (the view's rows): coalesced.
-  S loaded[kRowsPerThread][kColsPerThread];
+  S loaded[kRowsPerThread][kColsPerThread] = {};
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
@@ -155,14 +165,32 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
       if (r * kThreadsY < down && c * kThreadsX < across) loaded[r][c] = src[r * src_step + c * kThreadsX];
     }
   }
+  if constexpr (K::kSteps) {
+    // All of this thread's elements through the program at once; element (r, c) is view element
+    // (b, j0 + tx + c * 32, i0 + ty + r * 8), whose number looks up vector constants.
+    constexpr int kEach = kRowsPerThread * kColsPerThread;
+    float v[kEach];
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
+    for (int u = 0; u < kEach; ++u) v[u] = affine_math::Load<float>(loaded[u / kColsPerThread][u % kColsPerThread]);
+    const int64_t n0 = b * matrix + (j0 + tx) * view_cols + i0 + ty;
+    RunProgram<D, kEach>(v, steps, [&](int u) {
+      return n0 + (u % kColsPerThread) * kThreadsX * view_cols + (u / kColsPerThread) * kThreadsY;
+    });
 #pragma unroll
-    for (int c = 0; c < kColsPerThread; ++c) {
+    for (int u = 0; u < kEach; ++u) {
+      const int r = u / kColsPerThread, c = u % kColsPerThread;
       if (r * kThreadsY < down && c * kThreadsX < across) {
-        // View element (b, j0 + tx + c * 32, i0 + ty + r * 8): its number looks up vector constants.
-        const int64_t n = b * matrix + (j0 + tx + c * kThreadsX) * view_cols + i0 + ty + r * kThreadsY;
-        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = Apply<K>(steps, loaded[r][c], n);
+        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::Store<D, float>::Of(v[u]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+      for (int c = 0; c < kColsPerThread; ++c) {
+        if (r * kThreadsY < down && c * kThreadsX < across) {
+          tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r][c]);
+        }
       }
     }
   }
@@ -202,7 +230,9 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
   // load issued before the first store (as the copy kernel's words).
   struct alignas(4 * sizeof(S)) Loaded { S v[4]; };
   struct alignas(4 * sizeof(D)) Stored { D v[4]; };
-  if (end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
+  // (Rows with a program take the element loop: the direct launch gives the fused copy only
+  // transposed ones, the affine kernel runs the others.)
+  if (!K::kSteps && end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
       reinterpret_cast<uintptr_t>(dst) % sizeof(Stored) == 0) {
     const Loaded* in = reinterpret_cast<const Loaded*>(src + begin);
     Stored* out = reinterpret_cast<Stored*>(dst + begin);
@@ -213,9 +243,7 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
     for (int w = 0; w < kCastWords; ++w) {
       Stored converted;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        converted.v[k] = Apply<K>(steps, words[w].v[k], row.first + begin + 4 * (thread + w * kThreads) + k);
-      }
+      for (int k = 0; k < 4; ++k) converted.v[k] = Apply<K>(steps, words[w].v[k], 0);
       out[thread + w * kThreads] = converted;
     }
     return;
