@@ -88,20 +88,20 @@ __device__ __noinline__ float GeneralSteps(float x, const AffineProgram* program
 }
 
 // The steps on a thread's N elements at once (as the affine kernel runs them: each step's
-// operation and roundings chosen once for all N), `n(u)` the view element number of element u.
-template <typename D, int N, typename Numbers>
+// operation and roundings chosen once for all N), `n(e)` the view element number of element e.
+template <int N, typename Numbers>
 __device__ __forceinline__ void RunProgram(float (&v)[N], const Steps& steps, Numbers n) {
   if (steps.plain) {
     const int count = static_cast<int>(steps.program->steps);
     for (int k = 0; k < count; ++k) {
       float c[N];
 #pragma unroll
-      for (int u = 0; u < N; ++u) c[u] = steps.scalars[k];
+      for (int e = 0; e < N; ++e) c[e] = steps.scalars[k];
       affine_kernel::ApplyStep<float, N, false>(v, steps.program->step[k], c);
     }
   } else {
 #pragma unroll
-    for (int u = 0; u < N; ++u) v[u] = GeneralSteps(v[u], steps.program, steps.constants, n(u));
+    for (int e = 0; e < N; ++e) v[e] = GeneralSteps(v[e], steps.program, steps.constants, n(e));
   }
 }
 
@@ -113,7 +113,7 @@ __device__ __forceinline__ typename K::Destination Apply(const Steps& steps, typ
     return K::Convert(x);
   } else {
     float v[1] = {affine_math::Load<float>(x)};  // the pairs of this kernel all compute in float32
-    RunProgram<typename K::Destination, 1>(v, steps, [n](int) { return n; });
+    RunProgram<1>(v, steps, [n](int) { return n; });
     return affine_math::Store<typename K::Destination, float>::Of(v[0]);
   }
 }
@@ -171,16 +171,16 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
     constexpr int kEach = kRowsPerThread * kColsPerThread;
     float v[kEach];
 #pragma unroll
-    for (int u = 0; u < kEach; ++u) v[u] = affine_math::Load<float>(loaded[u / kColsPerThread][u % kColsPerThread]);
+    for (int e = 0; e < kEach; ++e) v[e] = affine_math::Load<float>(loaded[e / kColsPerThread][e % kColsPerThread]);
     const int64_t n0 = b * matrix + (j0 + tx) * view_cols + i0 + ty;
-    RunProgram<D, kEach>(v, steps, [&](int u) {
-      return n0 + (u % kColsPerThread) * kThreadsX * view_cols + (u / kColsPerThread) * kThreadsY;
+    RunProgram<kEach>(v, steps, [&](int e) {
+      return n0 + (e % kColsPerThread) * kThreadsX * view_cols + (e / kColsPerThread) * kThreadsY;
     });
 #pragma unroll
-    for (int u = 0; u < kEach; ++u) {
-      const int r = u / kColsPerThread, c = u % kColsPerThread;
+    for (int e = 0; e < kEach; ++e) {
+      const int r = e / kColsPerThread, c = e % kColsPerThread;
       if (r * kThreadsY < down && c * kThreadsX < across) {
-        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::Store<D, float>::Of(v[u]);
+        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::Store<D, float>::Of(v[e]);
       }
     }
   } else {
