@@ -94,7 +94,7 @@ Status CheckChunk(size_t index, DirectChunk& chunk, const std::vector<int64_t>& 
 }
 
 // Whether any of the chunk's transpose rows runs a program (computes, so under XLA:CPU's mode).
-bool Steps(const DirectChunk& chunk) {
+bool HasSteppedRows(const DirectChunk& chunk) {
   for (const TransposeRow& row : chunk.transposes) {
     if (row.program >= 0) return true;
   }
@@ -261,7 +261,7 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
     const auto affines = static_cast<int64_t>(chunk.affines.size());
     if (device_ < 0) {
       CopyAddressRowsOnHost(pointers, chunk.bulk.data(), bulk, chunk.rows.data(), rows);
-      if (affines > 0 || Steps(chunk)) {
+      if (affines > 0 || HasSteppedRows(chunk)) {
         const ScopedFlushDenormals as_xla_cpu;  // the custom call's arithmetic (flush_denormals.h)
         CopyTransposeRowsOnHost(pointers.sources, pointers.destinations, chunk.transposes.data(), transposes,
                                 HostAffineTable(chunk));
