@@ -34,7 +34,7 @@
 #                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list
 #   swap_scale     benchmarks/swap_scale.py (a fused constant scale against the same swap without it,
 #                  4 x 512 MiB, both launched directly), then the GPU tests of constant steps (the
-#                  direct launch's and the custom call's); not in the default list
+#                  direct launch's, transposed ones included, and the custom call's); not in the default list
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays
@@ -170,7 +170,7 @@ for name in $STEPS; do
     swap_scale)
       TAIL=${TAIL:-20} step swap_scale 240 $PY -P benchmarks/swap_scale.py
       step affine_gpu 300 $PY -P -m pytest -q -m gpu tests/test_swap_direct_affine.py tests/test_swap_affine.py \
-        -k "not over_nccl" ;;
+        tests/test_swap_transpose_steps.py -k "not over_nccl" ;;
     *)
       echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale numa multigpu hostile_demo)"; exit 2 ;;
   esac

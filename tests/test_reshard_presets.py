@@ -226,6 +226,50 @@ def test_query_scaling_rounds_as_the_exporter(family, scan_axis, source_dtype, d
     _check_params(model, want, dtype)
 
 
+def _no_custom_call(*args, **kwargs):
+    raise AssertionError("an XLA custom call was traced: the program did not launch directly")
+
+
+@pytest.mark.parametrize("family", X.SCALES_QUERIES)
+@pytest.mark.parametrize("scan_axis", [0, 1])
+@pytest.mark.parametrize("source_dtype, dtype", [("float32", "float32"), ("float32", "bfloat16"),
+                                                 ("bfloat16", "bfloat16"), ("float16", "float32"),
+                                                 ("float16", "bfloat16")])
+def test_maxtext_query_scaling_launches_directly(monkeypatch, family, scan_axis, source_dtype, dtype):
+    """On one device (the direct launch's case), head_dim 8: the scaled query kernel, read
+    transposed, is the fused transpose copy's, its rows running the scale's program, so the
+    whole preset's program launches outside XLA (no custom call traced) and writes MaxText's
+    exporter's bytes. Kept on the XLA route, with the same bytes: float16 -> bfloat16 (a
+    conversion the transpose copy has not), and Mixtral on scan axis 1, whose experts stacked
+    (experts, layers, in, out) are read (layers, experts, out, in): two transposes at once, no
+    batched 2-D transpose (fused_views.geometry), with or without the scale."""
+    from jax_amem.swapping import forget
+    from jax_amem.swapping.in_process import direct, routes, run
+
+    forget()
+    tree = _heads_regrouped(family, scan_axis, source_dtype, 8)
+    want = X.to_transformers(family, X.export(family, tree, scan_axis, head_dim=8))
+    arrays = jax.device_put(tree, jax.devices()[0])
+    model = _destination(family, "hf", want, dtype)
+    launches_directly = (source_dtype, dtype) != ("float16", "bfloat16") and (family, scan_axis) != ("mixtral", 1)
+    with monkeypatch.context() as patch:
+        if launches_directly:
+            patch.setattr(routes, "affine_copy_to_addresses", _no_custom_call)
+            patch.setattr(routes, "segment_copy_to_addresses", _no_custom_call)
+        jax_amem.swap(arrays, _tensors(model, want),
+                      rules=_maxtext_rules(family, arrays, "hf", None if dtype == source_dtype else dtype))
+    (program,) = run._programs.values()
+    if launches_directly:
+        assert isinstance(program.direct, direct.DirectProgram)
+        assert sum(c.stepped_transpose_rows for c in program.direct.copies) >= M.L  # every layer's q_proj
+    else:
+        assert program.direct is False
+    forget()
+    _check_params(model, want, dtype)
+    if dtype == "float32":
+        _check_logits(family, model, want, dtype)
+
+
 @pytest.mark.parametrize("family", X.SCALES_QUERIES)
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
 def test_query_scale_steps_are_the_exporters_arithmetic(family, dtype):

@@ -97,10 +97,10 @@ def test_views_the_fused_copy_does_not_read_stay_in_xla():
     assert torch.equal(dst["w"], torch.arange(24.0).reshape(2, 3, 4).permute(1, 0, 2).to(torch.bfloat16))
 
 
-def test_views_with_constant_steps_run_as_affine_rows_unless_transposed():
+def test_views_with_constant_steps_run_as_affine_rows_or_stepped_transpose_rows():
     """A plain view with a constant step is launched directly as the affine kernel's rows
-    (tests/test_swap_direct_affine.py has the rest); a transposed one is a view XLA makes
-    first, so its program keeps the custom calls."""
+    (tests/test_swap_direct_affine.py has the rest); a transposed one as the fused transpose
+    copy's rows running the step (tests/test_swap_transpose_steps.py)."""
     src = {"w": jax.device_put(jnp.arange(12.0).reshape(3, 4), jax.devices()[0])}
     dst = {"w": torch.zeros(3, 4)}
     jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", scale=0.125)], progress=False)
@@ -109,7 +109,8 @@ def test_views_with_constant_steps_run_as_affine_rows_unless_transposed():
     forget()
     dst = {"w": torch.zeros(4, 3)}
     jax_amem.swap(src, dst, rules=[reshard.Rule.copy("w", transpose=(1, 0), scale=0.125)], progress=False)
-    assert the_program().direct is False
+    copies = the_program().direct.copies
+    assert [(c.affine_rows, c.stepped_transpose_rows) for c in copies] == [(0, 1)]
     assert torch.equal(dst["w"], torch.arange(12.0).reshape(3, 4).T * 0.125)
 
 

@@ -101,28 +101,35 @@ def _no_xla(monkeypatch):
     monkeypatch.setattr(routes, "segment_copy_to_addresses", _refuse)
 
 
+def direct_then_xla(monkeypatch, arrays, pieces, want, device="cpu"):
+    """The swap launched directly (no custom call traced) into fresh tensors, in place, then
+    through the XLA route (the direct launch of constant steps off) into others:
+    (the direct launch's tensors, its program, the XLA route's tensors)."""
+    launched = tensors_for(want, device=device)
+    pointers = {k: t.data_ptr() for k, t in launched.items()}
+    with monkeypatch.context() as patch:
+        _no_xla(patch)
+        jax_amem.swap(arrays, launched, rules=pieces, progress=False)
+    program = the_program()
+    assert isinstance(program.direct, direct.DirectProgram)
+    assert {k: t.data_ptr() for k, t in launched.items()} == pointers       # in place
+    monkeypatch.setattr(direct_affine, "ENABLED", False)
+    forget()
+    by_xla = tensors_for(want, device=device)
+    jax_amem.swap(arrays, by_xla, rules=pieces, progress=False)
+    assert the_program().direct is False
+    return launched, program, by_xla
+
+
 @pytest.mark.parametrize("src, dst", PAIRS, ids=lambda d: np.dtype(d).name)
 def test_every_pair_bit_identical_to_the_xla_route_and_to_jax(monkeypatch, src, dst):
     with jax.enable_x64(np.float64 in (src, dst)):
         tree = tree_of(src)
         convert = exporter(dst, src)
         want = eager(convert, tree)
-        arrays = on_one_device(tree)
-        pieces = rules.from_function(convert, tree)
-        launched = tensors_for(want)
-        pointers = {k: t.data_ptr() for k, t in launched.items()}
-        with monkeypatch.context() as patch:
-            _no_xla(patch)
-            jax_amem.swap(arrays, launched, rules=pieces, progress=False)
-        program = the_program()
-        assert isinstance(program.direct, direct.DirectProgram)
+        launched, program, by_xla = direct_then_xla(monkeypatch, on_one_device(tree),
+                                                    rules.from_function(convert, tree), want)
         assert sum(c.affine_rows for c in program.direct.copies) > 0
-        assert {k: t.data_ptr() for k, t in launched.items()} == pointers       # in place
-        monkeypatch.setattr(direct_affine, "ENABLED", False)
-        forget()
-        by_xla = tensors_for(want)
-        jax_amem.swap(arrays, by_xla, rules=pieces, progress=False)
-        assert the_program().direct is False
     for name, value in want.items():
         assert np.array_equal(raw(launched[name]), as_bytes(value)), name
         assert np.array_equal(raw(launched[name]), raw(by_xla[name])), name
@@ -164,12 +171,15 @@ def test_parts_and_rules_with_scale_offset_and_along(monkeypatch):
     assert np.array_equal(raw(launched["w_scaled"]), as_bytes((w * 0.125 + 1.0).astype(jnp.bfloat16)))
 
 
-def test_a_training_loop_repeats_with_new_sources_and_no_xla(monkeypatch):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_training_loop_repeats_with_new_sources_and_no_xla(monkeypatch, transposed):
     """Every swap of a scaled program is one direct launch: the first and the repeats with new
-    buffers (the repeat's native check reads their addresses); no XLA call is traced or run."""
+    buffers (the repeat's native check reads their addresses); no XLA call is traced or run.
+    Transposed: the scaled views are the fused transpose copy's rows, each running the scale."""
     tree = {f"q{i}": values((8, 16), np.float32, 10 + i) for i in range(5)}
     scale = 8 ** -0.5
-    convert = lambda p: {k: (v * scale).astype(jnp.bfloat16) for k, v in p.items()}
+    convert = lambda p: {k: (v * scale).astype(jnp.bfloat16).T if transposed else (v * scale).astype(jnp.bfloat16)
+                         for k, v in p.items()}
     pieces = rules.from_function(convert, tree)
     src = on_one_device(tree)
     dst = tensors_for(eager(convert, tree))
@@ -189,6 +199,9 @@ def test_a_training_loop_repeats_with_new_sources_and_no_xla(monkeypatch):
         for name, value in want.items():
             assert np.array_equal(raw(dst[name]), as_bytes(value)), name
     assert len(launches) == 4
+    copies = program.direct.copies
+    assert [sum(c.stepped_transpose_rows for c in copies), sum(c.affine_rows for c in copies)] == \
+        ([5, 0] if transposed else [0, 5])
     entry = next(iter(repeat._entries.values()))
     assert entry.program is program and entry.calls is None  # the repeats never made an XLA call
 
@@ -217,16 +230,21 @@ def test_a_scaled_repeat_does_no_python_work_per_tensor():
 
 
 def test_views_xla_must_make_keep_the_custom_calls():
-    """A transposed view with steps is a transpose XLA makes first: the program keeps the XLA
-    route (its affine rows in the custom call), with the same values."""
-    tree = {"w": values((6, 8), np.float32, 7)}
-    convert = lambda p: {"t": (p["w"] * 0.5).T.astype(jnp.bfloat16), "plain": p["w"] * 2.0}
-    want = eager(convert, tree)
-    dst = tensors_for(want)
-    jax_amem.swap(on_one_device(tree), dst, rules=rules.from_function(convert, tree), progress=False)
-    assert the_program().direct is False
-    for name, value in want.items():
-        assert np.array_equal(raw(dst[name]), as_bytes(value)), name
+    """A view with steps that neither the affine kernel nor the fused transpose copy reads (a
+    transpose of rows of 8, not a 2-D one; a transposed bfloat16 -> float16 view, a conversion
+    the transpose copy has not) is one XLA makes first: the program keeps the XLA route (its
+    affine rows in the custom call), with the same values. (A transposed view the fused copy
+    has: tests/test_swap_transpose_steps.py.)"""
+    for src, convert in ((np.float32, lambda p: {"t": (p["w"] * 0.5).transpose(1, 0, 2), "plain": p["w"] * 2.0}),
+                         (BF16, lambda p: {"t": (p["w"] * 0.5).transpose(0, 2, 1).astype(jnp.float16)})):
+        forget()
+        tree = {"w": values((6, 4, 8), src, 7)}
+        want = eager(convert, tree)
+        dst = tensors_for(want)
+        jax_amem.swap(on_one_device(tree), dst, rules=rules.from_function(convert, tree), progress=False)
+        assert the_program().direct is False
+        for name, value in want.items():
+            assert np.array_equal(raw(dst[name]), as_bytes(value)), name
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -257,13 +275,25 @@ def test_a_refused_affine_table_leaves_every_destination_and_the_program_untouch
     src = on_one_device(tree)
     dst = {k: torch.full((4, 6), 3.0) for k in tree}
     pieces = [reshard.Rule.copy("a", scale=0.5), reshard.Rule.copy("b")]
+    refused_with_nine_steps(monkeypatch, src, dst, pieces)
+    jax_amem.swap(src, dst, rules=pieces, progress=False)
+    assert np.array_equal(raw(dst["a"]), as_bytes(src["a"] * 0.5))
+    assert np.array_equal(raw(dst["b"]), as_bytes(tree["b"]))
+
+
+def refused_with_nine_steps(monkeypatch, src, dst, pieces, check_rows=lambda rows, fused: None):
+    """The swap of `src` into `dst` with the direct launch's first affine program made one of 9
+    steps (`check_rows(rows, fused)` sees what direct_affine.rows made): refused naming the
+    chunk and program, no byte of `dst` (all 3.0) moved, nothing half-made kept. Restores the
+    real rows after."""
     real = direct_affine.rows
 
     def corrupted(*args, **kwargs):
-        rows, words, programs = real(*args, **kwargs)
+        rows, words, programs, fused = real(*args, **kwargs)
+        check_rows(rows, fused)
         words = words.copy()
         words[3] = 9  # the program's step count
-        return rows, words, programs
+        return rows, words, programs, fused
 
     monkeypatch.setattr(direct_affine, "rows", corrupted)
     with pytest.raises(ValueError, match=r"direct copy, chunk 0: affine copy: program 0: 9 steps \(1 to 8\)"):
@@ -271,9 +301,6 @@ def test_a_refused_affine_table_leaves_every_destination_and_the_program_untouch
     assert all((t == 3.0).all() for t in dst.values())
     assert the_program().direct is None  # made again on the next run
     monkeypatch.setattr(direct_affine, "rows", real)
-    jax_amem.swap(src, dst, rules=pieces, progress=False)
-    assert np.array_equal(raw(dst["a"]), as_bytes(src["a"] * 0.5))
-    assert np.array_equal(raw(dst["b"]), as_bytes(tree["b"]))
 
 
 def _table(src="float32", dst="float32", steps=(Step("mul", "float32", (0.5,)),)):

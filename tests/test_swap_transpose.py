@@ -72,7 +72,7 @@ def _run_rows(source: np.ndarray, out_dtype, batch, rows, cols, first, count, ds
     out = np.full(dst_elements or count, 0x5a5a, np.uint16 if np.dtype(out_dtype).itemsize == 2 else np.uint32)
     if kind is None:
         kind = fused_views.kind(source.dtype, out_dtype)
-    row = np.array([[0, 0, 0, first, count, batch, rows, cols, kind, 0]], np.int64)
+    row = np.array([[0, 0, 0, first, count, batch, rows, cols, kind, -1]], np.int64)
     empty = np.zeros((0, 6), np.int64)
     copy = core.copy.DirectCopy(-1, [source.nbytes], [([0], [out.ctypes.data], [out.nbytes], empty, empty, row)])
     assert copy.transpose_rows == 1
@@ -143,7 +143,8 @@ def _row(**fields):
     row = dict(src_index=0, dst_index=0, dst_offset=0, first=0, count=12, batch=1, rows=3, cols=4,
                kind=KINDS["float32->bfloat16"])
     row.update(fields)
-    return np.array([[*row.values(), 0]], np.int64)
+    row.setdefault("program", -1)
+    return np.array([list(row.values())], np.int64)
 
 
 @pytest.mark.parametrize("fields, match", [
@@ -157,6 +158,8 @@ def _row(**fields):
     (dict(first=-1), r"view elements \[-1, \+12\) are outside its 12"),
     (dict(dst_offset=2), "writes 12 elements of 2 bytes at offset 2, past the 24 bytes of destination 0"),
     (dict(count=-1), r"view elements \[0, \+-1\) are outside its 12"),
+    (dict(program=0), r"program 0 is not one of the 0 programs of its affine table \(-1: none\)"),
+    (dict(program=-2), r"program -2 is not one of the 0 programs"),
 ])
 def test_transpose_rows_outside_their_buffers_are_refused(fields, match):
     source = np.arange(12, dtype=np.float32)
@@ -182,8 +185,8 @@ def test_rows_of_several_kinds_in_one_chunk():
     ordered by kind): both written, and a refusal names the row as given."""
     source = _random(np.random.default_rng(4), (3, 5), "float32")
     out16, out32 = np.zeros(15, np.uint16), np.zeros(15, np.uint32)
-    rows = np.array([[0, 0, 0, 0, 15, 1, 3, 5, KINDS["float32->bfloat16"], 0],
-                     [0, 1, 0, 0, 15, 1, 3, 5, KINDS["copy4"], 0]], np.int64)
+    rows = np.array([[0, 0, 0, 0, 15, 1, 3, 5, KINDS["float32->bfloat16"], -1],
+                     [0, 1, 0, 0, 15, 1, 3, 5, KINDS["copy4"], -1]], np.int64)
     empty = np.zeros((0, 6), np.int64)
     chunk = ([0], [out16.ctypes.data, out32.ctypes.data], [30, 60], empty, empty, rows)
     copy = core.copy.DirectCopy(-1, [60], [chunk])
@@ -232,7 +235,7 @@ def test_preset_views_swap_bit_exact_through_the_fused_copy(monkeypatch, family,
     """The presets' real views (stacked kernels read layer by layer and transposed, head-split
     kernels, embeddings and norms cast): the fused copy's bytes are the XLA route's and the
     independent oracle's. MaxText's query kernel has a constant step (its scale) on a transposed
-    view, which XLA makes first: those programs keep the custom calls."""
+    view: the fused copy runs it (its rows name the scale's program), launched directly too."""
     weights = M.logical(family, np.random.default_rng(5))
     tree = _one_device(M.source_tree(family, source, weights))
     want = M.oracle(family, "hf", weights, np, 1)
@@ -245,13 +248,10 @@ def test_preset_views_swap_bit_exact_through_the_fused_copy(monkeypatch, family,
     fused, by_xla, program = _swap_both_routes(monkeypatch, tree, make_dst, rules=rule_list)
     scaled = any(program.plan.affine(v) is not None for v in range(len(program.plan.views)))
     assert not scaled or source == "maxtext"  # MaxText's query scale, in some families: constant steps
-    if scaled:  # the transpose is XLA's, then the affine kernel's rows in its custom call
-        assert program.direct is False
-    else:
-        assert isinstance(program.direct, direct.DirectProgram)
-        transformed = any(schedule._transforms(program.plan, v) for v in range(len(program.plan.views)))
-        assert (sum(c.transpose_rows for c in program.direct.copies) > 0) == transformed
-        assert transformed or (family == "gpt2" and not cast)  # GPT-2 keeps (in, out): nothing to transpose
+    assert isinstance(program.direct, direct.DirectProgram)
+    transformed = any(schedule._transforms(program.plan, v) for v in range(len(program.plan.views)))
+    assert (sum(c.transpose_rows for c in program.direct.copies) > 0) == transformed
+    assert transformed or (family == "gpt2" and not cast)  # GPT-2 keeps (in, out): nothing to transpose
     for name, value in want.items():
         assert np.array_equal(raw(fused[name]), raw(by_xla[name])), name
         if source == "flax":  # (MaxText's checkpoint holds the query pre-scaled: its oracle is another)

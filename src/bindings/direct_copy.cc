@@ -43,7 +43,7 @@ std::vector<copy::BufferSegment> Rows(const RowArray& array, const char* what) {
 std::vector<copy::TransposeRow> TransposeRows(const RowArray& array) {
   if (array.shape(0) > 0 && array.shape(1) != copy::kTransposeRowColumns) {
     throw nb::value_error("transpose rows must have shape (n, 10): (src_index, dst_index, dst_offset, first, "
-                          "count, batch, rows, cols, kind, 0)");
+                          "count, batch, rows, cols, kind, program (-1: none))");
   }
   std::vector<copy::TransposeRow> rows(array.shape(0));  // the fields past the tenth: filled when checked
   for (size_t k = 0; k < rows.size(); ++k) {
@@ -124,7 +124,7 @@ void BindDirectCopy(nb::module_& m) {
           nb::arg("device"), nb::arg("source_bytes"), nb::arg("chunks"),
           "device: CUDA ordinal, or -1 for host memory. chunks: [(source slots, destination addresses, "
           "destination bytes, bulk rows (n, 6) int64, kernel rows (m, 6) int64 split into pieces[, transpose rows (k, 10) "
-          "int64: src/copy/transpose.h[, affine rows (a, 6) int64 split into pieces, their table (int64 words: "
+          "int64, each with its program in the chunk's affine table or -1: src/copy/transpose.h[, affine rows (a, 6) int64 split into pieces, their table (int64 words: "
           "programs, then float64 constants), its number of programs: src/copy/affine.h]])]; rows validated by "
           "jax_amem.copy.address_rows and jax_amem.affine_copy.address_affine_rows. Raises ValueError naming the "
           "chunk and row out of bounds.")
@@ -133,6 +133,8 @@ void BindDirectCopy(nb::module_& m) {
       .def_prop_ro("rows", [](const DirectCopyHandle& h) { return h.copy->rows(); })
       .def_prop_ro("bulk_rows", [](const DirectCopyHandle& h) { return h.copy->bulk_rows(); })
       .def_prop_ro("transpose_rows", [](const DirectCopyHandle& h) { return h.copy->transpose_rows(); })
+      .def_prop_ro("stepped_transpose_rows",
+                   [](const DirectCopyHandle& h) { return h.copy->stepped_transpose_rows(); })
       .def_prop_ro("affine_rows", [](const DirectCopyHandle& h) { return h.copy->affine_rows(); })
       .def(
           "run",

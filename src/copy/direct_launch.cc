@@ -86,12 +86,19 @@ Status CheckChunk(size_t index, DirectChunk& chunk, const std::vector<int64_t>& 
       !rows.ok()) {
     return Prefixed(name, rows);
   }
-  if (Status transposes = CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
-                                             chunk_source_bytes, chunk.destination_bytes, &chunk.transpose_units);
-      !transposes.ok()) {
-    return Prefixed(name, transposes);
+  // The affine table first: transpose rows may name its programs.
+  if (Status affine = CheckAffineChunk(chunk, chunk_source_bytes); !affine.ok()) return Prefixed(name, affine);
+  return Prefixed(name, CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
+                                           chunk_source_bytes, chunk.destination_bytes, HostAffineTable(chunk),
+                                           &chunk.transpose_units));
+}
+
+// Whether any of the chunk's transpose rows runs a program (computes, so under XLA:CPU's mode).
+bool HasSteppedRows(const DirectChunk& chunk) {
+  for (const TransposeRow& row : chunk.transposes) {
+    if (row.program >= 0) return true;
   }
-  return Prefixed(name, CheckAffineChunk(chunk, chunk_source_bytes));
+  return false;
 }
 
 }  // namespace
@@ -209,6 +216,14 @@ int64_t DirectCopy::transpose_rows() const {
   return count;
 }
 
+int64_t DirectCopy::stepped_transpose_rows() const {
+  int64_t count = 0;
+  for (const DirectChunk& chunk : chunks_) {
+    for (const TransposeRow& row : chunk.transposes) count += row.program >= 0 ? 1 : 0;
+  }
+  return count;
+}
+
 int64_t DirectCopy::affine_rows() const {
   int64_t count = 0;
   for (const DirectChunk& chunk : chunks_) count += static_cast<int64_t>(chunk.affines.size());
@@ -246,11 +261,15 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
     const auto affines = static_cast<int64_t>(chunk.affines.size());
     if (device_ < 0) {
       CopyAddressRowsOnHost(pointers, chunk.bulk.data(), bulk, chunk.rows.data(), rows);
-      CopyTransposeRowsOnHost(pointers.sources, pointers.destinations, chunk.transposes.data(), transposes);
-      if (affines > 0) {
+      if (affines > 0 || HasSteppedRows(chunk)) {
         const ScopedFlushDenormals as_xla_cpu;  // the custom call's arithmetic (flush_denormals.h)
+        CopyTransposeRowsOnHost(pointers.sources, pointers.destinations, chunk.transposes.data(), transposes,
+                                HostAffineTable(chunk));
         AffineCopyOnHost(pointers.sources, pointers.destinations, chunk.affines.data(), affines,
                          HostAffineTable(chunk));
+      } else {
+        CopyTransposeRowsOnHost(pointers.sources, pointers.destinations, chunk.transposes.data(), transposes,
+                                HostAffineTable(chunk));
       }
       continue;
     }
@@ -260,19 +279,20 @@ Status DirectCopy::Run(const int64_t* source_pointers, int64_t count, CUstream s
         !launched.ok()) {
       return launched;
     }
+    // The chunk's programs and constants on the device: the transpose rows' and the affine rows'.
+    const AffineTable device_table = AffineTableAt(
+        reinterpret_cast<const void*>(static_cast<uintptr_t>(table_ + chunk.affine_table_at)),
+        static_cast<int64_t>(chunk.affine_table.size() * sizeof(int64_t)), chunk.affine_programs);
     const auto* device_transposes = reinterpret_cast<const TransposeRow*>(
         static_cast<uintptr_t>(table_ + transpose_table_ + chunk.first_transpose * sizeof(TransposeRow)));
     if (Status launched = LaunchTransposeRows(stream, pointers, chunk.transposes.data(), device_transposes,
-                                              transposes, chunk.transpose_units);
+                                              transposes, chunk.transpose_units, device_table);
         !launched.ok()) {
       return launched;
     }
     if (affines == 0) continue;
     const auto* device_affines = reinterpret_cast<const AffineRow*>(
         static_cast<uintptr_t>(table_ + affine_table_ + chunk.first_affine * sizeof(AffineRow)));
-    const AffineTable device_table = AffineTableAt(
-        reinterpret_cast<const void*>(static_cast<uintptr_t>(table_ + chunk.affine_table_at)),
-        static_cast<int64_t>(chunk.affine_table.size() * sizeof(int64_t)), chunk.affine_programs);
     if (Status launched = LaunchAffineCopy(stream, pointers, device_affines, affines, device_table); !launched.ok()) {
       return launched;
     }

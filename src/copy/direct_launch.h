@@ -72,6 +72,7 @@ class DirectCopy {
   int64_t rows() const { return rows_; }
   int64_t bulk_rows() const;
   int64_t transpose_rows() const;
+  int64_t stepped_transpose_rows() const;  // transpose rows that run a program of constant steps
   int64_t affine_rows() const;
 
   // Every chunk, in order: on CUDA enqueued on `stream` (the device's context current), on the

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "copy/affine_kernel.h"
 #include "copy/transpose.h"
 #include "copy/transpose_convert.h"
 
@@ -16,20 +17,54 @@ Status RowError(int64_t index, const std::string& why) {
   return Status::Error("transpose row " + std::to_string(index) + ": " + why);
 }
 
-template <typename S, typename D, D (*Convert)(S)>
-inline void Put(const char* source, int64_t from, char* destination, int64_t to) {
-  S value;
-  std::memcpy(&value, source + from * static_cast<int64_t>(sizeof(S)), sizeof(S));
-  const D out = Convert(value);
-  std::memcpy(destination + to * static_cast<int64_t>(sizeof(D)), &out, sizeof(D));
+// How a row's elements become the destination's: N consecutive view elements, the first
+// being view element `n` (what a vector step's constants are looked up by).
+// The plain conversions (transpose_convert.h), on bit patterns.
+template <typename S, typename D, D (*F)(S)>
+struct Plain {
+  using Source = S;
+  using Destination = D;
+  template <int N>
+  void Line(const S (&in)[N], D (&out)[N], int64_t) const {
+    for (int u = 0; u < N; ++u) out[u] = F(in[u]);
+  }
+};
+
+// A program of constant steps: the affine kernel's own per-element work (affine_kernel.h).
+template <typename S, typename D>
+struct Stepped {
+  using Source = S;
+  using Destination = D;
+  const AffineProgram* program;
+  const double* constants;
+  template <int N>
+  void Line(const S (&in)[N], D (&out)[N], int64_t n) const {
+    using C = typename affine_kernel::ComputeOf<S, D>::type;
+    C v[N];
+    for (int u = 0; u < N; ++u) v[u] = affine_math::Load<C>(in[u]);
+    affine_kernel::RunSteps<C, N>(v, *program, constants, n);
+    for (int u = 0; u < N; ++u) out[u] = affine_math::Store<D, C>::Of(v[u]);
+  }
+};
+
+// Source element `from` to destination element `to`, which is view element `n`.
+template <typename K>
+inline void Put(const K& k, const char* source, int64_t from, char* destination, int64_t to, int64_t n) {
+  using S = typename K::Source;
+  using D = typename K::Destination;
+  S value[1];
+  std::memcpy(value, source + from * static_cast<int64_t>(sizeof(S)), sizeof(S));
+  D out[1];
+  k.template Line<1>(value, out, n);
+  std::memcpy(destination + to * static_cast<int64_t>(sizeof(D)), out, sizeof(D));
 }
 
 // View elements [begin, end) of a transposed row, to `out` (where view element row.first lands),
 // element by element in blocks of 32 view rows by 32 view columns: the source lines a block
 // reads stay in cache while its view rows are written. Used for the parts of view rows at the
 // ends of a row (and rows of less than one view row).
-template <typename S, typename D, D (*Convert)(S)>
-void CopyElements(const char* source, char* out, const TransposeRow& row, int64_t begin, int64_t end) {
+template <typename K>
+void CopyElements(const K& k, const char* source, char* out, const TransposeRow& row, int64_t begin, int64_t end) {
   if (begin >= end) return;
   constexpr int64_t kBlock = 32;
   const int64_t view_rows = row.cols, view_cols = row.rows, matrix = row.rows * row.cols;
@@ -41,7 +76,7 @@ void CopyElements(const char* source, char* out, const TransposeRow& row, int64_
         const int64_t b = g / view_rows, j = g % view_rows, at = g * view_cols;  // view element (g, 0)
         const int64_t lo = std::max(ib, begin - at), hi = std::min({ib + kBlock, view_cols, end - at});
         const int64_t base = b * matrix + j;
-        for (int64_t i = lo; i < hi; ++i) Put<S, D, Convert>(source, base + i * view_rows, out, at + i - row.first);
+        for (int64_t i = lo; i < hi; ++i) Put(k, source, base + i * view_rows, out, at + i - row.first, at + i);
       }
     }
   }
@@ -52,8 +87,11 @@ void CopyElements(const char* source, char* out, const TransposeRow& row, int64_
 // runs of 8 elements and its 8 view rows written as 8 runs, which the compiler moves in whole
 // vectors; element by element (CopyElements) runs at a third of this speed (measured on the
 // 2-core CPU machine: 0.9-1.3 against 2.7-3.3 GB/s for a 1024 x 3072 f32 kernel).
-template <typename S, typename D, D (*Convert)(S)>
-void CopyViewRows(const char* source, char* out, const TransposeRow& row, int64_t b, int64_t j0, int64_t j1) {
+template <typename K>
+void CopyViewRows(const K& k, const char* source, char* out, const TransposeRow& row, int64_t b, int64_t j0,
+                  int64_t j1) {
+  using S = typename K::Source;
+  using D = typename K::Destination;
   constexpr int64_t kTile = 8, kBlock = 64;
   const int64_t view_rows = row.cols, view_cols = row.rows;
   const char* matrix = source + b * row.rows * row.cols * static_cast<int64_t>(sizeof(S));
@@ -71,25 +109,28 @@ void CopyViewRows(const char* source, char* out, const TransposeRow& row, int64_
             for (int64_t r = 0; r < kTile; ++r)
               std::memcpy(tile[r], matrix + ((i + r) * view_rows + j) * static_cast<int64_t>(sizeof(S)), sizeof(tile[r]));
             for (int64_t c = 0; c < kTile; ++c) {
+              S column[kTile];
+              for (int64_t r = 0; r < kTile; ++r) column[r] = tile[r][c];
               D line[kTile];
-              for (int64_t r = 0; r < kTile; ++r) line[r] = Convert(tile[r][c]);
+              k.template Line<kTile>(column, line, at(j + c, i) + row.first);
               std::memcpy(out + at(j + c, i) * static_cast<int64_t>(sizeof(D)), line, sizeof(line));
             }
             continue;
           }
           for (int64_t c = j; c < std::min(j + kTile, je); ++c)  // a tile cut by the block's edge
-            for (int64_t r = i; r < std::min(i + kTile, ie); ++r) Put<S, D, Convert>(matrix, r * view_rows + c, out, at(c, r));
+            for (int64_t r = i; r < std::min(i + kTile, ie); ++r)
+              Put(k, matrix, r * view_rows + c, out, at(c, r), at(c, r) + row.first);
         }
       }
     }
   }
 }
 
-template <typename S, typename D, D (*Convert)(S)>
-void CopyRow(const char* source, char* destination, const TransposeRow& row) {
+template <typename K>
+void CopyRow(const K& k, const char* source, char* destination, const TransposeRow& row) {
   char* out = destination + row.dst_offset;
   if (!Transposed(row)) {
-    for (int64_t n = 0; n < row.count; ++n) Put<S, D, Convert>(source, row.first + n, out, n);
+    for (int64_t n = 0; n < row.count; ++n) Put(k, source, row.first + n, out, n, row.first + n);
     return;
   }
   // The whole view rows [g_first, g_end) in tiles, the parts of a view row before and after them
@@ -97,16 +138,34 @@ void CopyRow(const char* source, char* destination, const TransposeRow& row) {
   const int64_t view_rows = row.cols, view_cols = row.rows, end = row.first + row.count;
   const int64_t g_first = CeilDiv(row.first, view_cols), g_end = end / view_cols;
   if (g_first >= g_end) {
-    CopyElements<S, D, Convert>(source, out, row, row.first, end);
+    CopyElements(k, source, out, row, row.first, end);
     return;
   }
-  CopyElements<S, D, Convert>(source, out, row, row.first, g_first * view_cols);
+  CopyElements(k, source, out, row, row.first, g_first * view_cols);
   for (int64_t g = g_first; g < g_end;) {
     const int64_t b = g / view_rows, j = g % view_rows, j_end = std::min(view_rows, j + g_end - g);
-    CopyViewRows<S, D, Convert>(source, out, row, b, j, j_end);
+    CopyViewRows(k, source, out, row, b, j, j_end);
     g += j_end - j;
   }
-  CopyElements<S, D, Convert>(source, out, row, g_end * view_cols, end);
+  CopyElements(k, source, out, row, g_end * view_cols, end);
+}
+
+// A row with a program, by its stepped pair (TransposeSteppedPair).
+void CopySteppedRow(const char* from, char* to, const TransposeRow& row, const AffineTable& table) {
+  using affine_math::Bf16;
+  using affine_math::F16;
+  const AffineProgram* program = &table.programs[row.program];
+  const double* constants = table.constants;
+  switch (row.launch - kTransposeKinds) {
+    case 0: CopyRow(Stepped<float, float>{program, constants}, from, to, row); break;
+    case 1: CopyRow(Stepped<Bf16, Bf16>{program, constants}, from, to, row); break;
+    case 2: CopyRow(Stepped<F16, F16>{program, constants}, from, to, row); break;
+    case 3: CopyRow(Stepped<float, Bf16>{program, constants}, from, to, row); break;
+    case 4: CopyRow(Stepped<float, F16>{program, constants}, from, to, row); break;
+    case 5: CopyRow(Stepped<Bf16, float>{program, constants}, from, to, row); break;
+    case 6: CopyRow(Stepped<F16, float>{program, constants}, from, to, row); break;
+    default: break;  // checked: never here
+  }
 }
 
 template <typename T>
@@ -115,6 +174,19 @@ T Same(T value) {
 }
 
 }  // namespace
+
+int64_t TransposeSteppedPair(int64_t kind, int64_t src, int64_t dst) {
+  // The pairs in launch order, each with the kind whose element sizes it has.
+  static constexpr int64_t kPairs[kTransposeSteppedPairs][3] = {
+      {kAffineF32, kAffineF32, kTransposeCopy4},          {kAffineBf16, kAffineBf16, kTransposeCopy2},
+      {kAffineF16, kAffineF16, kTransposeCopy2},          {kAffineF32, kAffineBf16, kTransposeF32ToBF16},
+      {kAffineF32, kAffineF16, kTransposeF32ToF16},       {kAffineBf16, kAffineF32, kTransposeBF16ToF32},
+      {kAffineF16, kAffineF32, kTransposeF16ToF32}};
+  for (int64_t p = 0; p < kTransposeSteppedPairs; ++p) {
+    if (kPairs[p][0] == src && kPairs[p][1] == dst && kPairs[p][2] == kind) return p;
+  }
+  return -1;
+}
 
 int64_t TransposeSourceItem(int64_t kind) {
   switch (kind) {
@@ -146,13 +218,28 @@ int64_t TransposeUnits(const TransposeRow& row) {
 }
 
 Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<int64_t>& src_bytes,
-                          const std::vector<int64_t>& dst_bytes, int64_t* total_units) {
+                          const std::vector<int64_t>& dst_bytes, const AffineTable& table, int64_t* total_units) {
   constexpr int64_t kLimit = int64_t{1} << 56;  // no size of this process's memory is larger
   int64_t units = 0;
   for (int64_t k = 0; k < count; ++k) {
     TransposeRow& row = rows[k];
     const int64_t sitem = TransposeSourceItem(row.kind), ditem = TransposeDestinationItem(row.kind);
     if (sitem == 0) return RowError(k, "kind " + std::to_string(row.kind) + " is not a known conversion");
+    row.launch = row.kind;
+    if (row.program != -1) {
+      if (row.program < 0 || row.program >= table.program_count) {
+        return RowError(k, "program " + std::to_string(row.program) + " is not one of the " +
+                               std::to_string(table.program_count) + " programs of its affine table (-1: none)");
+      }
+      const AffineProgram& program = table.programs[row.program];
+      const int64_t pair = TransposeSteppedPair(row.kind, program.src_dtype, program.dst_dtype);
+      if (pair < 0) {
+        return RowError(k, "program " + std::to_string(row.program) + " converts dtype code " +
+                               std::to_string(program.src_dtype) + " to " + std::to_string(program.dst_dtype) +
+                               ", which is not kind " + std::to_string(row.kind) + "'s conversion");
+      }
+      row.launch = kTransposeKinds + pair;
+    }
     if (row.src_index < 0 || row.src_index >= static_cast<int64_t>(src_bytes.size())) {
       return RowError(k, "source " + std::to_string(row.src_index) + " is not one of the " +
                              std::to_string(src_bytes.size()) + " sources");
@@ -203,22 +290,26 @@ Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<i
 
 void SortTransposeRows(std::vector<TransposeRow>* rows) {
   std::stable_sort(rows->begin(), rows->end(),
-                   [](const TransposeRow& a, const TransposeRow& b) { return a.kind < b.kind; });
+                   [](const TransposeRow& a, const TransposeRow& b) { return a.launch < b.launch; });
 }
 
 void CopyTransposeRowsOnHost(const char* const* sources, char* const* destinations, const TransposeRow* rows,
-                             int64_t count) {
+                             int64_t count, const AffineTable& table) {
   for (int64_t k = 0; k < count; ++k) {
     const TransposeRow& row = rows[k];
     const char* from = sources[row.src_index];
     char* to = destinations[row.dst_index];
+    if (row.program >= 0) {
+      CopySteppedRow(from, to, row, table);
+      continue;
+    }
     switch (row.kind) {
-      case kTransposeCopy2: CopyRow<uint16_t, uint16_t, Same<uint16_t>>(from, to, row); break;
-      case kTransposeCopy4: CopyRow<uint32_t, uint32_t, Same<uint32_t>>(from, to, row); break;
-      case kTransposeF32ToBF16: CopyRow<uint32_t, uint16_t, F32BitsToBF16>(from, to, row); break;
-      case kTransposeF32ToF16: CopyRow<uint32_t, uint16_t, F32BitsToF16>(from, to, row); break;
-      case kTransposeBF16ToF32: CopyRow<uint16_t, uint32_t, BF16BitsToF32>(from, to, row); break;
-      case kTransposeF16ToF32: CopyRow<uint16_t, uint32_t, F16BitsToF32>(from, to, row); break;
+      case kTransposeCopy2: CopyRow(Plain<uint16_t, uint16_t, Same<uint16_t>>{}, from, to, row); break;
+      case kTransposeCopy4: CopyRow(Plain<uint32_t, uint32_t, Same<uint32_t>>{}, from, to, row); break;
+      case kTransposeF32ToBF16: CopyRow(Plain<uint32_t, uint16_t, F32BitsToBF16>{}, from, to, row); break;
+      case kTransposeF32ToF16: CopyRow(Plain<uint32_t, uint16_t, F32BitsToF16>{}, from, to, row); break;
+      case kTransposeBF16ToF32: CopyRow(Plain<uint16_t, uint32_t, BF16BitsToF32>{}, from, to, row); break;
+      case kTransposeF16ToF32: CopyRow(Plain<uint16_t, uint32_t, F16BitsToF32>{}, from, to, row); break;
       default: break;  // checked: never here
     }
   }

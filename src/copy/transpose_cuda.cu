@@ -2,7 +2,11 @@
 // takes work units in turn: a 64x64 tile of a transposed view (read from the source along its
 // rows into shared memory, converted, written along the view's rows: both sides coalesced), or
 // a run of a cast. The conversions are CUDA's round-to-nearest-even instructions, the ones
-// XLA's convert compiles to on the GPU.
+// XLA's convert compiles to on the GPU. Rows with a program of constant steps run in kernels of
+// their own (one per dtype pair): each element goes through the affine kernel's arithmetic
+// (affine_kernel.h: the same steps, roundings and conversions, the _rn intrinsics) where the
+// plain kernels convert it, with the row's program in shared memory; a program of scalar
+// steps and no division (a query scale) takes the short path, its constants read once.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,6 +14,7 @@
 #include <cstdint>
 #include <string>
 
+#include "copy/affine_kernel.h"
 #include "copy/transpose.h"
 
 namespace amem::copy {
@@ -22,35 +27,96 @@ constexpr int kThreadsX = 32, kThreadsY = 8, kThreads = kThreadsX * kThreadsY;
 constexpr int kBlocksPerMultiprocessor = 4;
 
 struct Same2 {
+  static constexpr bool kSteps = false;
   using Source = uint16_t;
   using Destination = uint16_t;
   __device__ static uint16_t Convert(uint16_t v) { return v; }
 };
 struct Same4 {
+  static constexpr bool kSteps = false;
   using Source = uint32_t;
   using Destination = uint32_t;
   __device__ static uint32_t Convert(uint32_t v) { return v; }
 };
 struct F32ToBF16 {
+  static constexpr bool kSteps = false;
   using Source = float;
   using Destination = __nv_bfloat16;
   __device__ static __nv_bfloat16 Convert(float v) { return __float2bfloat16_rn(v); }
 };
 struct F32ToF16 {
+  static constexpr bool kSteps = false;
   using Source = float;
   using Destination = __half;
   __device__ static __half Convert(float v) { return __float2half_rn(v); }
 };
 struct BF16ToF32 {
+  static constexpr bool kSteps = false;
   using Source = __nv_bfloat16;
   using Destination = float;
   __device__ static float Convert(__nv_bfloat16 v) { return __bfloat162float(v); }
 };
 struct F16ToF32 {
+  static constexpr bool kSteps = false;
   using Source = __half;
   using Destination = float;
   __device__ static float Convert(__half v) { return __half2float(v); }
 };
+
+// A program's rows: the element types as the affine kernel has them (float, Bf16, F16).
+template <typename S, typename D>
+struct Stepped {
+  static constexpr bool kSteps = true;
+  using Source = S;
+  using Destination = D;
+};
+
+// The row's program as the block holds it (shared memory), for kernels of Stepped rows.
+struct Steps {
+  const AffineProgram* program;
+  const double* constants;
+  const float* scalars;  // each step's constant, when `plain`
+  bool plain;            // every step a scalar and none a division: no per-element lookup
+};
+
+// The general path (vector constants, a division): in a function of its own, so that its
+// registers do not weigh on the tiles'.
+__device__ __noinline__ float GeneralSteps(float x, const AffineProgram* program, const double* constants, int64_t n) {
+  float v[1] = {x};
+  affine_kernel::RunSteps<float, 1>(v, *program, constants, n);
+  return v[0];
+}
+
+// The steps on a thread's N elements at once (as the affine kernel runs them: each step's
+// operation and roundings chosen once for all N), `n(e)` the view element number of element e.
+template <int N, typename Numbers>
+__device__ __forceinline__ void RunProgram(float (&v)[N], const Steps& steps, Numbers n) {
+  if (steps.plain) {
+    const int count = static_cast<int>(steps.program->steps);
+    for (int k = 0; k < count; ++k) {
+      float c[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e) c[e] = steps.scalars[k];
+      affine_kernel::ApplyStep<float, N, false>(v, steps.program->step[k], c);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = GeneralSteps(v[e], steps.program, steps.constants, n(e));
+  }
+}
+
+// Source element `x`, view element `n`, as the destination holds it (one element: the cast runs'
+// loop and the tiles of the plain conversions).
+template <typename K>
+__device__ __forceinline__ typename K::Destination Apply(const Steps& steps, typename K::Source x, int64_t n) {
+  if constexpr (!K::kSteps) {
+    return K::Convert(x);
+  } else {
+    float v[1] = {affine_math::Load<float>(x)};  // the pairs of this kernel all compute in float32
+    RunProgram<1>(v, steps, [n](int) { return n; });
+    return affine_math::Store<typename K::Destination, float>::Of(v[0]);
+  }
+}
 
 // Padding of a tile row, in elements: a word stride that is odd, so the threads of a warp reading
 // down a column of the tile hit every bank once.
@@ -68,7 +134,7 @@ static_assert(kTile % kThreadsY == 0 && kTile % kThreadsX == 0 && kCastUnit % (4
 // time would leave HBM mostly idle.
 template <typename K>
 __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char* source, char* destination,
-                              unsigned char* shared) {
+                              unsigned char* shared, const Steps& steps) {
   using S = typename K::Source;
   using D = typename K::Destination;
   constexpr int kPitch = Pitch<D>();
@@ -91,7 +157,7 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
   const S* src = reinterpret_cast<const S*>(source) + b * matrix + (i0 + ty) * view_rows + j0 + tx;
   const int64_t src_step = kThreadsY * view_rows;
   // Read: source rows i (the view's columns), along j (the view's rows): coalesced.
-  S loaded[kRowsPerThread][kColsPerThread];
+  S loaded[kRowsPerThread][kColsPerThread] = {};
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
@@ -99,12 +165,32 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
       if (r * kThreadsY < down && c * kThreadsX < across) loaded[r][c] = src[r * src_step + c * kThreadsX];
     }
   }
+  if constexpr (K::kSteps) {
+    // All of this thread's elements through the program at once; element (r, c) is view element
+    // (b, j0 + tx + c * 32, i0 + ty + r * 8), whose number looks up vector constants.
+    constexpr int kEach = kRowsPerThread * kColsPerThread;
+    float v[kEach];
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
+    for (int e = 0; e < kEach; ++e) v[e] = affine_math::Load<float>(loaded[e / kColsPerThread][e % kColsPerThread]);
+    const int64_t n0 = b * matrix + (j0 + tx) * view_cols + i0 + ty;
+    RunProgram<kEach>(v, steps, [&](int e) {
+      return n0 + (e % kColsPerThread) * kThreadsX * view_cols + (e / kColsPerThread) * kThreadsY;
+    });
 #pragma unroll
-    for (int c = 0; c < kColsPerThread; ++c) {
+    for (int e = 0; e < kEach; ++e) {
+      const int r = e / kColsPerThread, c = e % kColsPerThread;
       if (r * kThreadsY < down && c * kThreadsX < across) {
-        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r][c]);
+        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::Store<D, float>::Of(v[e]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+      for (int c = 0; c < kColsPerThread; ++c) {
+        if (r * kThreadsY < down && c * kThreadsX < across) {
+          tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r][c]);
+        }
       }
     }
   }
@@ -131,7 +217,8 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
 
 // Unit `unit` of a cast row: elements [unit * kCastUnit, +kCastUnit) of the row.
 template <typename K>
-__device__ void CastRun(const TransposeRow& row, int64_t unit, const char* source, char* destination) {
+__device__ void CastRun(const TransposeRow& row, int64_t unit, const char* source, char* destination,
+                        const Steps& steps) {
   using S = typename K::Source;
   using D = typename K::Destination;
   const S* src = reinterpret_cast<const S*>(source) + row.first;
@@ -143,7 +230,9 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
   // load issued before the first store (as the copy kernel's words).
   struct alignas(4 * sizeof(S)) Loaded { S v[4]; };
   struct alignas(4 * sizeof(D)) Stored { D v[4]; };
-  if (end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
+  // (Rows with a program take the element loop: the direct launch gives the fused copy only
+  // transposed ones, the affine kernel runs the others.)
+  if (!K::kSteps && end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
       reinterpret_cast<uintptr_t>(dst) % sizeof(Stored) == 0) {
     const Loaded* in = reinterpret_cast<const Loaded*>(src + begin);
     Stored* out = reinterpret_cast<Stored*>(dst + begin);
@@ -154,22 +243,59 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
     for (int w = 0; w < kCastWords; ++w) {
       Stored converted;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) converted.v[k] = K::Convert(words[w].v[k]);
+      for (int k = 0; k < 4; ++k) converted.v[k] = Apply<K>(steps, words[w].v[k], 0);
       out[thread + w * kThreads] = converted;
     }
     return;
   }
-  for (int64_t n = begin + thread; n < end; n += kThreads) dst[n] = K::Convert(src[n]);
+  for (int64_t n = begin + thread; n < end; n += kThreads) dst[n] = Apply<K>(steps, src[n], row.first + n);
 }
 
 template <typename K>
 __device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* source, char* destination,
-                        unsigned char* shared) {
+                        unsigned char* shared, const Steps& steps) {
   if (row.rows > 1 && row.cols > 1) {
-    TransposeTile<K>(row, unit, source, destination, shared);
+    TransposeTile<K>(row, unit, source, destination, shared, steps);
   } else {
-    CastRun<K>(row, unit, source, destination);
+    CastRun<K>(row, unit, source, destination, steps);
   }
+}
+
+// Kernels of Stepped rows: the row's program into shared memory, with its scalars, when it is
+// not there yet (the same in every thread of the block: the unit is). Whether the program can
+// run: false for one the table does not hold, or whose constants lie outside it (checked on
+// the host: never fault on a bad row).
+struct LoadedProgram {
+  int64_t index = -1;
+  bool runs = false;
+};
+__device__ bool LoadProgram(int64_t index, const AffineTable& table, AffineProgram* program, float* scalars,
+                            LoadedProgram* loaded, bool* plain) {
+  if (index < 0 || index >= table.program_count) return false;
+  if (index == loaded->index) return loaded->runs;
+  __syncthreads();  // every thread is done with the previous program and scalars
+  const int thread = threadIdx.y * kThreadsX + threadIdx.x;
+  const auto* words = reinterpret_cast<const int64_t*>(&table.programs[index]);
+  for (int w = thread; w < static_cast<int>(sizeof(AffineProgram) / sizeof(int64_t)); w += kThreads) {
+    reinterpret_cast<int64_t*>(program)[w] = words[w];
+  }
+  __syncthreads();
+  bool sane = program->steps >= 1 && program->steps <= kMaxAffineSteps && program->wide == 0;
+  bool scalar_steps = true;
+  for (int64_t s = 0; sane && s < program->steps; ++s) {
+    const AffineStep& step = program->step[s];
+    const int64_t length = step.stride > 0 ? step.extent : 1;
+    sane = step.constant >= 0 && length >= 1 && step.constant <= table.constant_count - length;
+    scalar_steps = scalar_steps && step.stride <= 0 && step.op != kAffineDiv;
+  }
+  if (sane && scalar_steps && thread < program->steps) {
+    scalars[thread] = static_cast<float>(table.constants[program->step[thread].constant]);
+  }
+  __syncthreads();
+  *plain = scalar_steps;
+  loaded->index = index;
+  loaded->runs = sane;
+  return sane;
 }
 
 int Blocks(int64_t units) {
@@ -190,8 +316,12 @@ int Blocks(int64_t units) {
 template <typename K>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     TransposeKernel(const BufferPointers pointers, const TransposeRow* __restrict__ rows, int64_t count,
-                    int64_t first_unit, int64_t units) {
+                    int64_t first_unit, int64_t units, const AffineTable table) {
   __shared__ __align__(16) unsigned char shared[kTile * (kTile + 1) * 4];  // the largest tile: 4-byte elements
+  __shared__ AffineProgram program;  // Stepped rows: the row's program
+  __shared__ float scalars[kMaxAffineSteps];
+  LoadedProgram loaded;  // the program in `program` (the same in every thread)
+  Steps steps{&program, table.constants, scalars, false};
   for (int64_t v = blockIdx.x; v < units; v += gridDim.x) {
     const int64_t u = first_unit + v;
     int64_t lo = 0, hi = count - 1;  // the last row whose first unit is at most u
@@ -207,16 +337,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     const char* source = pointers.sources[row.src_index];
     char* destination = pointers.destinations[row.dst_index];
     if (source == nullptr || destination == nullptr) continue;
-    RunUnit<K>(row, u - row.units, source, destination, shared);
+    if constexpr (K::kSteps) {
+      if (!LoadProgram(row.program, table, &program, scalars, &loaded, &steps.plain)) continue;
+    }
+    RunUnit<K>(row, u - row.units, source, destination, shared, steps);
   }
 }
 
 template <typename K>
 Status Launch(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows, int64_t count,
-              int64_t first_unit, int64_t units) {
+              int64_t first_unit, int64_t units, const AffineTable& table) {
   if (units == 0) return Status::Ok();
   TransposeKernel<K><<<Blocks(units), dim3(kThreadsX, kThreadsY), 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      pointers, device_rows, count, first_unit, units);
+      pointers, device_rows, count, first_unit, units, table);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     return Status::Error(std::string("transpose copy kernel launch failed: ") + cudaGetErrorString(error));
@@ -227,22 +360,29 @@ Status Launch(CUstream stream, const BufferPointers& pointers, const TransposeRo
 }  // namespace
 
 Status LaunchTransposeRows(CUstream stream, const BufferPointers& pointers, const TransposeRow* host_rows,
-                           const TransposeRow* device_rows, int64_t count, int64_t units) {
-  // One launch per run of rows of one conversion (the rows come sorted by kind).
+                           const TransposeRow* device_rows, int64_t count, int64_t units,
+                           const AffineTable& device_table) {
+  using affine_math::Bf16;
+  using affine_math::F16;
+  // One launch per run of rows of one conversion (the rows come sorted by launch).
   for (int64_t a = 0, b = 0; a < count; a = b) {
-    while (b < count && host_rows[b].kind == host_rows[a].kind) ++b;
+    while (b < count && host_rows[b].launch == host_rows[a].launch) ++b;
     const int64_t first_unit = host_rows[a].units;
     const int64_t run_units = (b < count ? host_rows[b].units : units) - first_unit;
     const TransposeRow* rows = device_rows + a;
-    // The kernels, by TransposeKind.
-    using Launcher = Status (*)(CUstream, const BufferPointers&, const TransposeRow*, int64_t, int64_t, int64_t);
-    static constexpr Launcher kLaunchers[kTransposeKinds] = {
-        Launch<Same2>, Launch<Same4>, Launch<F32ToBF16>, Launch<F32ToF16>, Launch<BF16ToF32>, Launch<F16ToF32>};
-    const int64_t kind = host_rows[a].kind;
-    if (kind < 0 || kind >= kTransposeKinds) {
+    // The kernels, by launch (transpose.h): the TransposeKinds, then the stepped pairs.
+    using Launcher = Status (*)(CUstream, const BufferPointers&, const TransposeRow*, int64_t, int64_t, int64_t,
+                                const AffineTable&);
+    static constexpr Launcher kLaunchers[kTransposeLaunches] = {
+        Launch<Same2>, Launch<Same4>, Launch<F32ToBF16>, Launch<F32ToF16>, Launch<BF16ToF32>, Launch<F16ToF32>,
+        Launch<Stepped<float, float>>, Launch<Stepped<Bf16, Bf16>>, Launch<Stepped<F16, F16>>,
+        Launch<Stepped<float, Bf16>>, Launch<Stepped<float, F16>>, Launch<Stepped<Bf16, float>>,
+        Launch<Stepped<F16, float>>};
+    const int64_t launch = host_rows[a].launch;
+    if (launch < 0 || launch >= kTransposeLaunches) {
       return Status::Error("transpose copy: a row of unknown kind (rows not checked)");
     }
-    const Status launched = kLaunchers[kind](stream, pointers, rows, b - a, first_unit, run_units);
+    const Status launched = kLaunchers[launch](stream, pointers, rows, b - a, first_unit, run_units, device_table);
     if (!launched.ok()) return launched;
   }
   return Status::Ok();

@@ -35,8 +35,9 @@ its own device through plain views, views the fused transpose-and-cast copy read
 (fused_views.py: a batched 2-D transpose and/or a cast, run by src/copy/transpose.h in the same
 launch sequence, checked by the same address_rows as rows of the view's elements) or views with
 constant steps the affine kernel reads itself (direct_affine.py: not transposed, cast or not;
-the affine rows of the custom call's route, in the same launch sequence); other views are
-arrays XLA must make, so their programs keep the XLA call), on a GPU of a build with the
+the affine rows of the custom call's route, in the same launch sequence), or transposed ones
+the fused copy reads running the same programs of steps (fused_views.stepped: MaxText's scaled
+query kernel); other views are arrays XLA must make, so their programs keep the XLA call), on a GPU of a build with the
 CUDA kernels, or on the CPU. The choice is made once per program, on its first run: JAX_AMEM_SWAP_DIRECT=0 (or
 `ENABLED = False` here) keeps programs made after it in XLA; any other value than 0 or 1 is a
 SwapError. The custom calls stay for everything else (other transforms, JAX destinations by
@@ -94,7 +95,7 @@ def eligible(program) -> bool:
         if any(index is not None or device != group.device for _, index, device in group.source_refs):
             return False  # a shard of a sharded array, or a source staged from another device first
         if not all(reads_view(plan, v) for v in {step.view for steps in group.steps for step in steps}):
-            return False  # a view only XLA makes (a transposed one with constant steps, other permutations)
+            return False  # a view only XLA makes (other permutations, conversions neither kernel has)
         if any(not direct_affine.whole_elements(plan, step.view, step.segments) if plan.affine(step.view) is not None
                else _transforms(plan, step.view) and fused_views.rows(plan, step.view,
                                                                       one_buffer_rows(step.segments)) is None
@@ -149,7 +150,8 @@ class DirectProgram:
                 # A transposed or cast view's rows are checked as rows of the view's elements
                 # (bounds, overlaps with every other row, alignment, allocation extents), then
                 # run whole by the fused copy, not split into the plain rows.
-                # A view with constant steps: its rows too, then run whole by the affine kernel.
+                # A view with constant steps: its rows too, then run whole by the affine kernel,
+                # or, transposed, by the fused copy running the steps (its program in the table).
                 stepped = [k for k, (_, view) in enumerate(chunk.views) if plan.affine(view) is not None]
                 fused = [k for k, (_, view) in enumerate(chunk.views) if _transforms(plan, view) and k not in stepped]
                 avals = [fused_views.view_aval(plan, view) if k in fused or k in stepped else shapes[operand]
@@ -157,12 +159,13 @@ class DirectProgram:
                 addresses, sizes, bulk, rows = address_rows(
                     avals, [group.targets[b][0] for b in chunk.buffers],
                     [group.targets[b][1] for b in chunk.buffers], chunk.rows, platform=group.device.platform)
-                transposes = [fused_views.rows(plan, chunk.views[k][1], chunk.rows[chunk.rows[:, 0] == k])
-                              for k in fused]
-                affine = direct_affine.rows(
+                *affine, programs = direct_affine.rows(
                     plan, [(view, group.sources[operand][1]) for operand, view in chunk.views], chunk.rows,
                     [shapes[operand] for operand in operands], addresses, sizes,
                     [plan.dst_layouts[group.buffers[b][0]].dtype for b in chunk.buffers], group.device.platform)
+                transposes = [fused_views.rows(plan, chunk.views[k][1], chunk.rows[chunk.rows[:, 0] == k],
+                                               programs.get(k, -1))
+                              for k in fused + sorted(programs)]
                 whole = fused + stepped
                 chunks.append((operands, addresses, sizes, bulk[~np.isin(bulk[:, 0], whole)],
                                rows[~np.isin(rows[:, 0], whole)],

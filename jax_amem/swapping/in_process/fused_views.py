@@ -10,8 +10,11 @@ each destination byte once.
 A view is covered when, after dropping axes of size 1 and merging the axes that stay next to
 each other, its permutation is the identity, (1, 0), or (0, 2, 1), and its conversion is one of
 the kernel's (core.copy.TRANSPOSE_KINDS: the same 2- or 4-byte type, f32 to bf16 or f16, bf16 or
-f16 to f32). Views with constant steps are the affine kernel's (direct_affine.py); other
-permutations and other conversions keep XLA's route (direct.eligible decides, once per program).
+f16 to f32). A transposed view with constant steps (MaxText's scaled query kernel, read
+(heads * head_dim, embed)) is read here too, its rows naming the program of steps their elements
+go through (`stepped`; the program is the affine kernel's, direct_affine.py builds it); a view
+with steps that is not transposed is the affine kernel's own. Other permutations and other
+conversions keep XLA's route (direct.eligible decides, once per program).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import numpy as np
 
 from ..._native import core
 
-ROW_COLUMNS = 10  # (src_index, dst_index, dst_offset, first, count, batch, rows, cols, kind, 0)
+ROW_COLUMNS = 10  # (src_index, dst_index, dst_offset, first, count, batch, rows, cols, kind, program or -1)
+# The dtypes a row with a program may read and write (affine DTYPE_CODES the kernel's kinds have).
+STEPPED_DTYPES = ("float32", "bfloat16", "float16")
 # False: programs made after it leave every transposed or cast view to XLA (their programs keep
 # the XLA call), as before the fused copy existed.
 ENABLED = True
@@ -61,11 +66,29 @@ def geometry(shape, perm) -> tuple[int, int, int] | None:
 
 
 def covers(plan, view: int) -> bool:
-    """Whether the fused copy reads plan view `view` (of a whole source) itself."""
+    """Whether the fused copy reads plan view `view` (of a whole source, without constant steps) itself."""
     name, perm, dtype = plan.views[view]
     layout = plan.src_layouts[name]
     return (ENABLED and plan.affine(view) is None and kind(layout.dtype, dtype) is not None
             and geometry(tuple(layout.shape), tuple(perm)) is not None)
+
+
+def transposed(plan, view: int) -> bool:
+    """Whether view `view` is a transpose the fused copy makes (not the source's elements in order)."""
+    name, perm, _ = plan.views[view]
+    shape = geometry(tuple(plan.src_layouts[name].shape), tuple(perm))
+    return shape is not None and shape[1] > 1 and shape[2] > 1
+
+
+def stepped(plan, view: int) -> bool:
+    """Whether the fused copy reads plan view `view`, a transposed one with constant steps,
+    running its steps on the way: both ends are dtypes of the kernel's conversions that the
+    steps compute in float32 (float64 is the affine kernel's alone)."""
+    name, _, dtype = plan.views[view]
+    source = np.dtype(plan.src_layouts[name].dtype).name
+    return (ENABLED and plan.affine(view) is not None and source in STEPPED_DTYPES
+            and np.dtype(dtype).name in STEPPED_DTYPES and kind(source, dtype) is not None
+            and transposed(plan, view))
 
 
 def view_aval(plan, view: int):
@@ -76,10 +99,11 @@ def view_aval(plan, view: int):
     return jax.ShapeDtypeStruct((int(np.prod(plan.src_layouts[name].shape, dtype=np.int64)),), np.dtype(dtype))
 
 
-def rows(plan, view: int, table: np.ndarray) -> np.ndarray | None:
+def rows(plan, view: int, table: np.ndarray, program: int = -1) -> np.ndarray | None:
     """The kernel's rows for `table`'s rows (src operand, dst operand, src_offset, dst_offset,
-    bytes, 0) that read `view`, their offsets in the view's bytes; None where one does not
-    start or end on an element of the view."""
+    bytes, 0) that read `view`, their offsets in the view's bytes, each running `program` of
+    the chunk's affine table (-1: none); None where one does not start or end on an element
+    of the view."""
     name, perm, dtype = plan.views[view]
     layout = plan.src_layouts[name]
     item = np.dtype(dtype).itemsize
@@ -91,4 +115,5 @@ def rows(plan, view: int, table: np.ndarray) -> np.ndarray | None:
     out[:, 3], out[:, 4] = table[:, 2] // item, table[:, 4] // item
     out[:, 5], out[:, 6], out[:, 7] = batch, rows_, cols
     out[:, 8] = kind(layout.dtype, dtype)
+    out[:, 9] = program
     return out
