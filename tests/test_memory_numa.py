@@ -73,6 +73,8 @@ def test_the_setting(monkeypatch):
     assert staging.staging_numa_node("0", [0]) == 0
     with pytest.raises(ValueError, match=r"JAX_AMEM_STAGING_NUMA='lots': give auto, none or a NUMA node number"):
         staging.staging_numa_node("lots", [0])
+    with pytest.raises(ValueError, match=r"JAX_AMEM_STAGING_NUMA='\u00b2': give auto, none or a NUMA node number"):
+        staging.staging_numa_node("\u00b2", [0])   # a digit to str.isdigit, not to int()
     with pytest.raises(ValueError, match=rf"JAX_AMEM_STAGING_NUMA='{nodes}'.* below {nodes}"):
         staging.staging_numa_node(str(nodes), [0])
 

@@ -116,7 +116,7 @@ def test_a_bad_transport_is_refused_by_name_before_the_engine_is_touched(bad):
     assert engine.calls == []
 
 
-@pytest.mark.parametrize("bad", ["no-port", "host:", ":5000", "host:70000", "host:12a", 5000])
+@pytest.mark.parametrize("bad", ["no-port", "host:", ":5000", "host:70000", "host:12a", "host:\u00b2", 5000])
 def test_a_bad_rendezvous_is_refused_by_name_before_the_engine_is_touched(bad):
     engine = Engine([remote(n) for n in notes("llama", "flax", llama()[1])])
     with pytest.raises(VllmBackendError, match=r"rendezvous=.*'host:port'.*nothing was started"):

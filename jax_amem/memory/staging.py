@@ -98,7 +98,7 @@ def staging_numa_node(setting: str | None = None, gpu_ordinals=None) -> int:
     if setting == "none":
         return -1
     if setting != "auto":
-        if not setting.isdigit() or int(setting) >= nodes:
+        if not (setting.isascii() and setting.isdigit()) or int(setting) >= nodes:
             raise ValueError(f"{NUMA_VARIABLE}={setting!r}: give auto, none or a NUMA node number below {nodes} "
                              "(the nodes online on this host)")
         return int(setting)

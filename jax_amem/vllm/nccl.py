@@ -37,7 +37,7 @@ def checked_rendezvous(rendezvous) -> tuple[str, int]:
     if rendezvous is None:
         return socket.gethostname(), 0
     host, _, port = rendezvous.rpartition(":") if isinstance(rendezvous, str) else ("", "", "")
-    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+    if not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536:
         raise VllmBackendError(f"rendezvous={rendezvous!r:.60}: give 'host:port' (a name or address of this "
                                "host that the engine's workers reach, and a port, 0 for any free one); nothing "
                                "was started")
