@@ -308,14 +308,15 @@ class VllmEngine:
                                 f"runs tensor_parallel_size={tp}: make them with tp={tp}")
         self._source_layouts = reshard.layouts_of(params)
         arrays = reshard.tree_names(params)
+        # An NCCL rank's sends run in an XLA program (cross_host.send): every group reads a picked
+        # layer, so no plan against the whole tree is made for them.
+        over_nccl = any(rank.kind == "nccl" for rank in ranks)
         self.plans, self.picks, self.bytes = [], [], 0   # plans[group][rank]
         for index, group in enumerate(groups):
             mine = [r for r in rules if r.dst in {t["name"] for t in group}]
-            plans = self._plan(index, params, self._source_layouts, mine)
+            plans = None if over_nccl else self._plan(index, params, self._source_layouts, mine)
             pick = None   # the swap reads the whole tree
-            # An NCCL rank's sends run in an XLA program (cross_host.send): it reads a picked layer.
-            if any(rank.kind == "nccl" for rank in ranks) or \
-                    not all(_reads_whole_sources(plan, arrays) for plan in plans):
+            if plans is None or not all(_reads_whole_sources(plan, arrays) for plan in plans):
                 mine, pick = _one_layer(mine, self._source_layouts)
                 picked = pick(params)
                 plans = self._plan(index, picked, reshard.layouts_of(picked), mine)
