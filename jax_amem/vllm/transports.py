@@ -171,8 +171,8 @@ def open_rank(note: dict):
     """The transport to one rank in another process, by where its staging buffer is."""
     if note["host"] != socket.gethostname():
         raise VllmBackendError(f"rank {note['tp_rank']}'s worker runs on host {note['host']!r}, this trainer on "
-                               f"{socket.gethostname()!r}: this release writes into workers on the trainer's host "
-                               "only (docs/vllm.md)")
+                               f"{socket.gethostname()!r}: shared memory and CUDA IPC reach workers on the trainer's "
+                               "host only; connect reaches one elsewhere over NCCL (docs/vllm.md)")
     kind = note["staging"]["kind"]
     return SharedMemory(note) if kind == "shared_memory" else CudaIpc(note)
 
