@@ -28,25 +28,7 @@ import vllm_models as vm  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-# Longer than vLLM's 16-token KV block, so a rerun of a prompt finds cached blocks.
-PROMPTS = [[(7 * i + 3) % vm.V for i in range(40)], [1, 5, 9, 33, 2]]
-NEW_TOKENS = 8
-
-
-def start(directory, backend: bool = True):
-    kwargs = {"weight_transfer_config": {"backend": "jax_amem"}} if backend else {}
-    return vllm.LLM(model=str(directory), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
-                    enforce_eager=True, kv_cache_memory_bytes=64 << 20, **kwargs)
-
-
-def greedy(llm, logprobs: int = 0):
-    params = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, detokenize=False,
-                                 logprobs=logprobs or None)
-    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
-    if not logprobs:
-        return tokens
-    return tokens, [[{k: v.logprob for k, v in step.items()} for step in o.outputs[0].logprobs] for o in outs]
+PROMPTS, NEW_TOKENS, start, greedy = vm.PROMPTS, vm.NEW_TOKENS, vm.start, vm.greedy
 
 
 def model_of(llm):

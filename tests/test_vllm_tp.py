@@ -44,24 +44,12 @@ import vllm_models as vm  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-PROMPTS = [[(7 * i + 3) % vm.V for i in range(40)], [1, 5, 9, 33, 2]]
-NEW_TOKENS = 8
+PROMPTS, NEW_TOKENS, greedy = vm.PROMPTS, vm.NEW_TOKENS, vm.greedy
 FAMILY, SOURCE = "qwen3", "maxtext"   # tied head (vocabulary-parallel, both halves), q/k norms
 
 
 def start(directory, backend: bool = True):
-    kwargs = {"weight_transfer_config": {"backend": "jax_amem"}} if backend else {}
-    return vllm.LLM(model=str(directory), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
-                    enforce_eager=True, kv_cache_memory_bytes=64 << 20, tensor_parallel_size=2, **kwargs)
-
-
-def greedy(llm, logprobs: int = 0):
-    params = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, detokenize=False, logprobs=logprobs or None)
-    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
-    if not logprobs:
-        return tokens
-    return tokens, [[{k: v.logprob for k, v in step.items()} for step in o.outputs[0].logprobs] for o in outs]
+    return vm.start(directory, backend, tp=2)
 
 
 def _state(worker):

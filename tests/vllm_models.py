@@ -169,3 +169,33 @@ def hf_greedy(model, prompt: list[int], new_tokens: int) -> list[int]:
                              do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                              eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
+
+
+# ----------------------------------------------------------------------------- engines (need vLLM)
+
+# Longer than vLLM's 16-token KV block, so a rerun of a prompt finds cached blocks.
+PROMPTS = [[(7 * i + 3) % V for i in range(40)], [1, 5, 9, 33, 2]]
+NEW_TOKENS = 8
+
+
+def start(directory, backend: bool = True, tp: int = 1):
+    """A vLLM engine on the checkpoint in `directory`, with the jax_amem backend or without."""
+    import vllm
+
+    kwargs = {"weight_transfer_config": {"backend": "jax_amem"}} if backend else {}
+    if tp > 1:
+        kwargs["tensor_parallel_size"] = tp
+    return vllm.LLM(model=str(directory), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
+                    enforce_eager=True, kv_cache_memory_bytes=64 << 20, **kwargs)
+
+
+def greedy(llm, logprobs: int = 0):
+    """The engine's greedy tokens for PROMPTS, and with `logprobs` its top ones at each step."""
+    import vllm
+
+    params = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, detokenize=False, logprobs=logprobs or None)
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    if not logprobs:
+        return tokens
+    return tokens, [[{k: v.logprob for k, v in step.items()} for step in o.outputs[0].logprobs] for o in outs]
