@@ -14,7 +14,7 @@ launched directly, outside XLA: swapping/in_process/direct.py):
   bf16 -> bf16 T      fused transpose copy, plain vs running the scale (MaxText's scaled query
                       kernel); its "kernel" columns are left empty (the affine kernel alone does
                       not transpose)
-Goal (H200, 4 x 512 MiB; issue 23): the scaled swap within 5% of the plain one (ratio <= 1.05).
+Goal (H200, 4 x 512 MiB): the scaled swap within 5% of the plain one (ratio <= 1.05).
 Each scaled swap's first and last 2^20 elements are checked bit for bit against the numpy reference,
 and both swaps of a pair are checked to have been launched directly ("route").
 
