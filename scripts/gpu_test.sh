@@ -30,7 +30,7 @@
 #                  GPU, XLA's communicators with one process per GPU (nccl_pause.py --gpus), NUMA placement
 #   numa           benchmarks/staging_numa.py: the pinned copy through a pool on the GPU's own NUMA node
 #                  against each other node (one line where the host has one node); not in the default list
-#   swap_sweep     benchmarks/swap.py's issue-14 cases, then its tensor-size sweep
+#   swap_sweep     benchmarks/swap.py's cases, then its tensor-size sweep
 #                  ($OUT/h200_swap_sweep.json: what the notebooks plot); not in the default list
 #   swap_scale     benchmarks/swap_scale.py (a fused constant scale against the same swap without it,
 #                  4 x 512 MiB, both launched directly), then the GPU tests of constant steps (the
