@@ -2,7 +2,7 @@
 copy, per swap and per tensor, with tensors so small that the copy itself is negligible.
 
     python -P benchmarks/swap_host.py [--counts 2000 64] [--bytes 16] [--repeats 200]
-                                      [--profile] [--json PATH]
+                                      [--facts layout methods] [--profile] [--json PATH]
 
 Per count (a tree of COUNT float32 tensors of --bytes each, the shapes of the 2000 x 16 KiB
 and 64 x 4 MiB cases of benchmarks/swap.py with tiny bytes), medians in microseconds of:
@@ -16,6 +16,10 @@ and 64 x 4 MiB cases of benchmarks/swap.py with tiny bytes), medians in microsec
   check read, and its wait); "rest" is the whole swap less these pieces (the front door,
   `describe`, the report);
 - per tensor: the whole swap / COUNT.
+Each count is measured with the destination's facts read both ways (--facts): "layout", each
+tensor's layout in one C call through PyTorch's DLPack C exchange table, and "methods", the
+address, storage offset, storage size and version counter through PyTorch's Python methods (as
+on a PyTorch without that table); the last line is the whole swap's ratio, methods / layout.
 It runs on any device JAX and PyTorch share (on the CPU the direct launch runs its rows in the
 CPU loop); the copy of the same bytes (one torch copy_) is printed beside as the ceiling's
 measure. --profile adds cProfile's top functions (by own time) over the timed swaps.
@@ -58,7 +62,22 @@ def new_arrays_us(src, repeats: int, sync, timed) -> float:
     return statistics.median(times) * 1e6
 
 
-def measure(count: int, nbytes: int, repeats: int, profile: bool) -> dict:
+def measure(count: int, nbytes: int, repeats: int, profile: bool, facts: str) -> dict:
+    from jax_amem.swapping import destinations
+
+    if facts == "layout":
+        if destinations.torch_layout_reader() is None:
+            raise SystemExit("--facts layout: this PyTorch has no DLPack C exchange table")
+        return measure_facts(count, nbytes, repeats, profile, facts)
+    reader = destinations.torch_layout_reader
+    destinations.torch_layout_reader = lambda: None  # the facts through PyTorch's methods
+    try:
+        return measure_facts(count, nbytes, repeats, profile, facts)
+    finally:
+        destinations.torch_layout_reader = reader
+
+
+def measure_facts(count: int, nbytes: int, repeats: int, profile: bool, facts: str) -> dict:
     import torch
     from jax_amem.swapping.destinations import describe
     from jax_amem.swapping.in_process import repeat, run
@@ -81,7 +100,7 @@ def measure(count: int, nbytes: int, repeats: int, profile: bool) -> dict:
     launch = entry.program.direct
     flat_src = torch.zeros(count * n, device=torch_device)
     flat_dst = torch.empty_like(flat_src)
-    row = {"tensors": count, "bytes_each": n * 4, "platform": device.platform}
+    row = {"tensors": count, "bytes_each": n * 4, "platform": device.platform, "facts": facts}
     row["swap_us"] = median_us(lambda: swap(src), repeats, sync)
     row["new_arrays_us"] = new_arrays_us(src, repeats, sync, swap)
     row["check_us"] = median_us(lambda: repeat.find(src, destination, how), repeats, lambda: None)
@@ -104,7 +123,7 @@ def measure(count: int, nbytes: int, repeats: int, profile: bool) -> dict:
         for _ in range(repeats):
             swap(src)
         profiler.disable()
-        print(f"cProfile of {repeats} repeat swaps of {count} tensors (own time):")
+        print(f"cProfile of {repeats} repeat swaps of {count} tensors, facts by {facts} (own time):")
         pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     return row
 
@@ -123,16 +142,24 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--counts", nargs="+", type=int, default=[2000, 64])
     parser.add_argument("--bytes", type=int, default=16, help="bytes per tensor (a multiple of 4)")
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--facts", nargs="+", choices=["layout", "methods"], default=["layout", "methods"],
+                        help="how the destination's facts are read (module docstring)")
     parser.add_argument("--profile", action="store_true", help="also cProfile the repeat swaps")
     parser.add_argument("--json", metavar="PATH", default=None)
     args = parser.parse_args(argv)
-    rows = [measure(count, args.bytes, args.repeats, args.profile) for count in args.counts]
+    rows = [measure(count, args.bytes, args.repeats, args.profile, facts)
+            for count in args.counts for facts in args.facts]
     device = jax.devices()[0]
     print(f"host cost of a repeat swap on {device.platform} ({device.device_kind}), torch {torch.__version__}, "
           f"jax {jax.__version__}; tensors of {args.bytes} B; microseconds, medians of {args.repeats}")
-    print(f"{'':<38}" + "".join(f"{r['tensors']:>12} t" for r in rows))
+    print(f"{'':<38}" + "".join(f"{r['tensors']:>7} t {r['facts']:>7}" for r in rows))
     for key, label in PIECES:
-        print(f"{label:<38}" + "".join(f"{r[key]:>14.2f}" for r in rows))
+        print(f"{label:<38}" + "".join(f"{r[key]:>17.2f}" for r in rows))
+    by = {(r["tensors"], r["facts"]): r for r in rows}
+    ratios = [f"{by[c, 'methods']['swap_us'] / by[c, 'layout']['swap_us']:>16.2f}x" if (c, "layout") in by
+              and (c, "methods") in by else f"{'-':>17}" for c in args.counts]
+    print(f"{'whole swap, methods / layout':<38}" + "".join(ratio + " " * 17 * (len(args.facts) - 1)
+                                                           for ratio in ratios))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(format=1, rows=rows), f, indent=1)

@@ -19,6 +19,7 @@ from typing import Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._native import core
 from ..reshard import Layout
 from . import checks, tied as tied_weights, torch_bridge
 from .by_address import Target
@@ -87,6 +88,26 @@ def tied_groups(tensors: Mapping) -> list[tuple[str, ...]]:
 
 _tensor_facts = operator.attrgetter("device", "shape", "dtype")
 _version = operator.attrgetter("_version")
+
+
+def torch_layout_reader():
+    """A `core.copy.DLPackLayout` over torch.Tensor's DLPack C exchange table, or None where this
+    PyTorch has none (before 2.10). A new one each call: it lives as long as the repeat check
+    that reads with it, not as a module global past the native module's teardown."""
+    import torch
+
+    if not _has_layout_table(torch.Tensor):
+        return None
+    return core.copy.DLPackLayout(torch.Tensor)
+
+
+@functools.cache
+def _has_layout_table(tensor_type) -> bool:
+    try:
+        core.copy.DLPackLayout(tensor_type)
+    except TypeError:
+        return False
+    return True
 
 
 class TorchDestination(WrittenHere):
@@ -162,18 +183,33 @@ class TorchDestination(WrittenHere):
     def repeat_readers(self) -> tuple[list, list]:
         """What a repeat swap reads of every tensor to know it unchanged since the last swap
         (in_process/repeat.py, besides each tensor's identity), as chains of C callables read in
-        one native pass: the address, storage offset and storage size (a moved, freed or shrunk
-        storage: `addresses()`) and the version counter (in-place metadata changes, `resize_`,
-        `set_`, `as_strided_`, `t_`, bump it; so does every swap, `before_writing`: the second
-        list names the facts read again after writing). Inference tensors have no version
-        counter: their device, shape, dtype and strides instead. The version counter is read
-        through its getter (the descriptor itself, which the check calls in C)."""
+        one native pass, and which of them to read again after writing (the second list).
+
+        Where PyTorch has the DLPack C exchange table (`__dlpack_c_exchange_api__`, PyTorch 2.10
+        on), a tensor's whole layout (address, device, dtype, shape, strides) is one C call
+        (`core.copy.DLPackLayout`), and with the storage size it is all the check needs: a moved
+        tensor, a freed, shrunk or regrown storage, any change of shape, strides or dtype
+        (`resize_`, `set_`, `as_strided_`, `t_`, and `.data =` with another layout) misses. The
+        storage offset needs no read of its own: PyTorch moves it only through `set_` and
+        `as_strided_`, which check the view against the storage, and a resized storage that
+        keeps it moves the address. A write of new values changes nothing the swap relies on, so
+        the rollout writing in place still repeats (the swap overwrites it all the same).
+
+        Without that table, the facts through PyTorch's Python methods: the address, storage
+        offset and storage size (`addresses()`) and the version counter (in-place metadata
+        changes bump it; so does every swap, `before_writing`, so it is read again after
+        writing), through its getter (the descriptor itself, which the check calls in C).
+        Inference tensors have no version counter: their device, shape, dtype and strides
+        instead."""
         import inspect
 
         import torch
 
-        readers = [(torch.Tensor.data_ptr,), (torch.Tensor.storage_offset,),
-                   (torch.Tensor.untyped_storage, torch.UntypedStorage.nbytes)]
+        storage_size = (torch.Tensor.untyped_storage, torch.UntypedStorage.nbytes)
+        layout = torch_layout_reader()
+        if layout is not None:
+            return [(layout,), storage_size], []
+        readers = [(torch.Tensor.data_ptr,), (torch.Tensor.storage_offset,), storage_size]
         try:
             sum(map(_version, self.tensors.values()))
         except RuntimeError:  # an inference tensor ("Inference tensors do not track version counter")

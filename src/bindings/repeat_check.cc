@@ -14,8 +14,10 @@
 //   of the last swap (a weak reference says so) keeps its facts and its address;
 // - the destination: the same names in the same order, each the same tensor object (the
 //   caller's weak references drop the whole entry when one dies, so an identity is never a
-//   newer object's), and each tensor's facts read by the remembered readers (chains of C
-//   callables: address, storage offset, storage size, version counter) equal to the last ones.
+//   newer object's), and each tensor's facts read by the remembered readers equal to the last
+//   ones: chains of C callables (address, storage offset, storage size, version counter), or a
+//   layout read through the tensor type's DLPack C exchange table (dlpack_layout.h: one C call
+//   for address, device, dtype, shape and strides, compared word by word, no Python object).
 // A miss leaves everything as it was; the caller's full path then checks and names the problem.
 // On a hit, the arrays that are not the last swap's are awaited together (one call of the
 // batched wait) and their buffer addresses read into the launch's pointer arrays (source_addresses.h,
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "bindings/bindings.h"
+#include "bindings/dlpack_layout.h"
 #include "bindings/source_addresses.h"
 
 namespace nb = nanobind;
@@ -77,15 +80,18 @@ bool AsInt64(PyObject* value, int64_t* out) {
   return true;
 }
 
-// One fact of a tensor as last read: an int is kept as an int64 and compared as one.
+// One fact of a tensor as last read: an int is kept as an int64 and compared as one; a layout
+// read through the DLPack exchange table as its words (dlpack_layout.h).
 struct Fact {
   nb::object object;  // the fact where it is no int64; none after a failed read (misses)
   int64_t value = 0;
   bool integer = false;
+  std::vector<int64_t> words;  // a layout's
 
   // Takes a new reference (or null: a failed read, whose error is cleared).
   void Set(PyObject* read) {
     integer = false;
+    words.clear();
     int64_t number = 0;
     if (read != nullptr && AsInt64(read, &number)) {
       Py_DECREF(read);
@@ -98,7 +104,12 @@ struct Fact {
     object = nb::steal(read);
   }
 
-  bool valid() const { return integer || object.is_valid(); }
+  void Forget() {  // a failed read: misses every comparison
+    integer = false;
+    words.clear();
+    object = nb::object();
+  }
+
 };
 
 bool Same(PyObject* a, PyObject* b);
@@ -162,7 +173,12 @@ class OneArgCall {
   bool descriptor_ = false;
 };
 
-using Reader = std::vector<OneArgCall>;  // applied in turn
+// One fact's reader: a chain of callables applied in turn, or a layout read through a DLPack
+// exchange table (a chain of one core.copy.DLPackLayout: called in C, no Python object made).
+struct Reader {
+  std::vector<OneArgCall> chain;
+  const DLPackLayout* layout = nullptr;  // owned by the chain's callable
+};
 
 struct TensorFacts {
   PyObject* identity = nullptr;  // not owned (module comment)
@@ -207,7 +223,11 @@ class RepeatCheck {
     }
     for (nb::handle reader : readers) {
       Reader chain;
-      for (nb::handle callable : nb::cast<nb::tuple>(reader)) chain.emplace_back(callable);
+      nb::tuple callables = nb::cast<nb::tuple>(reader);
+      for (nb::handle callable : callables) chain.chain.emplace_back(callable);
+      if (callables.size() == 1 && nb::isinstance<DLPackLayout>(callables[0])) {
+        chain.layout = nb::inst_ptr<DLPackLayout>(callables[0]);
+      }
       readers_.push_back(std::move(chain));
     }
     for (int r : rewritten_) {
@@ -220,9 +240,7 @@ class RepeatCheck {
       tensors_[t].name = names[t];
       tensors_[t].facts.resize(readers_.size());
       for (size_t r = 0; r < readers_.size(); ++r) {
-        PyObject* fact = Read(readers_[r], tensors_[t].identity);
-        if (fact == nullptr) throw nb::python_error();
-        tensors_[t].facts[r].Set(fact);
+        if (!Learn(readers_[r], tensors_[t].identity, &tensors_[t].facts[r])) throw nb::python_error();
       }
     }
     if (!groups.is_none()) {
@@ -337,7 +355,7 @@ class RepeatCheck {
         }
         const bool known = fact.integer;
         const int64_t before = fact.value;
-        fact.Set(Read(readers_[rewritten_[k]], tensor.identity));
+        if (!Learn(readers_[rewritten_[k]], tensor.identity, &fact)) PyErr_Clear();  // the next check misses
         if (learn && known && fact.integer) step = fact.value - before;
       }
     }
@@ -429,19 +447,51 @@ class RepeatCheck {
       if (!PyDict_Next(tensors, &position, &name, &tensor)) return false;
       if (tensor != known.identity || !Same(name, known.name.ptr())) return false;
       for (size_t r = 0; r < readers_.size(); ++r) {
-        PyObject* fact = Read(readers_[r], tensor);
-        if (fact == nullptr) {
-          PyErr_Clear();
-          return false;
-        }
-        if (!SameFact(fact, known.facts[r])) return false;
+        if (!Matches(readers_[r], tensor, known.facts[r])) return false;
       }
     }
     return true;
   }
 
+  // A fact read into `fact`; false with an error set where the read failed (`fact` then misses).
+  static bool Learn(const Reader& reader, PyObject* tensor, Fact* fact) {
+    if (reader.layout != nullptr) {
+      nb::dlpack::dltensor layout;
+      fact->Forget();
+      if (!reader.layout->Read(tensor, &layout)) return false;
+      DLPackLayout::Words(layout, &fact->words);
+      return true;
+    }
+    PyObject* read = Read(reader, tensor);
+    if (read == nullptr) {
+      fact->Forget();
+      return false;
+    }
+    fact->Set(read);
+    return true;
+  }
+
+  // Whether the fact read now equals the one remembered; a failed read is a miss.
+  static bool Matches(const Reader& reader, PyObject* tensor, const Fact& known) {
+    if (reader.layout != nullptr) {
+      nb::dlpack::dltensor layout;
+      if (!reader.layout->Read(tensor, &layout)) {
+        PyErr_Clear();
+        return false;
+      }
+      return DLPackLayout::Same(layout, known.words);
+    }
+    PyObject* read = Read(reader, tensor);
+    if (read == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    return SameFact(read, known);
+  }
+
   // A reader's chain of callables applied in turn: new reference, or null with an error set.
-  static PyObject* Read(const Reader& chain, PyObject* tensor) {
+  static PyObject* Read(const Reader& reader, PyObject* tensor) {
+    const std::vector<OneArgCall>& chain = reader.chain;
     Py_INCREF(tensor);
     PyObject* value = tensor;
     for (size_t c = 0; c < chain.size() && value != nullptr; ++c) {
@@ -490,6 +540,7 @@ class RepeatCheck {
 
 void BindRepeatCheck(nb::module_& m) {
   BindSourceAddresses(m);
+  BindDLPackLayout(m);
   nb::class_<RepeatCheck>(m, "RepeatCheck",
                           "Whether a swap's inputs repeat those of the last swap of a program, in one native pass "
                           "(jax_amem/swapping/in_process/repeat.py).")

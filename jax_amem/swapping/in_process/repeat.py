@@ -12,9 +12,10 @@ inputs with it in one loop in C:
   kept, so the next check compares identities);
 - the destination's names in order, the identity of every tensor (weak references: a tensor
   that dies drops the entry, so an identity can never stand for a newer tensor), and per tensor
-  `TorchDestination.repeat_readers()`: address, storage offset, storage size and version counter
-  (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses; the swap's own
-  version bump, `before_writing`, is read back after it);
+  `TorchDestination.repeat_readers()`: the layout through PyTorch's DLPack C exchange table and
+  the storage size, or, without the table, address, storage offset, storage size and version
+  counter (a moved, freed, shrunk or resized tensor, or one changed by `set_`, misses; the
+  swap's own version bump, `before_writing`, is read back after it);
 - for every group, which leaves are its operands (positions in the flattened tree).
 On a hit, for a program launched directly (direct.py), the arrays that are not the last swap's
 are awaited in one call and their addresses read into the launch's pointer arrays, in the same
@@ -31,10 +32,10 @@ first) takes the full path in run.py, which checks everything and stores a new e
 The last entry that hit is tried first, on the tree as given; the others by the flattened
 tree's structure and the destination's names.
 
-Not detected here (the full path refuses these, the repeat writes the old layout): a tensor
-re-pointed with `tensor.data = view` at the same address and storage with another shape,
-stride or dtype (PyTorch does not count `.data =` as a change), and the conjugate or negative
-bit set in place on a tensor already written (`torch._C._set_conj`, `_set_neg`: private calls;
+Not detected here (the full path refuses these, the repeat writes the old layout): without the
+DLPack table, a tensor re-pointed with `tensor.data = view` at the same address and storage
+with another shape, stride or dtype (PyTorch does not count `.data =` as a change); and the
+conjugate or negative bit set in place on a tensor already written (`torch._C._set_conj`, `_set_neg`: private calls;
 the lazy views `t.conj()` and `torch._neg_view(t)` are other tensors, refused by the full path).
 The storage bounds are checked either way, so no byte outside the tensor's storage is written.
 """
