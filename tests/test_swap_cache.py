@@ -12,7 +12,7 @@ from jax_amem import reshard
 from jax_amem.reshard import Layout
 from jax_amem.swapping import cache, forget
 from jax_amem.swapping.cross_host import Link, pairs
-from jax_amem.swapping.destinations import Destination, JaxTree, TorchDestination, describe
+from jax_amem.swapping.destinations import Destination, JaxTree, TorchDestination, describe, is_destination
 from jax_amem.swapping.same_host.ipc import RemoteTensors
 
 # The caches of the swap, by what they hold: in process (programs, repeats, per-array facts), cross host.
@@ -64,3 +64,28 @@ def test_every_kind_of_destination_is_a_destination():
     assert not isinstance({"w": jnp.zeros(3)}, Destination)
     assert isinstance(describe({"w": jnp.zeros(3)}), JaxTree)
     assert isinstance(describe({"w": torch.zeros(3)}), TorchDestination)
+
+
+def test_the_front_door_says_what_the_protocol_says_of_any_object():
+    """describe's quick check (is_destination) against isinstance on the protocol itself: one
+    of the kinds, an object of a user's class with both methods, one with a method missing, one
+    whose attribute is not callable, and what users pass."""
+    torch = pytest.importorskip("torch")
+
+    class Both:
+        def swap_from(self, *a, **k): ...
+        def verify_from(self, *a, **k): ...
+
+    class OnlySwap:
+        def swap_from(self, *a, **k): ...
+
+    class NotCallable(Both):
+        verify_from = 3
+
+    cases = [TorchDestination({"w": torch.zeros(3)}), Both(), OnlySwap(), NotCallable(), {"swap_from": 1},
+             {"w": torch.zeros(3)}, [torch.zeros(3)], None, 3]
+    assert [is_destination(c) for c in cases] == [True, True, False, False, False, False, False, False, False]
+    for c in cases[:3] + cases[4:]:  # (3.11's isinstance takes a non-callable attribute for a method)
+        assert is_destination(c) == isinstance(c, Destination), c
+    both = Both()
+    assert describe(both) is both
