@@ -89,3 +89,28 @@ def test_the_front_door_says_what_the_protocol_says_of_any_object():
         assert is_destination(c) == isinstance(c, Destination), c
     both = Both()
     assert describe(both) is both
+
+
+@pytest.mark.parametrize("first_is_tensor", [True, False])
+@pytest.mark.parametrize("after_a_swap", [False, True])
+def test_a_mapping_that_mixes_tensors_with_other_values_is_refused_by_name(first_is_tensor, after_a_swap):
+    """describe looks at the first value only; every other value is checked before the full
+    path reads the tensors, and a repeat matches values by identity: a mapping of tensors and
+    something else is refused naming the odd one, whether it comes first or later, on the first
+    swap or after swaps of the same tensors, with nothing written."""
+    from jax_amem.swapping import SwapError
+
+    torch = pytest.importorskip("torch")
+    src = {f"t{i}": jnp.full((4,), i + 1.0) for i in range(3)}
+    dst = {name: torch.zeros(4) for name in src}
+    if after_a_swap:
+        for _ in range(2):
+            jax_amem.swap(src, dst, progress=False)
+    before = {name: t.clone() for name, t in dst.items()}
+    odd = np.zeros(4, np.float32)
+    mixed = {"t0": odd, **{k: v for k, v in dst.items() if k != "t0"}} if not first_is_tensor else dict(dst, t2=odd)
+    bad = "t0" if not first_is_tensor else "t2"
+    with pytest.raises(SwapError, match=f"destination '{bad}' is a ndarray; the others are torch tensors"):
+        jax_amem.swap(src, mixed, progress=False)
+    for name, t in before.items():
+        assert torch.equal(dst[name], t), name

@@ -72,13 +72,21 @@ def describe(dst) -> Destination:
     if is_destination(dst):
         return dst
     checks.not_a_sequence_of_tensors(dst)
-    if torch_bridge.is_tensor_mapping(dst):
+    if isinstance(dst, Mapping) and dst and torch_bridge.is_tensor(next(iter(dst.values()))):
+        # Every other value is checked by the first full-path read (TorchDestination._check_kinds):
+        # a repeat swap matches each value by identity with tensors a checked swap wrote, and
+        # scanning thousands of values here cost more than the rest of its Python.
         return TorchDestination(dst)
-    if isinstance(dst, Mapping) and any(torch_bridge.is_tensor(v) for v in dst.values()):
+    one_kind_of_destination(dst)
+    return JaxTree(dst)
+
+
+def one_kind_of_destination(dst) -> None:
+    """SwapError where a mapping mixes torch tensors with anything else (nothing written)."""
+    if isinstance(dst, Mapping) and any(map(torch_bridge.is_tensor, dst.values())):
         bad = next(k for k, v in dst.items() if not torch_bridge.is_tensor(v))
         raise SwapError(f"destination {bad!r} is a {type(dst[bad]).__name__}; the others are torch tensors: "
-                        "give one kind of destination")
-    return JaxTree(dst)
+                        "give one kind of destination (nothing was written)")
 
 
 def tied_groups(tensors: Mapping) -> list[tuple[str, ...]]:
@@ -142,23 +150,29 @@ class TorchDestination(WrittenHere):
                 tuple(map(torch.Tensor.stride, values)), tuple(self.tied()))
 
     def _check_kinds(self) -> None:
-        """The tensors' kinds (checks.torch_tensor_kinds), before anything else reads them, on
-        every swap that is not a repeat (a lazy conj/neg view has the same cache key as its
-        tensor); a repeat writes the very tensor objects a checked swap wrote (repeat.py)."""
+        """Every value a torch tensor (`describe` looked at the first only) and the tensors'
+        kinds (checks.torch_tensor_kinds), before anything else reads them, on every swap that
+        is not a repeat (a lazy conj/neg view has the same cache key as its tensor); a repeat
+        writes the very tensor objects a checked swap wrote (repeat.py)."""
         if not self._kinds_checked:
+            if not torch_bridge.is_tensor_mapping(self.tensors):
+                one_kind_of_destination(self.tensors)
             checks.torch_tensor_kinds(self.tensors)
             self._kinds_checked = True
 
     def names(self) -> list[str]:
+        self._check_kinds()
         return list(self.tensors)
 
     def tied(self) -> list[tuple[str, ...]]:
         """The twin groups (tied weights) among the tensors: each is written once."""
+        self._check_kinds()
         if self._tied is None:
             self._tied = tied_groups(self.tensors)
         return self._tied
 
     def layouts(self) -> dict[str, Layout]:
+        self._check_kinds()
         facts = self._facts if self._facts is not None else torch_bridge.facts(self.tensors, check=False)
         return {name: Layout.single(tuple(t.shape), facts[name].dtype, facts[name].owner)
                 for name, t in self.tensors.items()}
@@ -167,6 +181,7 @@ class TorchDestination(WrittenHere):
         """Every tensor as a Target, after the checks only PyTorch tensors need: writable
         (contiguous, on a device JAX has, its storage big enough), and not memory of a live
         jax.Array. Twins (tied weights) are listed under each name; the plan writes one."""
+        self._check_kinds()
         self._facts = facts = torch_bridge.facts(self.tensors)
         out = {name: Target(name, f.owner, f.device, tuple(self.tensors[name].shape), f.dtype, f.address, f.nbytes,
                             str(self.tensors[name].device))
