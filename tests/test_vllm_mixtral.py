@@ -1,7 +1,8 @@
 """jax-amem's vLLM backend into a real engine serving Mixtral (MoE: 4 experts, top-2) from a
 MaxText-style trainer tree (`make test-vllm`): the query kernel scaled as MaxText's exporter
-scales it, every layer tensor on MaxText's scan axis 1 (experts (E, L, D, I)) or on axis 0,
-all of it said by the preset as Pieces and cut per tensor-parallel rank.
+scales it, every layer tensor on MaxText's scan axis 1 (experts (E, L, D, I)) or on axis 0; the
+preset says the scaling (and on axis 1 every layer tensor) as Pieces, cut per tensor-parallel
+rank (jax_amem/vllm/ranks.py).
 
 One engine per tensor-parallel size, shared by the module (TP=1 in this process, then TP=2 with
 two worker processes; one KV head, so TP=2 replicates it). Each starts from the checkpoint of
@@ -15,6 +16,7 @@ Skips cleanly where vllm is not importable.
 """
 
 import contextlib
+import gc
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here
@@ -46,6 +48,9 @@ def engine(request, tmp_path_factory):
     served = [vm.served(FAMILY, "maxtext", tree) for tree in trees]
     directory = tmp_path_factory.mktemp(f"mixtral-tp{tp}")
     vm.checkpoint(vm.hf_model(FAMILY, served[2]), directory / "v2")
+    # An in-process engine of another module still awaiting collection would, once collected,
+    # tear down vLLM's parallel groups (its finalizer shuts its engine core down) under this one.
+    gc.collect()
     with engine_env() if tp > 1 else contextlib.nullcontext():
         llm = vm.start(directory / "v2", tp=tp)
         try:
