@@ -143,9 +143,10 @@ def hf_shape(family, name, heads=(H, KV)):
     return table.get(module, (D,))
 
 
-def hooks(family, scale_queries=True, xp=np, head_dim=HD):
+def hooks(family, scale_queries=True, xp=np, head_dim=HD, hidden=D):
     """MaxText key -> the hook functions applied in order (saving_to_hf=True); `xp`: numpy, or
-    jax.numpy to trace them; `head_dim`: the config's, which scale_query_layer reads."""
+    jax.numpy to trace them; `head_dim`: the config's, which scale_query_layer reads; `hidden`:
+    the config's hidden size, which reshape_and_transpose_attention reads."""
     def scale_query_layer(x, target_shape):
         return query_scaled(family, x, head_dim)
 
@@ -158,7 +159,7 @@ def hooks(family, scale_queries=True, xp=np, head_dim=HD):
         return x.reshape(tuple(np.flip(np.array(target_shape)))).T
 
     def reshape_and_transpose_attention(x, target_shape):
-        return x.reshape(D, -1).T
+        return x.reshape(hidden, -1).T
 
     def pad_embedding_layer(x, target_shape):
         return x if x.shape[0] == target_shape[0] else x[:target_shape[0], :]

@@ -2,7 +2,9 @@
 as a transformers model, each written out by hand here (not through jax_amem's presets), so
 transformers and vLLM's own loader are the oracles.
 
-Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16).
+Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16). Mixtral has D // HD query heads:
+MaxText's Mixtral exporter reshapes the out kernel (heads, head_dim, hidden) as (hidden, -1),
+which is its transpose only where heads * head_dim == hidden (as in every Mixtral).
 """
 
 from __future__ import annotations
@@ -11,12 +13,18 @@ import numpy as np
 
 L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
 E, I = 4, 64  # MoE: experts, expert width
+MOE = ("qwen3_moe", "mixtral")
+
+
+def heads(family: str) -> int:
+    return D // HD if family == "mixtral" else H
 
 
 def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked), with
     `kv` KV heads."""
     rng = np.random.default_rng(seed)
+    h = heads(family)
 
     def w(*shape, scale=None):
         return (rng.standard_normal(shape) * (scale or shape[-2] ** -0.5 if len(shape) > 1 else 1)).astype(np.float32)
@@ -24,13 +32,13 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     def norm(*shape):
         return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
 
-    attn = {"q": {"kernel": w(L, D, H * HD)}, "k": {"kernel": w(L, D, kv * HD)},
-            "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, H * HD, D)}}
+    attn = {"q": {"kernel": w(L, D, h * HD)}, "k": {"kernel": w(L, D, kv * HD)},
+            "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, h * HD, D)}}
     if family in ("qwen3", "qwen3_moe"):
         attn["q_norm"] = {"scale": norm(L, HD)}
         attn["k_norm"] = {"scale": norm(L, HD)}
     layers = {"attn": attn, "input_norm": {"scale": norm(L, D)}, "post_attn_norm": {"scale": norm(L, D)}}
-    if family == "qwen3_moe":
+    if family in MOE:
         layers["moe"] = {"router": {"kernel": w(L, D, E)},
                          "experts": {"gate": {"kernel": w(L, E, D, I)}, "up": {"kernel": w(L, E, D, I)},
                                      "down": {"kernel": w(L, E, I, D)}}}
@@ -44,8 +52,9 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
 
 
 def maxtext_tree(flax: dict, scan_axis: int = 0) -> dict:
-    """The same weights in MaxText's naming (heads split, experts under MoeBlock_0), every layer
-    tensor stacked on `scan_axis` (MaxText's param_scan_axis: 1 by default)."""
+    """The same weights in MaxText's naming (heads split, experts under Mixtral's MoeBlock_0), every
+    layer tensor stacked on `scan_axis` (MaxText's param_scan_axis: 1 by default; experts then
+    (E, L, D, I))."""
     tree = _maxtext_stacked(flax)
     tree["decoder"]["layers"] = _moved(tree["decoder"]["layers"], scan_axis)
     return tree
@@ -57,13 +66,13 @@ def _moved(tree: dict, scan_axis: int) -> dict:
 
 def served(family: str, source: str, flax: dict) -> dict:
     """The Flax-style tree of the weights an engine serves after an update from `flax` in the
-    `source` naming (maxtext_tree): for MaxText's Llama what MaxText's exporter writes (its hooks
-    from maxtext_exporter.py: the query scaled by sqrt(head_dim), then q and k's rotary halves
-    reordered, evens then odds), otherwise `flax` itself."""
-    if source != "maxtext" or family != "llama":
-        return flax
+    `source` naming (maxtext_tree): for MaxText's Llama and Mixtral what MaxText's exporter writes
+    (its hooks from maxtext_exporter.py: the query scaled by sqrt(head_dim); Llama's q and k's
+    rotary halves reordered, evens then odds), otherwise `flax` itself."""
     import maxtext_exporter as X
-    hooks = X.hooks("llama", head_dim=HD)
+    if source != "maxtext" or family not in X.SCALES_QUERIES:
+        return flax
+    hooks = X.hooks(family, head_dim=HD, hidden=D)
     out = {**flax, "layers": {**flax["layers"], "attn": dict(flax["layers"]["attn"])}}
     for x, name in (("q", "query"), ("k", "key")):
         kernel = flax["layers"]["attn"][x]["kernel"]                   # (L, D, heads * HD): MaxText's, heads merged
@@ -82,11 +91,11 @@ def served(family: str, source: str, flax: dict) -> dict:
 def _maxtext_stacked(flax: dict) -> dict:
     lay = flax["layers"]
     a = lay["attn"]
-    kv = a["k"]["kernel"].shape[-1] // HD
-    attn = {"query": {"kernel": a["q"]["kernel"].reshape(L, D, H, HD)},
+    h, kv = (a[x]["kernel"].shape[-1] // HD for x in "qk")
+    attn = {"query": {"kernel": a["q"]["kernel"].reshape(L, D, h, HD)},
             "key": {"kernel": a["k"]["kernel"].reshape(L, D, kv, HD)},
             "value": {"kernel": a["v"]["kernel"].reshape(L, D, kv, HD)},
-            "out": {"kernel": a["o"]["kernel"].reshape(L, H, HD, D)}}
+            "out": {"kernel": a["o"]["kernel"].reshape(L, h, HD, D)}}
     if "q_norm" in a:
         attn["query_norm"] = {"scale": a["q_norm"]["scale"]}
         attn["key_norm"] = {"scale": a["k_norm"]["scale"]}
@@ -106,17 +115,21 @@ def _maxtext_stacked(flax: dict) -> dict:
 
 
 def tied(family: str) -> bool:
-    return family == "qwen3"   # one tied family, two untied
+    return family == "qwen3"   # one tied family, the others untied
 
 
 def hf_config(family: str, kv: int = KV):
     import transformers as T
-    base = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=H,
-                num_key_value_heads=kv, head_dim=HD, max_position_embeddings=256, tie_word_embeddings=tied(family))
+    base = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L,
+                num_attention_heads=heads(family), num_key_value_heads=kv, head_dim=HD, max_position_embeddings=256,
+                tie_word_embeddings=tied(family))
     if family == "llama":
         return T.LlamaConfig(**base), T.LlamaForCausalLM
     if family == "qwen3":
         return T.Qwen3Config(**base), T.Qwen3ForCausalLM
+    if family == "mixtral":
+        return (T.MixtralConfig(**{**base, "intermediate_size": I}, num_local_experts=E, num_experts_per_tok=2),
+                T.MixtralForCausalLM)
     return (T.Qwen3MoeConfig(**base, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=2,
                              decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True),
             T.Qwen3MoeForCausalLM)
