@@ -119,9 +119,10 @@ def checked_rows(schedule: Schedule, staged: dict, group: int) -> list[np.ndarra
 
 # ----------------------------------------------------------------------------- the link
 
-class WorkerLink:
+class WorkerLink(wire.Pipes):
     """Rollout rank `record["rank"]` of the trainer's link: what wire.py's functions need, the
-    communicator joined by `join()`, one staging pipe (two buckets) from the trainer."""
+    communicator joined by `join()`, one staging pipe (two buckets) from the trainer (`pipe`
+    and `close`: wire.Pipes, the same as jax_amem's Link)."""
 
     Error = wire.LinkError
 
@@ -145,31 +146,11 @@ class WorkerLink:
         """Collective with the trainer (it joins during the same update)."""
         from .native import core
 
-        member = {"role": "rollout", "rank": self.rank, "owner": list(self.record["owner"]),
-                  "bucket_bytes": self.bucket_bytes}
+        member = wire.member("rollout", self.rank, self.record["owner"], self.bucket_bytes)
         unique_id, members = wire.meet(self.store, ("nccl", self.name, self.generation), self.comm_rank,
                                        self.nranks, member, self.timeout)
-        sizes = {m["bucket_bytes"] for m in members}
-        if len(sizes) != 1:
-            raise wire.LinkError(f"link {self.name!r}: ranks asked for different bucket sizes {sorted(sizes)}")
+        wire.check_bucket_bytes(self.name, members, wire.LinkError)
         self.comm = core().transport.init_communicator(unique_id, self.nranks, self.comm_rank, self.device)
-
-    def pipe(self, peer: int) -> int:
-        from .native import core
-
-        if peer not in self.pipes:
-            self.pipes[peer] = core().transport.create_pipe(self.device, self.bucket_bytes)
-        return self.pipes[peer]
-
-    def close(self) -> None:
-        from .native import core
-
-        for pipe in self.pipes.values():
-            core().transport.destroy_pipe(pipe)
-        self.pipes.clear()
-        if self.comm is not None:
-            core().transport.destroy_communicator(self.comm)
-            self.comm = None
 
 
 class Receiver:

@@ -21,7 +21,9 @@ peer, so a stale message of an earlier swap is never read as the current one):
 
 What a link must offer these functions: `store` (set / get(key, timeout) / delete, bytes),
 `key(*parts)`, `name`, `comm_rank`, `comm`, `timeout`, `sequence` ({peer: swaps done}),
-`not_ready()`, `pipe(peer)`, `Error`.
+`not_ready()`, `pipe(peer)`, `Error`. Both links (jax_amem's `Link`, the worker's `WorkerLink`)
+take their pipes, their close and the meeting's member record and bucket-size check from here
+(`Pipes`, `member`, `check_bucket_bytes`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,21 @@ def meet(store, prefix: tuple, comm_rank: int, nranks: int, member: dict, timeou
     members = [json.loads(wait(store, key(*prefix, "member", r), timeout, f"communicator rank {r}"))
                for r in range(nranks)]
     return unique_id, members
+
+
+def member(role: str, rank: int, owner, bucket_bytes: int) -> dict:
+    """A rank's member record, as `meet` publishes it: its role, its rank within the role, the
+    plan owner (process, device) it stands for and the bucket size it asked for."""
+    return {"role": role, "rank": rank, "owner": list(owner), "bucket_bytes": bucket_bytes}
+
+
+def check_bucket_bytes(name: str, members: list[dict], error) -> None:
+    """`error` (the link's class) unless every rank asked for the same bucket size: the two
+    ends of a pipe stage buckets of that size, so they must agree before the communicator."""
+    sizes = {m["bucket_bytes"] for m in members}
+    if len(sizes) != 1:
+        raise error(f"link {name!r}: ranks asked for different bucket sizes {sorted(sizes)}: give every "
+                    "rank the same bucket_bytes")
 
 
 def wait(store, name: str, timeout: float, what: str) -> bytes:
@@ -175,6 +192,41 @@ def finish(link, peers, version: int) -> None:
     _core().transport.check_communicator(link.comm)
     for peer in peers:
         mark_done(link, peer, link.sequence[peer] - 1, version)
+
+
+# ----------------------------------------------------------------------------- a link's pipes
+
+class Pipes:
+    """What both ends of a link hold alike: one staging pipe (two buckets) per peer, made on
+    first use, and the close that frees them and destroys the communicator. A subclass has
+    `name`, `device` (its CUDA ordinal), `bucket_bytes`, `pipes` ({peer: pipe}), `comm` (None
+    before it joined) and `Error`."""
+
+    closed = False
+
+    def pipe(self, peer: int) -> int:
+        """The staging pipe to/from communicator rank `peer` (two buckets), made on first use."""
+        self._require_open()
+        if peer not in self.pipes:
+            self.pipes[peer] = _core().transport.create_pipe(self.device, self.bucket_bytes)
+        return self.pipes[peer]
+
+    def close(self) -> None:
+        """Frees the staging pipes and destroys the communicator (collective with the peers); a
+        second call does nothing."""
+        if self.closed:
+            return
+        transport = _core().transport
+        for pipe in self.pipes.values():
+            transport.destroy_pipe(pipe)
+        self.pipes.clear()
+        if self.comm is not None:
+            transport.destroy_communicator(self.comm)
+        self.closed = True
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise self.Error(f"link {self.name!r} is closed: connect() again")
 
 
 # ----------------------------------------------------------------------------- receiving

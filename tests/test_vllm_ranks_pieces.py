@@ -28,6 +28,7 @@ from jax_amem.vllm.trainer import VllmEngine, _one_layer  # noqa: E402
 
 import maxtext_exporter as X  # noqa: E402
 import preset_models as M  # noqa: E402
+from reshard_oracle import shard_tree  # noqa: E402
 from test_reshard_preset_kv_heads import HD, H, _trainer_and_checkpoint, vllm_ranks  # noqa: E402
 from test_vllm_ranks import Commits, Rank, notes_for, split_axis  # noqa: E402
 
@@ -114,6 +115,15 @@ def test_mixtral_ranks_equal_maxtexts_export_fused_as_vllm_fuses_it(scan_axis):
     assert wholes.keys() == fused.keys() and all(wholes[n] == fused[n].shape for n in fused)
 
 
+def each_rank_holds_the_exporters_slice(ranks, checkpoint, tp: int, kv: int) -> None:
+    """Every tensor each rank committed equals its slice of the exporter's checkpoint, bit for bit."""
+    for rank in ranks:
+        r = rank.note["tp_rank"]
+        for name, tensor in rank.held.items():
+            w = expected(checkpoint, name, r, tp, kv)
+            assert np.array_equal(tensor.numpy().view(np.uint32), w.view(np.uint32)), (name, r)
+
+
 @pytest.mark.parametrize("direct", ["1", "0"])
 def test_the_update_loop_writes_each_rank_from_a_maxtext_tree_picked_per_layer_or_whole(monkeypatch, direct):
     """Through the backend's update loop (the staging buffers in this process), two versions of a
@@ -138,11 +148,37 @@ def test_the_update_loop_writes_each_rank_from_a_maxtext_tree_picked_per_layer_o
         assert picked[query + "@:,0:1,:,:"].shape == (M.D, 1, H, HD)
     for (_, checkpoint), version in zip(cases, params):
         engine.update(version)
-        for rank in ranks:
-            r = rank.note["tp_rank"]
-            for name, tensor in rank.held.items():
-                w = expected(checkpoint, name, r, tp, kv)
-                assert np.array_equal(tensor.numpy().view(np.uint32), w.view(np.uint32)), (name, r)
+        each_rank_holds_the_exporters_slice(ranks, checkpoint, tp, kv)
+
+
+def test_connect_plans_each_picked_layer_without_running_the_pick(monkeypatch):
+    """A group that picks its layer is planned from what the pick would make, read from its
+    compiled program, not by running it: connect takes a copy of the tree whose buffers are all
+    deleted (running a pick on it raises), over a 2x4 mesh. What it read (shape, dtype, sharding
+    of each picked layer) is what the pick makes of the live tree, and the update from the live
+    tree puts the exporter's slice on each rank."""
+    monkeypatch.setenv("JAX_AMEM_SWAP_DIRECT", "0")
+    tp, kv = 2, 1
+    tree, checkpoint = _trainer_and_checkpoint("llama", "maxtext", 1, kv, 4)
+    params = shard_tree(tree)
+    gone = jax.tree.map(lambda x: x.copy(), params)
+    for x in jax.tree.leaves(gone):
+        x.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        jnp.sum(jax.tree.leaves(gone)[0])
+    made = jax_amem.rules.preset("llama", params, source="maxtext", layout="vllm", tp=tp, head_dim=HD)
+    ranks = [Rank(note) for note in notes_for(made, reshard.layouts_of(params), tp, HD)]
+    engine = VllmEngine(Commits(ranks), ranks, gone, family="llama", source="maxtext", rules=None, cast=None,
+                        timeout=60)
+    assert all(pick is not None for pick in engine.picks)
+    sharded = 0
+    for pick in engine.picks:
+        read, made_by_pick = reshard.layouts_of(pick.shapes(params)), reshard.layouts_of(pick(params))
+        assert read == made_by_pick
+        sharded += sum(len(layout.owners) > 1 for layout in read.values())
+    assert sharded, "no picked layer is sharded: the mesh was not exercised"
+    engine.update(params)
+    each_rank_holds_the_exporters_slice(ranks, checkpoint, tp, kv)
 
 
 def test_a_cut_keeps_vector_constants_on_the_rows_each_rank_holds():

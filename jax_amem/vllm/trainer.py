@@ -51,7 +51,8 @@ class VllmUpdateReport:
 
 def _one_layer(rules, sources):
     """A group's rules rewritten to read the one layer they read of each stacked source, and the
-    jitted function that picks those layers (and passes the other sources whole) from the tree.
+    function that picks those layers (jitted; the other sources passed whole) from the tree: a
+    `Pick`, whose `shapes` reads what it would return without running it.
 
     A Rule reads a layer through `Part.index` (picked and dropped, as numpy indexes). A Piece
     reads a box of its source: the coordinate every one of the group's pieces of that source
@@ -90,11 +91,33 @@ def _one_layer(rules, sources):
     def layer(flat):   # one copy of the group's layer; the whole sources are passed as they are
         return {name: flat[src][index] for name, (src, index) in stacked.items()}
 
-    def pick(params):
+    return out, Pick(picks, stacked, layer)
+
+
+class Pick:
+    """`pick(params)`: a group's sources out of the tree, each stacked one's layer picked (a
+    jitted copy), the others as they are. `pick.shapes(params)`: the same tree with each picked
+    layer a ShapeDtypeStruct of the shape, dtype and sharding the copy would have, read from
+    its compiled program without running it (connect plans from it; the update's first pick
+    finds the program compiled)."""
+
+    def __init__(self, picks: dict, stacked: dict, layer):
+        self.picks, self.stacked, self.layer = picks, stacked, layer
+
+    def __call__(self, params) -> dict:
+        return self._with(params, self.layer)
+
+    def shapes(self, params) -> dict:
+        # The arrays themselves are lowered (nothing runs): their committedness places the
+        # output as a call would; out_info's sharding is the compiled program's, as the call's.
+        return self._with(params, lambda stacks: self.layer.lower(stacks).compile().out_info)
+
+    def _with(self, params, layer) -> dict:
         flat = reshard.tree_names(params)
-        whole = {name: flat[src] for name, (src, index) in picks.items() if not index}
-        return {**whole, **layer({src: flat[src] for src, _ in stacked.values()})} if stacked else whole
-    return out, pick
+        whole = {name: flat[src] for name, (src, index) in self.picks.items() if not index}
+        if not self.stacked:
+            return whole
+        return {**whole, **layer({src: flat[src] for src, _ in self.stacked.values()})}
 
 
 def _one_coordinate(pieces, sources) -> dict[str, dict[int, int]]:
@@ -318,7 +341,7 @@ class VllmEngine:
             pick = None   # the swap reads the whole tree
             if plans is None or not all(_reads_whole_sources(plan, arrays) for plan in plans):
                 mine, pick = _one_layer(mine, self._source_layouts)
-                picked = pick(params)
+                picked = pick.shapes(params)   # what the pick makes, read without running it
                 plans = self._plan(index, picked, reshard.layouts_of(picked), mine)
             self.picks.append(pick)
             self.plans.append(plans)

@@ -36,7 +36,7 @@ _generations: dict[str, int] = defaultdict(int)
 
 
 @dataclass
-class Link:
+class Link(wire.Pipes):
     name: str
     generation: int
     role: str
@@ -54,7 +54,7 @@ class Link:
     interposer_id: int | None = None  # its id in jax_amem.nccl.communicators(), for pause(ids=[...])
     pipes: dict = field(default_factory=dict)      # peer comm rank -> staging pipe id
     sequence: dict = field(default_factory=dict)   # peer comm rank -> swaps done with it
-    closed: bool = False
+    closed: bool = False        # wire.Pipes.close() sets it
     Error = SwapError           # what the handshake (jax_amem_vllm.wire) raises on a refusal
 
     @property
@@ -76,13 +76,6 @@ class Link:
     def key(self, *parts) -> str:
         return S.key("nccl", self.name, self.generation, *parts)
 
-    def pipe(self, peer: int) -> int:
-        """The staging pipe to/from communicator rank `peer` (two buckets), made on first use."""
-        self._require_open()
-        if peer not in self.pipes:
-            self.pipes[peer] = core.transport.create_pipe(self.device, self.bucket_bytes)
-        return self.pipes[peer]
-
     @property
     def staging_bytes(self) -> int:
         return sum(core.transport.pipe_staging_bytes(p) for p in self.pipes.values())
@@ -91,16 +84,6 @@ class Link:
         n = self.sequence.get(peer, 0)
         self.sequence[peer] = n + 1
         return n
-
-    def close(self) -> None:
-        """Frees the staging pipes and destroys the communicator (collective with the peers)."""
-        if self.closed:
-            return
-        for pipe in self.pipes.values():
-            core.transport.destroy_pipe(pipe)
-        self.pipes.clear()
-        core.transport.destroy_communicator(self.comm)
-        self.closed = True
 
     def not_ready(self) -> str | None:
         """Why this rank cannot move bytes now (its communicator paused or broken), or None."""
@@ -132,10 +115,6 @@ class Link:
         raise SwapError("a link cannot be verified from the trainer (the bytes land in another process): verify "
                         "on the rollout's side with jax_amem.swapping.verify(params, its destinations, plan=...)")
 
-    def _require_open(self) -> None:
-        if self.closed:
-            raise SwapError(f"link {self.name!r} is closed: connect() again")
-
     def __repr__(self):
         return (f"Link({self.name!r}, {self.role} {self.rank}, comm rank {self.comm_rank}/{self.nranks}, "
                 f"owner {tuple(self.owner)}, cuda:{self.device}, buckets {self.bucket_bytes >> 20} MiB, "
@@ -163,7 +142,7 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
     nranks = trainers + rollouts
     generation = _generations[name]
     prefix = ("nccl", name, generation)
-    member = {"role": role, "rank": rank, "owner": list(owner), "bucket_bytes": bucket_bytes}
+    member = wire.member(role, rank, owner, bucket_bytes)
     made = None
     if comm_rank == 0:
         try:
@@ -175,10 +154,7 @@ def connect(store, role: str, rank: int, *, trainers: int, rollouts: int, owner,
     if len(set(owners)) != len(owners):
         raise SwapError(f"link {name!r}: two ranks stand for the same plan owner ({[tuple(o) for o in owners]}); "
                         "give each rank its own (process, device)")
-    sizes = {m["bucket_bytes"] for m in members}
-    if len(sizes) != 1:
-        raise SwapError(f"link {name!r}: ranks asked for different bucket sizes {sorted(sizes)}: give every "
-                        "rank the same bucket_bytes")
+    wire.check_bucket_bytes(name, members, SwapError)
     before = {c.id for c in amem_nccl.communicators()}
     comm = core.transport.init_communicator(unique_id, nranks, comm_rank, int(device))
     # The interposer tags owners by the calling library's path, which can read "torch" when
