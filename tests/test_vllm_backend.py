@@ -7,7 +7,6 @@ but for one whose engine core and worker are in another process (vLLM's default)
 Tensor parallel engines: test_vllm_tp.py. Skips cleanly where vllm is not importable.
 """
 
-import gc
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -41,12 +40,6 @@ def params_of(llm) -> dict:
 
 def as_jax(tree):
     return jax.tree.map(jnp.asarray, tree)
-
-
-def release(*engines):
-    for engine in engines:
-        del engine
-    gc.collect()
 
 
 def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
@@ -144,7 +137,7 @@ def test_three_versions_match_transformers_and_vllms_loader(tmp_path, family, so
     ours = params_of(llm)
     unprocessed = [t["name"] for g in engine.description["groups"] for t in g if not t["processed"]]
     assert unprocessed and all("norm" in n for n in unprocessed)
-    release(engine, llm)
+    vm.shut(llm)
 
     # The oracle: vLLM's own path to the same weights. Its in-place reload is the oracle for the
     # untied dense model; for the tied head and the MoE experts vLLM 0.32's reload is wrong on
@@ -158,7 +151,7 @@ def test_three_versions_match_transformers_and_vllms_loader(tmp_path, family, so
         oracle = start(tmp_path / "v3", backend=False)
     tokens, logprobs = greedy(oracle, logprobs=5)
     theirs = params_of(oracle)
-    release(oracle)
+    vm.shut(oracle)
     assert tokens == ours_tokens
     assert logprobs == ours_logprobs
     for name in unprocessed:
@@ -180,7 +173,7 @@ def test_engine_without_the_backend_is_refused(tmp_path):
         after = params_of(other)
         assert all(torch.equal(before[n], after[n]) for n in before)
     finally:
-        release(other)
+        vm.shut(other)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +188,7 @@ def llama(tmp_path_factory):
     expected = [vm.hf_greedy(vm.hf_model("llama", trees[1]), p, NEW_TOKENS) for p in PROMPTS]
     assert greedy(llm) == expected
     yield {"llm": llm, "engine": engine, "trees": trees, "tokens": expected, "directory": directory}
-    release(engine, llm)
+    vm.shut(llm)
 
 
 def unchanged(state, before):

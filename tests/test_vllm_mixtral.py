@@ -16,7 +16,6 @@ Skips cleanly where vllm is not importable.
 """
 
 import contextlib
-import gc
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here
@@ -48,9 +47,6 @@ def engine(request, tmp_path_factory):
     served = [vm.served(FAMILY, "maxtext", tree) for tree in trees]
     directory = tmp_path_factory.mktemp(f"mixtral-tp{tp}")
     vm.checkpoint(vm.hf_model(FAMILY, served[2]), directory / "v2")
-    # An in-process engine of another module still awaiting collection would, once collected,
-    # tear down vLLM's parallel groups (its finalizer shuts its engine core down) under this one.
-    gc.collect()
     with engine_env() if tp > 1 else contextlib.nullcontext():
         llm = vm.start(directory / "v2", tp=tp)
         try:

@@ -66,8 +66,7 @@ def as_jax(tree):
     return jax.tree.map(jnp.asarray, tree)
 
 
-def shut(llm):
-    llm.llm_engine.engine_core.shutdown()
+shut = vm.shut
 
 
 @contextlib.contextmanager

@@ -192,14 +192,30 @@ NEW_TOKENS = 8
 
 
 def start(directory, backend: bool = True, tp: int = 1):
-    """A vLLM engine on the checkpoint in `directory`, with the jax_amem backend or without."""
+    """A vLLM engine on the checkpoint in `directory`, with the jax_amem backend or without.
+
+    Engines no longer referenced are collected first: an engine's finalizer shuts its engine
+    core down, which tears down vLLM's parallel groups (per process), so an engine collected
+    at some later, arbitrary moment would take them from the one started here."""
+    import gc
+
     import vllm
 
+    gc.collect()
     kwargs = {"weight_transfer_config": {"backend": "jax_amem"}} if backend else {}
     if tp > 1:
         kwargs["tensor_parallel_size"] = tp
     return vllm.LLM(model=str(directory), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
                     enforce_eager=True, kv_cache_memory_bytes=64 << 20, **kwargs)
+
+
+def shut(llm):
+    """Shuts the engine's core down now (vLLM's own shutdown: once; its finalizer then does
+    nothing). The tests shut every engine they start when done with it: vLLM keeps its parallel
+    groups per process, an engine's shutdown tears them down, and a new engine in the same
+    process reuses groups left standing (an MoE engine after a dense one then lacks its expert
+    group)."""
+    llm.llm_engine.engine_core.shutdown()
 
 
 def greedy(llm, logprobs: int = 0):
