@@ -157,6 +157,7 @@ def _row(**fields):
     (dict(first=5, count=8), r"view elements \[5, \+8\) are outside its 12"),
     (dict(first=-1), r"view elements \[-1, \+12\) are outside its 12"),
     (dict(dst_offset=2), "writes 12 elements of 2 bytes at offset 2, past the 24 bytes of destination 0"),
+    (dict(dst_offset=1, count=4), "writes at offset 1, not a multiple of its 2-byte elements"),
     (dict(count=-1), r"view elements \[0, \+-1\) are outside its 12"),
     (dict(program=0), r"program 0 is not one of the 0 programs of its affine table \(-1: none\)"),
     (dict(program=-2), r"program -2 is not one of the 0 programs"),
@@ -167,6 +168,17 @@ def test_transpose_rows_outside_their_buffers_are_refused(fields, match):
     empty = np.zeros((0, 6), np.int64)
     with pytest.raises(ValueError, match="chunk 0: transpose row 0: " + match):
         core.copy.DirectCopy(-1, [48], [([0], [out.ctypes.data], [24], empty, empty, _row(**fields))])
+    assert not out.any()
+
+
+def test_a_destination_that_holds_no_whole_elements_is_refused():
+    """A destination address that is not a multiple of the elements the row writes (the CUDA
+    kernel's stores there would fault) is refused, naming the row, before anything is written."""
+    out = np.zeros(13, np.uint16)
+    empty = np.zeros((0, 6), np.int64)
+    with pytest.raises(ValueError, match=r"chunk 0: transpose row 0: destination 0 at address \d+ is not a multiple "
+                                         "of the 2-byte elements it writes"):
+        core.copy.DirectCopy(-1, [48], [([0], [out.ctypes.data + 1], [24], empty, empty, _row())])
     assert not out.any()
 
 

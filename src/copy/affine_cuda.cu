@@ -16,6 +16,7 @@
 
 #include "copy/affine_cuda.h"
 #include "copy/affine_kernel.h"
+#include "copy/kernel_launch.h"
 
 namespace amem::copy {
 namespace {
@@ -251,7 +252,7 @@ Status LaunchAffineCopy(CUstream stream, const BufferPointers& pointers, const A
   if (count == 0) return Status::Ok();
   const int64_t resident = ResidentBlocks();
   const int blocks = static_cast<int>(count < resident ? count : resident);
-  AffineCopyKernel<<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+  AMEM_LAUNCH(AffineCopyKernel, blocks, kThreads, reinterpret_cast<cudaStream_t>(stream))(
       pointers, device_rows, count, device_table.programs, device_table.program_count,
       device_table.constants, device_table.constant_count);
   cudaError_t error = cudaGetLastError();

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "copy/copy_cuda.h"
+#include "copy/kernel_launch.h"
 
 namespace amem::copy {
 namespace {
@@ -102,7 +103,7 @@ bool HaveCudaKernels() { return true; }
 Status LaunchBufferSegmentCopy(CUstream stream, const BufferPointers& pointers,
                                const BufferSegment* device_segments, int64_t count) {
   if (count == 0) return Status::Ok();
-  BufferSegmentCopyKernel<<<Blocks(count), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+  AMEM_LAUNCH(BufferSegmentCopyKernel, Blocks(count), kThreads, reinterpret_cast<cudaStream_t>(stream))(
       pointers, device_segments, count);
   return LaunchStatus("batched segment copy");
 }

@@ -23,6 +23,15 @@ AffineTable HostAffineTable(const DirectChunk& chunk) {
                        chunk.affine_programs);
 }
 
+// A destination written in elements of `item` bytes holds whole ones from its first byte: the
+// kernels' element stores at a misaligned address would fault.
+Status DestinationAligned(const DirectChunk& chunk, int64_t dst_index, int64_t item, const std::string& row) {
+  if (chunk.destinations[dst_index] % item == 0) return Status::Ok();
+  return Status::Error(row + ": destination " + std::to_string(dst_index) + " at address " +
+                       std::to_string(chunk.destinations[dst_index]) + " is not a multiple of the " +
+                       std::to_string(item) + "-byte elements it writes");
+}
+
 // The affine rows: their table well formed (the programs it says it holds, each one's dtypes,
 // steps and constants), every row naming one of them and inside both buffers, and each
 // destination it writes at an address that holds whole elements of the program's dtype.
@@ -44,10 +53,9 @@ Status CheckAffineChunk(const DirectChunk& chunk, const std::vector<int64_t>& so
   for (int64_t i = 0; i < count; ++i) {
     const AffineRow& row = chunk.affines[i];
     const int64_t item = AffineDtypeBytes(table.programs[row.program].dst_dtype);
-    if (chunk.destinations[row.dst_index] % item != 0) {
-      return Status::Error("affine row " + std::to_string(i) + ": destination " + std::to_string(row.dst_index) +
-                           " at address " + std::to_string(chunk.destinations[row.dst_index]) +
-                           " is not a multiple of the " + std::to_string(item) + "-byte elements it writes");
+    if (Status aligned = DestinationAligned(chunk, row.dst_index, item, "affine row " + std::to_string(i));
+        !aligned.ok()) {
+      return aligned;
     }
   }
   return Status::Ok();
@@ -88,9 +96,21 @@ Status CheckChunk(size_t index, DirectChunk& chunk, const std::vector<int64_t>& 
   }
   // The affine table first: transpose rows may name its programs.
   if (Status affine = CheckAffineChunk(chunk, chunk_source_bytes); !affine.ok()) return Prefixed(name, affine);
-  return Prefixed(name, CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
-                                           chunk_source_bytes, chunk.destination_bytes, HostAffineTable(chunk),
-                                           &chunk.transpose_units));
+  if (Status transposes = CheckTransposeRows(chunk.transposes.data(), static_cast<int64_t>(chunk.transposes.size()),
+                                             chunk_source_bytes, chunk.destination_bytes, HostAffineTable(chunk),
+                                             &chunk.transpose_units);
+      !transposes.ok()) {
+    return Prefixed(name, transposes);
+  }
+  for (size_t i = 0; i < chunk.transposes.size(); ++i) {
+    const TransposeRow& row = chunk.transposes[i];
+    if (Status aligned = DestinationAligned(chunk, row.dst_index, TransposeDestinationItem(row.kind),
+                                            "transpose row " + std::to_string(i));
+        !aligned.ok()) {
+      return Prefixed(name, aligned);
+    }
+  }
+  return Status::Ok();
 }
 
 // Whether any of the chunk's transpose rows runs a program (computes, so under XLA:CPU's mode).

@@ -264,6 +264,10 @@ Status CheckTransposeRows(TransposeRow* rows, int64_t count, const std::vector<i
                              ") are outside its " + std::to_string(elements));
     }
     const int64_t bytes = dst_bytes[row.dst_index];
+    if (row.dst_offset % ditem != 0) {  // the kernels' element stores there would fault
+      return RowError(k, "writes at offset " + std::to_string(row.dst_offset) + ", not a multiple of its " +
+                             std::to_string(ditem) + "-byte elements");
+    }
     if (row.dst_offset < 0 || row.dst_offset > bytes || row.count > (bytes - row.dst_offset) / ditem) {
       return RowError(k, "writes " + std::to_string(row.count) + " elements of " + std::to_string(ditem) +
                              " bytes at offset " + std::to_string(row.dst_offset) + ", past the " +

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "copy/affine_kernel.h"
+#include "copy/kernel_launch.h"
 #include "copy/transpose.h"
 
 namespace amem::copy {
@@ -348,7 +349,7 @@ template <typename K>
 Status Launch(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows, int64_t count,
               int64_t first_unit, int64_t units, const AffineTable& table) {
   if (units == 0) return Status::Ok();
-  TransposeKernel<K><<<Blocks(units), dim3(kThreadsX, kThreadsY), 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+  AMEM_LAUNCH(TransposeKernel<K>, Blocks(units), dim3(kThreadsX, kThreadsY), reinterpret_cast<cudaStream_t>(stream))(
       pointers, device_rows, count, first_unit, units, table);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {

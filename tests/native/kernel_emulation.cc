@@ -1,0 +1,404 @@
+// Each CUDA kernel of src/copy, run on CPU threads by the emulation (cuda_emulation.h), against
+// the CPU loop the same rows run in on the CPU path, on random tables: the segment copy, the
+// affine copy (constant steps) and the fused transpose-and-cast copy (plain and with programs).
+// Every destination byte is compared: those the rows write element by element (equal bits, or
+// NaN on both sides: the conversions may quiet a NaN differently), the others unchanged.
+//
+//   kernel_emulation [CASES] [SEED]      exit status 0: every case equal
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "copy/affine.h"
+#include "copy/affine_cuda.h"
+#include "copy/copy_cpu.h"
+#include "copy/copy_cuda.h"
+#include "copy/segments.h"
+#include "copy/transpose.h"
+
+namespace amem::copy {
+namespace {
+
+using Bytes = std::vector<unsigned char>;
+
+std::mt19937_64 random_engine;
+
+int64_t Uniform(int64_t low, int64_t high) {  // [low, high]
+  return std::uniform_int_distribution<int64_t>(low, high)(random_engine);
+}
+
+// A float32 worth testing: ordinary values of every magnitude, and the edges of the narrow
+// types (their overflow, their subnormals), signed zeros, infinities, NaN.
+float Value() {
+  static const float kSpecial[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, -65536.0f,
+                                   6.0e-8f, -3.0e-8f, 1.0e-40f, 3.3895e38f, 1.0f, -1.0f, 0.5f};
+  if (Uniform(0, 9) == 0) return kSpecial[Uniform(0, std::size(kSpecial) - 1)];
+  const double magnitude = std::ldexp(std::uniform_real_distribution<double>(1.0, 2.0)(random_engine),
+                                      static_cast<int>(Uniform(-30, 30)));
+  return static_cast<float>(Uniform(0, 1) ? magnitude : -magnitude);
+}
+
+// `bytes` bytes of elements of `item` bytes (4: float32, 2: bfloat16 or float16 bits, 8: double).
+Bytes Elements(int64_t bytes, int64_t item) {
+  Bytes out(static_cast<size_t>(bytes));
+  for (int64_t at = 0; at + item <= bytes; at += item) {
+    const float v = Value();
+    if (item == 4) {
+      std::memcpy(&out[at], &v, 4);
+    } else if (item == 8) {
+      const double d = v;
+      std::memcpy(&out[at], &d, 8);
+    } else {
+      const auto bits = static_cast<uint16_t>(Uniform(0, 0xffff));
+      std::memcpy(&out[at], &bits, 2);
+    }
+  }
+  return out;
+}
+
+Bytes Noise(int64_t bytes) {
+  Bytes out(static_cast<size_t>(bytes));
+  for (auto& b : out) b = static_cast<unsigned char>(Uniform(0, 255));
+  return out;
+}
+
+// A run of destination bytes the rows write: compared element by element.
+struct Written {
+  int64_t buffer, offset, bytes, dtype;  // dtype: AffineDtype, or -1 for raw bytes
+};
+
+bool IsNan(const unsigned char* p, int64_t dtype) {
+  if (dtype == kAffineF32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return std::isnan(v);
+  }
+  if (dtype == kAffineF64) {
+    double v;
+    std::memcpy(&v, p, 8);
+    return std::isnan(v);
+  }
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return dtype == kAffineBf16 ? (bits & 0x7fff) > 0x7f80 : (bits & 0x7fff) > 0x7c00;
+}
+
+// The first difference between the two runs' destinations, or "".
+std::string Compare(const std::vector<Bytes>& loop, const std::vector<Bytes>& kernel, const std::vector<Written>& runs) {
+  std::vector<std::vector<int64_t>> dtype_at(loop.size());
+  for (size_t b = 0; b < loop.size(); ++b) dtype_at[b].assign(loop[b].size(), -2);  // -2: not written
+  for (const Written& run : runs) {
+    for (int64_t k = 0; k < run.bytes; ++k) dtype_at[run.buffer][run.offset + k] = run.dtype;
+  }
+  for (size_t b = 0; b < loop.size(); ++b) {
+    for (size_t k = 0; k < loop[b].size();) {
+      const int64_t dtype = dtype_at[b][k];
+      const int64_t item = dtype < 0 ? 1 : AffineDtypeBytes(dtype);
+      const bool same = std::memcmp(&loop[b][k], &kernel[b][k], item) == 0 ||
+                        (dtype >= 0 && IsNan(&loop[b][k], dtype) && IsNan(&kernel[b][k], dtype));
+      if (!same) {
+        return "destination " + std::to_string(b) + " byte " + std::to_string(k) +
+               (dtype == -2 ? " (not written by any row)" : " (dtype " + std::to_string(dtype) + ")") +
+               ": loop " + std::to_string(loop[b][k]) + ", kernel " + std::to_string(kernel[b][k]);
+      }
+      k += item;
+    }
+  }
+  return "";
+}
+
+struct Buffers {
+  std::vector<Bytes> sources, destinations;
+
+  BufferPointers Pointers(std::vector<Bytes>* into) const {
+    BufferPointers pointers{};
+    for (size_t s = 0; s < sources.size(); ++s) pointers.sources[s] = reinterpret_cast<const char*>(sources[s].data());
+    for (size_t d = 0; d < into->size(); ++d) pointers.destinations[d] = reinterpret_cast<char*>((*into)[d].data());
+    return pointers;
+  }
+  std::vector<int64_t> SourceBytes() const { return Sizes(sources); }
+  std::vector<int64_t> DestinationBytes() const { return Sizes(destinations); }
+  static std::vector<int64_t> Sizes(const std::vector<Bytes>& buffers) {
+    std::vector<int64_t> out;
+    for (const Bytes& b : buffers) out.push_back(static_cast<int64_t>(b.size()));
+    return out;
+  }
+  std::vector<const char*> SourceList() const {
+    std::vector<const char*> out;
+    for (const Bytes& b : sources) out.push_back(reinterpret_cast<const char*>(b.data()));
+    return out;
+  }
+  static std::vector<char*> List(std::vector<Bytes>* buffers) {
+    std::vector<char*> out;
+    for (Bytes& b : *buffers) out.push_back(reinterpret_cast<char*>(b.data()));
+    return out;
+  }
+};
+
+bool Check(const Status& status, const char* what) {
+  if (status.ok()) return true;
+  std::printf("FAIL %s: %s\n", what, status.message().c_str());
+  return false;
+}
+
+// ---------------------------------------------------------------------------- segment copy
+
+bool SegmentCase() {
+  Buffers buffers;
+  std::vector<BufferSegment> segments;
+  std::vector<Written> runs;
+  const int64_t count = Uniform(1, 40);
+  for (int s = 0; s < 4; ++s) buffers.sources.push_back(Noise(Uniform(1, 300000)));
+  for (int d = 0; d < 4; ++d) buffers.destinations.push_back(Noise(Uniform(1, 300000)));
+  std::vector<int64_t> next(4, 0);  // each destination written left to right: rows never overlap
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t src = Uniform(0, 3), dst = Uniform(0, 3);
+    const auto src_size = static_cast<int64_t>(buffers.sources[src].size());
+    const auto dst_size = static_cast<int64_t>(buffers.destinations[dst].size());
+    const int64_t dst_offset = next[dst] + Uniform(0, 17);
+    if (dst_offset >= dst_size) continue;
+    const int64_t bytes = Uniform(1, std::min<int64_t>(std::min(src_size, dst_size - dst_offset), kMaxPieceBytes));
+    const int64_t src_offset = Uniform(0, src_size - bytes);
+    segments.push_back({src, dst, src_offset, dst_offset, bytes, 0});
+    runs.push_back({dst, dst_offset, bytes, -1});
+    next[dst] = dst_offset + bytes;
+  }
+  if (!Check(ValidateBufferSegments(segments.data(), static_cast<int64_t>(segments.size()), buffers.SourceBytes(),
+                                    buffers.DestinationBytes()), "segment rows")) {
+    return false;
+  }
+  std::vector<Bytes> loop = buffers.destinations, kernel = buffers.destinations;
+  const std::vector<const char*> sources = buffers.SourceList();
+  const std::vector<char*> loop_destinations = Buffers::List(&loop);
+  CopyBufferSegmentsOnHost(sources.data(), loop_destinations.data(), segments.data(),
+                           static_cast<int64_t>(segments.size()));
+  if (!Check(LaunchBufferSegmentCopy(nullptr, buffers.Pointers(&kernel), segments.data(),
+                                     static_cast<int64_t>(segments.size())), "segment launch")) {
+    return false;
+  }
+  const std::string difference = Compare(loop, kernel, runs);
+  if (!difference.empty()) std::printf("FAIL segment copy: %s\n", difference.c_str());
+  return difference.empty();
+}
+
+// ---------------------------------------------------------------------------- programs
+
+// Programs and their constants, laid out as one table (AffineTableAt's layout).
+struct Programs {
+  std::vector<AffineProgram> programs;
+  std::vector<double> constants;
+
+  AffineTable Table() const {
+    return AffineTable{programs.data(), static_cast<int64_t>(programs.size()), constants.data(),
+                       static_cast<int64_t>(constants.size())};
+  }
+
+  // A random program from `src` to `dst` (AffineDtype codes): 1 to 3 steps, scalars and vectors.
+  int64_t Add(int64_t src, int64_t dst) {
+    AffineProgram program{};
+    program.src_dtype = src;
+    program.dst_dtype = dst;
+    program.wide = (src == kAffineF64 || dst == kAffineF64) ? 1 : 0;
+    program.steps = Uniform(1, 3);
+    for (int64_t k = 0; k < program.steps; ++k) {
+      AffineStep& step = program.step[k];
+      step.op = Uniform(kAffineMul, kAffineRsub);
+      step.dtype = program.wide ? Uniform(0, 3) : Uniform(0, 2);
+      step.rounding = Uniform(0, kRoundInput | kRoundResult);
+      const bool vector = Uniform(0, 2) == 0;
+      step.stride = vector ? (Uniform(0, 1) ? 1 : Uniform(2, 100)) : 0;
+      step.extent = vector ? Uniform(1, 9) : 1;
+      step.constant = static_cast<int64_t>(constants.size());
+      for (int64_t c = 0; c < step.extent; ++c) {
+        // Mostly small and exact, as scales and offsets are; sometimes anything, zero included.
+        constants.push_back(Uniform(0, 4) ? std::ldexp(static_cast<double>(Uniform(-8, 8)), -static_cast<int>(Uniform(0, 4)))
+                                          : static_cast<double>(Value()));
+      }
+    }
+    programs.push_back(program);
+    return static_cast<int64_t>(programs.size()) - 1;
+  }
+};
+
+// ---------------------------------------------------------------------------- affine copy
+
+bool AffineCase() {
+  Programs programs;
+  Buffers buffers;
+  std::vector<AffineRow> rows;
+  std::vector<Written> runs;
+  std::vector<int64_t> source_dtype, destination_dtype;
+  for (int s = 0; s < 3; ++s) {
+    source_dtype.push_back(Uniform(0, 3));
+    buffers.sources.push_back(Elements(AffineDtypeBytes(source_dtype.back()) * Uniform(1, 150000),
+                                       AffineDtypeBytes(source_dtype.back())));
+  }
+  std::vector<int64_t> next;
+  for (int d = 0; d < 3; ++d) {
+    destination_dtype.push_back(Uniform(0, 3));
+    buffers.destinations.push_back(Noise(AffineDtypeBytes(destination_dtype.back()) * Uniform(1, 150000)));
+    next.push_back(0);
+  }
+  const int64_t count = Uniform(1, 12);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t src = Uniform(0, 2), dst = Uniform(0, 2);
+    const int64_t src_item = AffineDtypeBytes(source_dtype[src]), dst_item = AffineDtypeBytes(destination_dtype[dst]);
+    const int64_t src_elements = static_cast<int64_t>(buffers.sources[src].size()) / src_item;
+    const int64_t dst_elements = static_cast<int64_t>(buffers.destinations[dst].size()) / dst_item;
+    const int64_t dst_element = next[dst] + Uniform(0, 9);
+    if (dst_element >= dst_elements) continue;
+    const int64_t n = Uniform(1, std::min({src_elements, dst_elements - dst_element, kMaxPieceElements}));
+    const int64_t program = programs.Add(source_dtype[src], destination_dtype[dst]);
+    rows.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
+    runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[dst]});
+    next[dst] = dst_element + n;
+  }
+  const AffineTable table = programs.Table();
+  if (!Check(CheckAffineTable(table), "affine table") ||
+      !Check(CheckAffineRowsInBounds(rows.data(), static_cast<int64_t>(rows.size()), table, buffers.SourceBytes(),
+                                     buffers.DestinationBytes()), "affine rows")) {
+    return false;
+  }
+  std::vector<Bytes> loop = buffers.destinations, kernel = buffers.destinations;
+  const std::vector<const char*> sources = buffers.SourceList();
+  const std::vector<char*> loop_destinations = Buffers::List(&loop);
+  AffineCopyOnHost(sources.data(), loop_destinations.data(), rows.data(), static_cast<int64_t>(rows.size()), table);
+  if (!Check(LaunchAffineCopy(nullptr, buffers.Pointers(&kernel), rows.data(), static_cast<int64_t>(rows.size()),
+                              table), "affine launch")) {
+    return false;
+  }
+  const std::string difference = Compare(loop, kernel, runs);
+  if (!difference.empty()) std::printf("FAIL affine copy: %s\n", difference.c_str());
+  return difference.empty();
+}
+
+// ---------------------------------------------------------------------------- transpose copy
+
+int64_t KindSource(int64_t kind) {  // AffineDtype of a kind's source elements (16-bit: bf16 or f16 at random)
+  switch (kind) {
+    case kTransposeCopy4: case kTransposeF32ToBF16: case kTransposeF32ToF16: return kAffineF32;
+    case kTransposeBF16ToF32: return kAffineBf16;
+    case kTransposeF16ToF32: return kAffineF16;
+    default: return Uniform(0, 1) ? kAffineBf16 : kAffineF16;
+  }
+}
+
+int64_t KindDestination(int64_t kind, int64_t source) {
+  switch (kind) {
+    case kTransposeCopy2: return source;
+    case kTransposeF32ToBF16: return kAffineBf16;
+    case kTransposeF32ToF16: return kAffineF16;
+    default: return kAffineF32;
+  }
+}
+
+bool TransposeCase(bool with_programs) {
+  Programs programs;
+  Buffers buffers;
+  std::vector<TransposeRow> rows;
+  std::vector<Written> runs;
+  const int64_t count = Uniform(1, 6);
+  buffers.destinations.push_back({});
+  buffers.destinations.push_back({});
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t kind = Uniform(0, kTransposeKinds - 1);
+    const int64_t src_dtype = KindSource(kind), dst_dtype = KindDestination(kind, src_dtype);
+    // Views of every shape the tiles meet: under one tile, whole tiles, ragged edges, a cast (1 x n).
+    const int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+    const int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+    const int64_t batch = Uniform(1, 3);
+    const int64_t n = batch * rows_of * cols;
+    const int64_t first = Uniform(0, 2) == 0 ? 0 : Uniform(0, n - 1);
+    const int64_t length = Uniform(0, 2) == 0 ? n - first : Uniform(1, n - first);
+    const int64_t src_item = TransposeSourceItem(kind), dst_item = TransposeDestinationItem(kind);
+    buffers.sources.push_back(Elements(n * src_item + Uniform(0, 3) * src_item, src_item));
+    const int64_t dst = Uniform(0, 1);
+    Bytes& into = buffers.destinations[dst];
+    into.resize((into.size() + dst_item - 1) / dst_item * dst_item, 0x5a);  // rows write whole elements
+    const int64_t dst_offset = static_cast<int64_t>(into.size()) + Uniform(0, 5) * dst_item;
+    const Bytes noise = Noise(dst_offset - static_cast<int64_t>(into.size()) + length * dst_item + Uniform(0, 64));
+    into.insert(into.end(), noise.begin(), noise.end());
+    const int64_t program = with_programs && Uniform(0, 3) != 0 ? programs.Add(src_dtype, dst_dtype) : -1;
+    TransposeRow row{};
+    row.src_index = static_cast<int64_t>(buffers.sources.size()) - 1;
+    row.dst_index = dst;
+    row.dst_offset = dst_offset;
+    row.first = first;
+    row.count = length;
+    row.batch = batch;
+    row.rows = rows_of;
+    row.cols = cols;
+    row.kind = kind;
+    row.program = program;
+    rows.push_back(row);
+    runs.push_back({dst, dst_offset, length * dst_item, dst_dtype});
+  }
+  for (Bytes& b : buffers.destinations) {
+    if (b.empty()) b = Noise(1);
+  }
+  const AffineTable table = programs.Table();
+  int64_t units = 0;
+  if (!Check(CheckAffineTable(table), "transpose programs") ||
+      !Check(CheckTransposeRows(rows.data(), static_cast<int64_t>(rows.size()), buffers.SourceBytes(),
+                                buffers.DestinationBytes(), table, &units), "transpose rows")) {
+    return false;
+  }
+  SortTransposeRows(&rows);
+  if (!Check(CheckTransposeRows(rows.data(), static_cast<int64_t>(rows.size()), buffers.SourceBytes(),
+                                buffers.DestinationBytes(), table, &units), "sorted transpose rows")) {
+    return false;
+  }
+  std::vector<Bytes> loop = buffers.destinations, kernel = buffers.destinations;
+  const std::vector<const char*> sources = buffers.SourceList();
+  const std::vector<char*> loop_destinations = Buffers::List(&loop);
+  CopyTransposeRowsOnHost(sources.data(), loop_destinations.data(), rows.data(), static_cast<int64_t>(rows.size()),
+                          table);
+  if (!Check(LaunchTransposeRows(nullptr, buffers.Pointers(&kernel), rows.data(), rows.data(),
+                                 static_cast<int64_t>(rows.size()), units, table), "transpose launch")) {
+    return false;
+  }
+  const std::string difference = Compare(loop, kernel, runs);
+  if (!difference.empty()) {
+    std::printf("FAIL transpose copy%s: %s\n", with_programs ? " with programs" : "", difference.c_str());
+    for (const TransposeRow& r : rows) {
+      std::printf("  row: src %ld dst %ld at %ld first %ld count %ld shape %ldx%ldx%ld kind %ld program %ld\n",
+                  static_cast<long>(r.src_index), static_cast<long>(r.dst_index), static_cast<long>(r.dst_offset),
+                  static_cast<long>(r.first), static_cast<long>(r.count), static_cast<long>(r.batch),
+                  static_cast<long>(r.rows), static_cast<long>(r.cols), static_cast<long>(r.kind),
+                  static_cast<long>(r.program));
+    }
+  }
+  return difference.empty();
+}
+
+}  // namespace
+}  // namespace amem::copy
+
+int main(int argc, char** argv) {
+  using namespace amem::copy;
+  const int cases = argc > 1 ? std::atoi(argv[1]) : 10;
+  const unsigned long long seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+  random_engine.seed(seed);
+  struct Suite {
+    const char* name;
+    bool (*run)();
+  };
+  const Suite suites[] = {{"segment copy", SegmentCase},
+                          {"affine copy", AffineCase},
+                          {"transpose copy", [] { return TransposeCase(false); }},
+                          {"transpose copy with programs", [] { return TransposeCase(true); }}};
+  int failed = 0;
+  for (const Suite& suite : suites) {
+    int passed = 0;
+    for (int c = 0; c < cases; ++c) passed += suite.run() ? 1 : 0;
+    std::printf("%-30s %d of %d cases equal (seed %llu)\n", suite.name, passed, cases, seed);
+    failed += cases - passed;
+  }
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,68 @@
+"""The CUDA kernels of src/copy run on CPU threads (tests/native/cuda_emulation.h) against the CPU
+loops, on random tables: the segment copy, the affine copy and the fused transpose-and-cast copy,
+plain and with constant steps. Built here with g++ and CUDA's headers, under AddressSanitizer and
+UndefinedBehaviorSanitizer, so a read or write outside a buffer, or a misaligned one, fails too.
+
+This checks the kernels' own code (indices, tiles, bounds, the work-unit search, shared memory,
+the arithmetic) where no GPU is: a kernel that runs on the H200 is still proved there
+(scripts/gpu_test.sh); one that differs from its CPU loop here fails before it gets there."""
+
+import concurrent.futures
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = ROOT / "tests" / "native"
+KERNELS = ["copy_cuda", "affine_cuda", "transpose_cuda"]
+LOOPS = ["segments", "copy_cpu", "affine", "affine_cpu", "transpose"]  # the CPU loops and the row checks
+CASES, SEEDS = 20, (1, 2)
+
+
+def cuda_include() -> Path | None:
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "cuda_runtime.h").exists():
+            return Path(root) / "include"
+    return None
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> Path:
+    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
+    include = cuda_include()
+    if compiler is None or include is None:
+        pytest.skip(f"needs g++ and CUDA's headers (found {compiler}, {include})")
+    out = tmp_path_factory.mktemp("kernel_emulation")
+    flags = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+             "-fno-omit-frame-pointer", "-Wno-unknown-pragmas", "-ffp-contract=off",
+             f"-I{ROOT / 'src'}", f"-I{include}", f"-I{NATIVE}"]
+    jobs = [["-x", "c++", "-include", str(NATIVE / "cuda_emulation.h"), str(ROOT / "src" / "copy" / f"{k}.cu")]
+            for k in KERNELS]
+    jobs += [[str(ROOT / "src" / "copy" / f"{name}.cc")] for name in LOOPS]
+    jobs += [[str(NATIVE / "kernel_emulation.cc")], [str(NATIVE / "cuda_emulation_runtime.cc")]]
+    objects = [out / f"{k}.o" for k in range(len(jobs))]
+
+    def compile_one(job, obj):
+        return subprocess.run([compiler, *flags, *job, "-c", "-o", str(obj)], capture_output=True, text=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for done in pool.map(compile_one, jobs, objects):
+            assert done.returncode == 0, done.stderr[-4000:]
+    binary = out / "kernel_emulation"
+    linked = subprocess.run([compiler, "-fsanitize=address,undefined", *map(str, objects), "-o", str(binary),
+                             "-lpthread"], capture_output=True, text=True)
+    assert linked.returncode == 0, linked.stderr[-4000:]
+    return binary
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_kernel_writes_what_its_cpu_loop_writes(emulator, seed):
+    run = subprocess.run([str(emulator), str(CASES), str(seed)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said[-6000:]
+    for suite in ("segment copy", "affine copy", "transpose copy", "transpose copy with programs"):
+        assert f"{suite:<30} {CASES} of {CASES} cases equal" in said, said[-6000:]
