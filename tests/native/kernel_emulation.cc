@@ -310,8 +310,10 @@ bool TransposeCase(bool with_programs) {
     const int64_t kind = Uniform(0, kTransposeKinds - 1);
     const int64_t src_dtype = KindSource(kind), dst_dtype = KindDestination(kind, src_dtype);
     // Views of every shape the tiles meet: under one tile, whole tiles, ragged edges, a cast (1 x n).
-    const int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
-    const int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+    int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+    int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+    if (rows_of == 1 && Uniform(0, 1)) cols = Uniform(1, 3 * kCastUnit);  // casts of whole units (the wide path)
+    if (cols == 1 && Uniform(0, 1)) rows_of = Uniform(1, 3 * kCastUnit);
     const int64_t batch = Uniform(1, 3);
     const int64_t n = batch * rows_of * cols;
     const int64_t first = Uniform(0, 2) == 0 ? 0 : Uniform(0, n - 1);
