@@ -416,9 +416,12 @@ def test_after_many_repeats_a_deleted_or_changed_source_misses_with_the_destinat
             assert torch.equal(dst[key], t), key
 
 
-def test_facts_that_cannot_be_read_leave_the_swap_done_and_nothing_remembered(monkeypatch):
+@pytest.mark.parametrize("error", [RuntimeError, BufferError, TypeError])
+def test_facts_that_cannot_be_read_leave_the_swap_done_and_nothing_remembered(monkeypatch, error):
+    """A reader that raises (PyTorch's methods, or a DLPack export refused with BufferError as
+    the protocol says) leaves the swap done, nothing remembered, and the next swap done too."""
     def unreadable(tensor):
-        raise RuntimeError("no facts here (injected)")
+        raise error("no facts here (injected)")
 
     monkeypatch.setattr(TorchDestination, "repeat_readers", lambda self: ([(unreadable,)], []))
     src = sources(2)

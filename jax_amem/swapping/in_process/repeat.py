@@ -165,8 +165,9 @@ def remember(program, sources, destination, how) -> None:
         return
     try:
         entry = Repeat(program, sources, destination, how)
-    except (TypeError, ValueError, RuntimeError, AttributeError):
-        return  # a tensor or array whose facts cannot be read: no repeat; the swap itself is done
+    except (TypeError, ValueError, RuntimeError, AttributeError, BufferError):
+        return  # a tensor or array whose facts cannot be read (a DLPack export refused: BufferError): no
+        # repeat; the swap itself is done
     _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how), entry)
     _last.put(LAST, entry)
 
