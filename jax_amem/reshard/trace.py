@@ -42,6 +42,7 @@ from .from_jax import tree_names
 from .layout import LayoutError
 from ..errors import TraceError
 from .affine import AffineError
+from .rule_checks import checked_cast
 from .rule_types import Piece
 
 # Primitives that only move elements; anything else touching a source is refused.
@@ -287,11 +288,7 @@ def _check_arguments(convert, cast, verb: str) -> None:
     if not callable(convert):
         raise TraceError(f"{verb}: the conversion function is {type(convert).__name__} {convert!r:.60}, "
                          "not a function")
-    if cast is not None:
-        try:
-            np.dtype(cast)
-        except TypeError:
-            raise TraceError(f"{verb}: cast={cast!r} is not a dtype (e.g. 'bfloat16')") from None
+    checked_cast(cast, verb, error=TraceError)
 
 
 def _trace(convert, params, names, cast) -> list[Piece]:
