@@ -142,3 +142,15 @@ def test_good_options_reach_the_workers_as_given():
                 session="run-1.a_b")
     (method, timeout, kwargs), = engine.calls
     assert timeout == 7.5 and type(timeout) is float and kwargs["init_info"]["session"] == "run-1.a_b"
+
+
+@pytest.mark.parametrize("version", ["3", -1, 1.5, True, [1], np.float32(2)])
+def test_update_refuses_a_version_that_is_not_a_number_before_anything_runs(version):
+    """'3' was sent as the NCCL handshake's version and then kept, so the next update's
+    version + 1 raised TypeError; -1 and 1.5 were numbered as given."""
+    from jax_amem.vllm.trainer import VllmEngine
+
+    engine = VllmEngine.__new__(VllmEngine)   # nothing set: the check runs before anything is read
+    with pytest.raises(VllmPlanError, match=r"version=.* is not a version number: give an int >= 0, or None.*"
+                                            r"nothing was written"):
+        engine.update(PARAMS, version=version)

@@ -76,6 +76,16 @@ def checked_params(params) -> None:
                             "the trainer's parameter tree; nothing was started")
 
 
+def checked_version(version):
+    """update's `version`: None (one more than the last) or an int >= 0 (not a bool); it numbers
+    the engine's version and the NCCL transport's handshake."""
+    if version is not None and (not isinstance(version, numbers.Integral) or isinstance(version, bool)
+                                or version < 0):
+        raise VllmPlanError(f"version={version!r:.60} is not a version number: give an int >= 0, or None for one "
+                            "more than the last update's; nothing was written")
+    return None if version is None else int(version)
+
+
 def parallel_config(llm):
     """The engine's parallel config, or VllmBackendError saying what `llm` is not."""
     try:

@@ -412,6 +412,7 @@ class VllmEngine:
         reset. On failure, VllmUpdateError says what it serves (`served`: "old", "refusing", or
         "dead" when a worker died)."""
         start = time.perf_counter()
+        version = options.checked_version(version)
         self._check_source(params)
         if self._in_flight or (self.worker is not None and self.worker.committed is not None):
             raise VllmUpdateError("an update is already in flight on this engine: wait for it to finish; "
