@@ -182,3 +182,17 @@ def test_from_function_refuses_a_cast_that_is_not_a_weight_dtype(cast):
         rules.from_function(lambda p: {"a": p["w"]}, {"w": np.zeros(3, np.float32)}, cast=cast)
     assert rules.from_function(lambda p: {"a": p["w"]}, {"w": np.zeros(3, np.float32)}, cast="bfloat16")
 
+
+
+@pytest.mark.parametrize("flag", ["stacked", "fused_qkv", "fused_gate_up", "qkv_bias", "tie_embeddings"])
+@pytest.mark.parametrize("value", ["no", None, 0, "False"])
+def test_hf_llama_refuses_a_flag_that_is_not_a_bool(flag, value):
+    """'no' and 'False' were read as True (fusing qkv, tying the head), None and 0 as False."""
+    with pytest.raises(RuleError, match=rf"rules.hf_llama: {flag}=.* is True or False"):
+        rules.hf_llama(2, **{flag: value})
+
+
+def test_hf_llama_names_itself_for_a_bad_cast():
+    """The refusal named the first Part it made ('layers/attn/q/kernel'), not the option."""
+    with pytest.raises(RuleError, match=r"rules.hf_llama: cast='nope' is not a dtype a weight is sent in"):
+        rules.hf_llama(2, cast="nope")
