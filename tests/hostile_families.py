@@ -10,8 +10,9 @@ framework's converter would write, constants included:
   (`(w.astype(float32) - 1).astype(bfloat16)`), the embedding normaliser a float64 Python
   constant into bfloat16, one KV head.
 * Mistral from Mistral's own consolidated checkpoint naming (`layers.N.attention.wq.weight`,
-  interleaved rotary pairs): transformers' converter (convert_mistral_weights_to_hf.py)
-  permutes q and k with `w.view(heads, dim1 // heads // 2, 2, dim2).transpose(1, 2)`.
+  interleaved rotary pairs): transformers' converter
+  (transformers/models/mistral/convert_mistral_weights_to_hf.py) permutes q and k with
+  `w.view(heads, dim1 // heads // 2, 2, dim2).transpose(1, 2)`.
 
 `convert(p, xp)` runs under numpy and jax.numpy; what JAX computes eagerly is the oracle
 (an XLA division is a multiplication by the reciprocal, which numpy does not do).
@@ -136,7 +137,7 @@ def mistral_shapes():
 
 
 def _permute(w, heads, xp):
-    """transformers' convert_mistral_weights_to_hf.py: interleaved rotary pairs -> halves."""
+    """transformers/models/mistral/convert_mistral_weights_to_hf.py: interleaved rotary pairs -> halves."""
     dim1, dim2 = w.shape
     return xp.reshape(xp.swapaxes(xp.reshape(w, (heads, dim1 // heads // 2, 2, dim2)), 1, 2), (dim1, dim2))
 

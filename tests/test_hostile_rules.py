@@ -196,3 +196,50 @@ def test_hf_llama_names_itself_for_a_bad_cast():
     """The refusal named the first Part it made ('layers/attn/q/kernel'), not the option."""
     with pytest.raises(RuleError, match=r"rules.hf_llama: cast='nope' is not a dtype a weight is sent in"):
         rules.hf_llama(2, cast="nope")
+
+
+def _piece(**fields):
+    from jax_amem.reshard import Piece
+
+    args = dict(dst="w", dst_start=(0, 0), size=(2, 3), src="w", src_start=(0, 0))
+    args.update(fields)
+    return Piece(**args)
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(dst_start=(0.0, 0)), r"Piece\('w'\): dst_start=\(0.0, 0\) holds 0.0 \(float\), not an int"),
+    (dict(size="23"), r"Piece\('w'\): size='23' is not a tuple of ints: give the box's extents"),
+    (dict(size=6), r"Piece\('w'\): size=6 is not a tuple of ints"),
+    (dict(size=(True, 3)), r"Piece\('w'\): size=\(True, 3\) holds True \(bool\)"),
+    (dict(src_start=("0", 0)), r"Piece\('w'\): src_start=\('0', 0\) holds '0' \(str\)"),
+    (dict(perm="01"), r"Piece\('w'\): perm='01' is not a tuple of ints: give a permutation"),
+    (dict(dtype="nope"), r"Piece\('w'\): dtype='nope' is not a dtype a weight is sent in"),  # was: TypeError
+    (dict(dtype=3), r"Piece\('w'\): dtype=3 is not a dtype"),
+    (dict(src=None), r"Piece\('w'\): src=None \(NoneType\) is not a tensor name"),       # was: TypeError
+    (dict(dst=3), r"Piece\(3\): dst=3 \(int\) is not a tensor name"),                      # was: TypeError
+    (dict(affine="x"), r"Piece\('w'\): affine='x' is not an Affine"),                                   # was: AttributeError
+])
+def test_a_hand_written_piece_with_a_field_of_the_wrong_kind_is_refused(fields, match):
+    src = {"w": jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)}
+    dst = {"w": torch.full((2, 3), -7.0)}
+    with pytest.raises(SwapError, match=r"the swap cannot be planned \(nothing was written\): " + match):
+        jax_amem.swap(src, dst, rules=[_piece(**fields)])
+    assert torch.equal(dst["w"], torch.full((2, 3), -7.0))
+    layouts = jax_amem.reshard.layouts_of(src)
+    with pytest.raises(RuleError, match=match):
+        jax_amem.plan(layouts, layouts, [_piece(**fields)])
+
+
+def test_a_piece_with_lists_is_planned_and_refused_only_by_the_swap_cache():
+    """plan() reads lists as tuples; the swap keys its cache on the rules, and says why a list
+    cannot be one (was: TypeError: unhashable type: 'list')."""
+    src = {"w": jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)}
+    layouts = jax_amem.reshard.layouts_of(src)
+    listed = _piece(dst_start=[0, 0], size=[2, 3], src_start=[0, 0])
+    jax_amem.plan(layouts, layouts, [listed]).check()
+    with pytest.raises(SwapError, match=r"the rules cannot be told apart from another swap's \(unhashable type: "
+                                        r"'list'\): give their fields as tuples"):
+        jax_amem.swap(src, {"w": torch.zeros(2, 3)}, rules=[listed])
+    dst = {"w": torch.zeros(2, 3)}
+    jax_amem.swap(src, dst, rules=[_piece(dst_start=(np.int64(0), 0))])   # numpy ints are ints
+    assert dst["w"].tolist() == np.asarray(src["w"]).tolist()

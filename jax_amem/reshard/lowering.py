@@ -18,7 +18,7 @@ from . import fragments as F
 from .affine import AffineError
 from .from_jax import nested_names_hint
 from .layout import Layout, region_text
-from .rule_checks import in_range
+from .rule_checks import checked_piece, in_range
 from .rule_types import Part, Piece, Rule
 
 
@@ -336,6 +336,8 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
         if not isinstance(rule, (Rule, Piece)):  # a string, a dict: named here, not as an AttributeError
             raise RuleError(f"rules hold {type(rule).__name__} {str(rule)[:60]!r}, not a Rule or Piece "
                             "(see jax_amem.reshard.rules)")
+        if type(rule) is Piece and not rule.origin:   # written by hand (rule_checks.checked_rules)
+            rule = checked_piece(rule)
         if rule.dst not in destinations:
             raise RuleError(f"a rule{_by(rule.origin)} writes destination {rule.dst!r}, which is not among "
                             f"the {len(destinations)} destination tensors"

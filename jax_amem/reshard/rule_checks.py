@@ -39,7 +39,7 @@ def int_tuple(value, where: str, field: str, what: str) -> tuple[int, ...]:
     return tuple(int(v) for v in items)
 
 
-def checked_cast(cast, where: str, floating: bool = False, error=RuleError):
+def checked_cast(cast, where: str, floating: bool = False, error=RuleError, field: str = "cast"):
     """`cast` (None, or anything numpy reads as a dtype of a weight) as given; `error` (a
     RuleError) naming `where` otherwise. `floating`: only floating dtypes (weights of a model)."""
     if cast is None:
@@ -53,7 +53,7 @@ def checked_cast(cast, where: str, floating: bool = False, error=RuleError):
         got = f" ({dtype.name})" if dtype is not None else ""
         want = "a floating dtype ('float32', 'bfloat16', 'float16', 'float64')" if floating else \
             "a dtype name such as 'bfloat16' or 'float32'"
-        raise error(f"{where}: cast={cast!r:.60}{got} is not a dtype a weight is sent in: give {want}, or None "
+        raise error(f"{where}: {field}={cast!r:.60}{got} is not a dtype a weight is sent in: give {want}, or None "
                         "to send the source's dtype")
     return cast
 
@@ -136,3 +136,50 @@ def in_range(axis: int, ndim: int) -> bool:
     """Whether `axis` names one of `ndim` axes (negative from the end, as numpy)."""
     return -max(ndim, 1) <= axis < max(ndim, 1)
 
+
+
+_FLOAT_NAMES = frozenset(("float32", "bfloat16", "float16", "float64"))
+
+
+def _ints(value) -> bool:
+    return type(value) is tuple and all(type(v) is int for v in value)
+
+
+def checked_piece(piece):
+    """A Piece written by hand, its fields in the form the planner reads: the piece itself when
+    they are, else a copy with tuples of ints; RuleError naming the field otherwise."""
+    from dataclasses import replace
+
+    from .affine import Affine
+
+    p = piece
+    if (type(p.dst) is str and type(p.src) is str and _ints(p.dst_start) and _ints(p.size) and _ints(p.src_start)
+            and (p.perm is None or _ints(p.perm)) and (p.dtype is None or p.dtype in _FLOAT_NAMES)
+            and (p.affine is None or type(p.affine) is Affine)):
+        return piece
+    where = f"Piece({p.dst!r:.60})"
+    checked_name(p.dst, where, "dst")
+    checked_name(p.src, where, "src")
+    fields = {name: int_tuple(getattr(p, name), where, name, what) for name, what in (
+        ("dst_start", "the destination box's first element"), ("size", "the box's extents"),
+        ("src_start", "the source box's first element"))}
+    if p.perm is not None:
+        fields["perm"] = int_tuple(p.perm, where, "perm", "a permutation of the source's axes")
+    checked_cast(p.dtype, where, field="dtype")
+    if p.affine is not None and not isinstance(p.affine, Affine):
+        raise RuleError(f"{where}: affine={p.affine!r:.60} is not an Affine: leave it None, or write the constant "
+                        "with Part(scale=, offset=) or from_function")
+    return replace(piece, **fields)
+
+
+def checked_rules(rules):
+    """`rules` with every hand-written Piece's fields checked (checked_piece), before anything
+    reads their names; Rules check theirs where they are made. A Piece a builder made (a preset,
+    from_function, a Rule's lowering: its `origin` names it) is built from checked inputs and
+    passes as it is, so a preset's hundred thousand pieces cost one test each. Other values are
+    left for the planner to name."""
+    if rules is None or isinstance(rules, (str, bytes, dict)) or not hasattr(rules, "__iter__"):
+        return rules
+    from .rule_types import Piece
+
+    return [checked_piece(r) if type(r) is Piece and not r.origin else r for r in rules]
