@@ -75,6 +75,7 @@ def test_a_bad_timeout_is_refused_before_the_engine_is_touched(timeout):
     (dict(family=None, rules="abc"), r"rules='abc' is not a list of rules"),
     (dict(family=None, rules={"a": 1}), r"rules=\{'a': 1\} is not a list of rules"),
     (dict(family=None, rules=[1, 2]), r"rules holds 1 \(int\), not a Rule or Piece"),
+    (dict(family=None, rules=[]), r"rules= is empty: it would write none of the engine's tensors"),
     (dict(family=None, rules=[jax_amem.rules.Rule.copy("w")], cast="bfloat16"),
      r"cast='bfloat16' applies to family=; with rules= each rule says its own cast"),
     (dict(params=None), r"params cannot be planned: "),

@@ -56,6 +56,10 @@ def checked_rules(family, source, rules, cast) -> None:
     if isinstance(rules, (str, bytes, dict)) or not hasattr(rules, "__iter__"):
         raise VllmPlanError(f"rules={rules!r:.60} is not a list of rules: give the list rules.from_function (or "
                             "rules.preset(..., layout='vllm')) returns; nothing was started")
+    rules = list(rules)
+    if not rules:
+        raise VllmPlanError("rules= is empty: it would write none of the engine's tensors; give the list "
+                            "rules.from_function returns; nothing was started")
     odd = [r for r in rules if not isinstance(r, (reshard.Rule, reshard.Piece))]
     if odd:
         raise VllmPlanError(f"rules holds {odd[0]!r:.60} ({type(odd[0]).__name__}), not a Rule or Piece: give the "
