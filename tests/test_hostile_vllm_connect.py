@@ -98,6 +98,7 @@ def test_a_session_that_cannot_name_a_file_is_refused(session):
     "::1:29500",    # an IPv6 address without brackets: which ':' ends it?
     "[::1]", "[]:80", "[::zz]:80", "[1.2.3.4]:80",
     " host:80", "host :80", "a b:80", "h\n:80", "hóst:80",   # spaces, control and non-ASCII characters
+    "-:80", ".:80", "a..b:80", "-a.b:80", "a.-b:80", "x" * 254 + ":80",  # not a host name
     "host:", ":80", "host:-0", "host:+80", "host:80 ", "host:65536", "host:70000",
     "host:\uff11\uff12\uff13", "\u0661\u0662\u0663", "host:\u00b2",
     b"host:80", 5000, ("host", 80),
@@ -109,6 +110,7 @@ def test_a_bad_rendezvous_is_refused_before_the_engine_is_touched(rendezvous):
 
 @pytest.mark.parametrize("rendezvous,want", [
     ("127.0.0.1:0", ("127.0.0.1", 0)), ("host-a.example_1:0080", ("host-a.example_1", 80)),
+    ("trainer.cluster.local.:29500", ("trainer.cluster.local.", 29500)), ("h:65535", ("h", 65535)),
     ("[::1]:29500", ("::1", 29500)), ("[0:0::1]:0", ("::1", 0)), (None, None),
 ])
 def test_the_good_rendezvous_forms(rendezvous, want):

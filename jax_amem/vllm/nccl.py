@@ -52,7 +52,9 @@ def checked_rendezvous(rendezvous) -> tuple[str, int]:
     return host, int(port)
 
 
-_HOST = re.compile(r"[A-Za-z0-9_.-]{1,253}")   # a host name or an IPv4 address, in ASCII
+# A host name or an IPv4 address, in ASCII: labels of letters, digits, '-' and '_', not starting
+# with '-', joined by single dots (a final dot allowed).
+_HOST = re.compile(r"(?=.{1,253}$)(?!-)[A-Za-z0-9_-]{1,63}(?:\.(?!-)[A-Za-z0-9_-]{1,63})*\.?")
 
 
 def _ipv6(text: str) -> str:
