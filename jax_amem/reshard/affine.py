@@ -34,6 +34,14 @@ FLOATS = ("float64", "float32", "bfloat16", "float16")
 MAX_STEPS = 8   # the copy kernel's program holds this many steps (src/copy/affine.h)
 
 
+def _check_dtype(dtype: str) -> None:
+    """AffineError unless a step can run in `dtype` (a floating one), saying why not."""
+    if dtype not in FLOATS:
+        why = ("complex arithmetic has no place in a weight copy; give real values" if "complex" in dtype
+               else "integer arithmetic wraps and truncates; apply it in the rollout after the swap")
+        raise AffineError(f"a constant step runs in a floating dtype ({', '.join(FLOATS)}), not {dtype}: {why}")
+
+
 @dataclass(frozen=True)
 class Step:
     op: str                       # one of OPS
@@ -46,9 +54,7 @@ class Step:
     def __post_init__(self):
         if self.op not in OPS:
             raise AffineError(f"step {self.op!r} is not one of {OPS}")
-        if self.dtype not in FLOATS:
-            raise AffineError(f"a constant step runs in a floating dtype ({', '.join(FLOATS)}), not {self.dtype}: "
-                              "integer arithmetic wraps and truncates; apply it in the rollout after the swap")
+        _check_dtype(self.dtype)
         if any(math.isnan(v) for v in self.values):
             raise AffineError("a constant step with a NaN constant writes NaN: give finite constants")
         if not self.values or (self.axis < 0 and len(self.values) != 1):
@@ -166,6 +172,7 @@ def step_for(op: str, dtype: str, constant: np.ndarray, axis: int = -1, start: i
     equal): to the dtype of the multiply, float32 for bfloat16 (XLA computes bfloat16 in
     float32), the step's own dtype otherwise. It differs from a correctly rounded division by
     at most one unit in the last place (docs/reshard.md)."""
+    _check_dtype(np.dtype(dtype).name)   # before the constant is read as floats
     if op == "div":
         wide = "float32" if np.dtype(dtype).name == "bfloat16" else np.dtype(dtype).name
         exact = np.asarray(constant).astype(np.dtype(dtype)).astype(np.dtype(wide))

@@ -14,6 +14,7 @@ import numbers
 import os
 
 from .lowering import RuleError
+from .rule_checks import checked_cast
 from .rule_types import Part, Rule
 
 # hf name (per layer, under model.layers.{i}.) -> (source name under layers/, transposed?)
@@ -72,6 +73,12 @@ def hf_llama(num_layers: int, *, tp: int = 1, stacked: bool = True, fused_qkv: b
     sender (e.g. "bfloat16").
     """
     _check(num_layers, tp)
+    flags = dict(stacked=stacked, fused_qkv=fused_qkv, fused_gate_up=fused_gate_up, qkv_bias=qkv_bias,
+                 tie_embeddings=tie_embeddings)
+    for flag, value in flags.items():   # 'no' would read as True
+        if not isinstance(value, bool):
+            raise RuleError(f"rules.hf_llama: {flag}={value!r:.60} is True or False")
+    checked_cast(cast, "rules.hf_llama")
     per_layer = dict(LLAMA_LAYER_WEIGHTS)
     if qkv_bias:
         per_layer.update(QKV_BIASES)

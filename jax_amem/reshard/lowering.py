@@ -18,6 +18,7 @@ from . import fragments as F
 from .affine import AffineError
 from .from_jax import nested_names_hint
 from .layout import Layout, region_text
+from .rule_checks import checked_piece, in_range
 from .rule_types import Part, Piece, Rule
 
 
@@ -89,10 +90,13 @@ def _constant_step(frags, op, dtype, constant, view, part: Part, dst: str):
     values = np.asarray(constant, np.float64)
     if values.ndim == 0:
         return F.affine(frags, op, dtype, values, None)
+    if view and not in_range(part.along, len(view)):
+        raise RuleError(f"it has shape {view}; along={part.along} is not one of its {len(view)} axes: give an axis "
+                        f"from {-len(view)} to {len(view) - 1}")
     axis = part.along % len(view) if view else 0
     if not view or values.shape != (view[axis],):
-        raise RuleError(f"destination {dst!r}: part {part.src!r} has shape {view}; its vector of "
-                        f"{values.size} constants does not fit its axis {part.along} (along=)")
+        raise RuleError(f"it has shape {view}; its vector of {values.size} constants does not fit its axis "
+                        f"{part.along} (along=)")
     return F.affine(frags, op, dtype, values, axis)
 
 
@@ -106,6 +110,9 @@ def lower_rule(rule: Rule, sources: Mapping[str, Layout], dst_layout: Layout) ->
     dst, shape = rule.dst, dst_layout.shape
     if not rule.parts:
         raise RuleError(f"destination {dst!r}: its rule has no parts")
+    if not in_range(rule.axis, len(shape)):
+        raise RuleError(f"destination {dst!r} of shape {shape}{_by(rule.origin)}: axis={rule.axis} is not one of its "
+                        f"{max(len(shape), 1)} axes: give the axis its parts are concatenated along")
     axis = rule.axis % len(shape) if shape else 0
     views = [_part_view(p, dst, sources, rule.origin) for p in rule.parts]
     for part, (_, _, view_shape) in zip(rule.parts, views):
@@ -329,6 +336,8 @@ def lower(rules, sources: Mapping[str, Layout], destinations: Mapping[str, Layou
         if not isinstance(rule, (Rule, Piece)):  # a string, a dict: named here, not as an AttributeError
             raise RuleError(f"rules hold {type(rule).__name__} {str(rule)[:60]!r}, not a Rule or Piece "
                             "(see jax_amem.reshard.rules)")
+        if type(rule) is Piece and not rule.origin:   # written by hand (rule_checks.checked_rules)
+            rule = checked_piece(rule)
         if rule.dst not in destinations:
             raise RuleError(f"a rule{_by(rule.origin)} writes destination {rule.dst!r}, which is not among "
                             f"the {len(destinations)} destination tensors"

@@ -49,6 +49,7 @@ from . import fragments as F
 from .affine import FLOATS, Affine, Step, step_for
 from .from_jax import tree_names
 from .lowering import RuleError, closest
+from .rule_checks import checked_cast
 from .rule_types import Part, Piece, Rule
 
 # logical weight -> (kind, flax path, maxtext path). Paths are under the layer stack.
@@ -354,8 +355,12 @@ def _whole_number(value) -> bool:
 
 
 def _check_options(who: str, family: str, source: str, layout: str, tp, scan_axis, vocab_size,
-                   unscaled_queries, head_dim) -> None:
+                   unscaled_queries, head_dim, cast=None, tie_embeddings=False) -> None:
     """Every option checked before the tree is read, each error naming the option."""
+    checked_cast(cast, who, floating=True)
+    if not isinstance(tie_embeddings, bool):
+        raise RuleError(f"{who}: tie_embeddings={tie_embeddings!r:.60} is True or False (True: the rollout's head "
+                        "is its embedding, written once)")
     if not _whole_number(tp) or tp < 1:
         raise RuleError(f"{who}: tp={tp!r} is not a tensor-parallel size: give an int >= 1 (the rollout's "
                         "ranks per replica)")
@@ -462,7 +467,8 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         raise RuleError(f"preset {family!r}: source must be one of {SOURCES} and layout one of {LAYOUTS}, "
                         f"got source={source!r}, layout={layout!r}")
     who = f"preset {family!r} (source={source!r}, layout={layout!r})"
-    _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries, head_dim)
+    _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries, head_dim, cast,
+                   tie_embeddings)
     leaves_by_name = tree_names(params)
     shapes = _shapes_of(who, leaves_by_name)
     conv = family == "gpt2" and layout == "hf"

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..errors import AffineError, RuleError
+from ..errors import RuleError
 from .affine import Affine
+from .rule_checks import checked_axis, checked_cast, checked_constant, checked_count, checked_name, int_tuple
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,21 @@ class Part:
     replicas: int = 1   # in a Rule with groups: consecutive groups that hold the same slice of this part
 
     def __post_init__(self):
-        for name in ("scale", "offset"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, (int, float)):
-                # a vector (list, numpy array): a tuple of floats, so the part stays hashable
-                try:
-                    array = np.asarray(value, dtype=np.float64)
-                except (TypeError, ValueError) as error:
-                    raise AffineError(f"Part({self.src!r}): {name}={value!r:.80} is not a number or a vector of "
-                                      f"numbers ({error})") from None
-                object.__setattr__(self, name, float(array) if array.ndim == 0 else tuple(array.reshape(-1).tolist()))
+        # Each field in the one form the planner reads, or a refusal naming it (rule_checks.py).
+        where = f"part {self.src!r:.60}"
+        checked_name(self.src, where, "src")
+        fields = {"index": int_tuple(self.index, where, "index", "the leading indices to fix, e.g. index=(layer,)"),
+                  "scale": checked_constant(self.scale, where, "scale"),
+                  "offset": checked_constant(self.offset, where, "offset"),
+                  "along": checked_axis(self.along, where, "along"),
+                  "replicas": checked_count(self.replicas, where, "replicas", "a count of groups")}
+        if self.transpose is not None:
+            fields["transpose"] = int_tuple(self.transpose, where, "transpose", "a permutation of the part's axes")
+        if self.shape is not None:
+            fields["shape"] = int_tuple(self.shape, where, "shape", "the row-major shape to reshape the part to")
+        checked_cast(self.cast, where)
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,20 @@ class Rule:
     axis: int = 0
     groups: int = 1
     origin: str = field(default="", compare=False)  # the preset / function that wrote it (for errors)
+
+    def __post_init__(self):
+        where = f"the rule of {self.dst!r:.60}"
+        checked_name(self.dst, where, "dst")
+        if isinstance(self.parts, (str, bytes, Part)) or not hasattr(self.parts, "__iter__"):
+            raise RuleError(f"{where}: parts={self.parts!r:.80} is not a sequence of Part: give (Part(...), ...)")
+        parts = tuple(self.parts)
+        bad = [p for p in parts if not isinstance(p, Part)]
+        if bad:
+            raise RuleError(f"{where}: parts holds {bad[0]!r:.60} ({type(bad[0]).__name__}), not a Part: give "
+                            "Part(source name, ...) for each")
+        object.__setattr__(self, "parts", parts)
+        object.__setattr__(self, "axis", checked_axis(self.axis, where, "axis"))
+        object.__setattr__(self, "groups", checked_count(self.groups, where, "groups", "a group count"))
 
     @classmethod
     def copy(cls, dst: str, src: str | None = None, *, index=(), transpose=None, cast=None,

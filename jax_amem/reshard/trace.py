@@ -42,6 +42,7 @@ from .from_jax import tree_names
 from .layout import LayoutError
 from ..errors import TraceError
 from .affine import AffineError
+from .rule_checks import checked_cast
 from .rule_types import Piece
 
 # Primitives that only move elements; anything else touching a source is refused.
@@ -287,11 +288,7 @@ def _check_arguments(convert, cast, verb: str) -> None:
     if not callable(convert):
         raise TraceError(f"{verb}: the conversion function is {type(convert).__name__} {convert!r:.60}, "
                          "not a function")
-    if cast is not None:
-        try:
-            np.dtype(cast)
-        except TypeError:
-            raise TraceError(f"{verb}: cast={cast!r} is not a dtype (e.g. 'bfloat16')") from None
+    checked_cast(cast, verb, error=TraceError)
 
 
 def _trace(convert, params, names, cast) -> list[Piece]:
@@ -426,6 +423,20 @@ def _state_dict_names(out, leaves) -> list[str] | None:
     return keys
 
 
+def _concrete(constant) -> np.ndarray:
+    """A constant the function closes over, as numpy; TraceError when it is a value JAX is still
+    tracing (from_function called inside jax.jit, or a tracer that escaped one)."""
+    import jax
+
+    try:
+        return np.asarray(constant)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        raise TraceError(f"the function closes over a constant of shape {tuple(constant.shape)} and dtype "
+                         f"{constant.dtype} whose value JAX is still tracing (from_function called inside jax.jit, or "
+                         "a tracer kept from one): a constant step needs its value. Call from_function outside "
+                         "jit, with the constant as a concrete array (or a NumPy value)") from None
+
+
 class _Interpreter:
     def __init__(self, source_dtypes, out_names):
         self.source_dtypes = dict(source_dtypes)   # placeholders (see _call) are added
@@ -444,7 +455,7 @@ class _Interpreter:
             return env[v]
 
         for v, c in zip(jaxpr.constvars, consts):
-            env[v] = np.asarray(c)
+            env[v] = _concrete(c)
         for v, a in zip(jaxpr.invars, args):
             env[v] = a
         for position, eqn in enumerate(jaxpr.eqns):

@@ -79,7 +79,10 @@ def check_live_arrays(names, leaves, side: str) -> None:
     """SwapError naming the first leaf that is not a live jax.Array."""
     for name, leaf in zip(names, leaves):
         if not isinstance(leaf, jax.Array):
-            raise SwapError(f"{side} {name!r} is a {type(leaf).__name__}, not a jax.Array")
+            fix = ("the swap writes jax.Arrays (donated) or PyTorch tensors (in place); for a NumPy array give "
+                   "torch.from_numpy(array) (writable), or a jax.Array" if side == "destination" else
+                   "give jax.Arrays (jax.device_put(x) makes one)")
+            raise SwapError(f"{side} {name!r} is a {type(leaf).__name__}, not a jax.Array: {fix}")
         if leaf.is_deleted():
             raise SwapError(f"{side} {name!r} was deleted (donated to a jitted function or freed): "
                             "pass the live array")

@@ -16,7 +16,9 @@ address to every worker ({"store": "host:port"}).
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import socket
 
 import numpy as np
@@ -33,15 +35,33 @@ from .errors import VllmBackendError, VllmPlanError
 
 def checked_rendezvous(rendezvous) -> tuple[str, int]:
     """connect's `rendezvous=`: "host:port" the engine's workers reach this trainer at (port 0:
-    any free port), or None for this host's name and a free port."""
+    any free port; an IPv6 address in brackets, "[::1]:port"), or None for this host's name and
+    a free port. The host comes back without brackets (the workers split the address at its
+    last ':')."""
     if rendezvous is None:
         return socket.gethostname(), 0
     host, _, port = rendezvous.rpartition(":") if isinstance(rendezvous, str) else ("", "", "")
+    if host.startswith("[") and host.endswith("]"):
+        host = _ipv6(host[1:-1])
+    elif ":" in host or not _HOST.fullmatch(host):
+        host = ""    # a bare IPv6 address ('::1' reads as host ':' and port 1), spaces, control characters
     if not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536:
         raise VllmBackendError(f"rendezvous={rendezvous!r:.60}: give 'host:port' (a name or address of this "
-                               "host that the engine's workers reach, and a port, 0 for any free one); nothing "
-                               "was started")
+                               "host that the engine's workers reach, an IPv6 address in brackets as "
+                               "'[::1]:29500', and a port, 0 for any free one); nothing was started")
     return host, int(port)
+
+
+# A host name or an IPv4 address, in ASCII: labels of letters, digits, '-' and '_', not starting
+# with '-', joined by single dots (a final dot allowed).
+_HOST = re.compile(r"(?=.{1,253}$)(?!-)[A-Za-z0-9_-]{1,63}(?:\.(?!-)[A-Za-z0-9_-]{1,63})*\.?")
+
+
+def _ipv6(text: str) -> str:
+    try:
+        return str(ipaddress.IPv6Address(text))
+    except ValueError:
+        return ""
 
 
 def serve_store(rendezvous) -> tuple[TorchStore, str]:

@@ -27,7 +27,7 @@ from ..swapping import swap
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
-from . import nccl
+from . import nccl, options
 from .transports import InProcess, Nccl, alive, checked_transport, open_rank, placement
 
 BACKEND = "jax_amem"
@@ -247,7 +247,11 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
             "(or --weight-transfer-config '{\"backend\": \"jax_amem\"}')")
     if (family is None) == (rules is None):
         raise VllmPlanError("connect needs exactly one of family= (a preset) and rules=")
-    parallel = llm.llm_engine.vllm_config.parallel_config
+    timeout = options.checked_timeout(timeout)   # every option before the engine is touched
+    options.checked_session(session)
+    options.checked_rules(family, source, rules, cast)
+    options.checked_params(params)
+    parallel = options.parallel_config(llm)
     if parallel.pipeline_parallel_size != 1 or parallel.data_parallel_size != 1:
         raise VllmBackendError(f"the engine runs pipeline_parallel_size={parallel.pipeline_parallel_size} and "
                                f"data_parallel_size={parallel.data_parallel_size}: this release writes into "
@@ -431,6 +435,7 @@ class VllmEngine:
         reset. On failure, VllmUpdateError says what it serves (`served`: "old", "refusing", or
         "dead" when a worker died)."""
         start = time.perf_counter()
+        version = options.checked_version(version)
         self._check_source(params)
         if self._in_flight or (self.worker is not None and self.worker.committed is not None):
             raise VllmUpdateError("an update is already in flight on this engine: wait for it to finish; "

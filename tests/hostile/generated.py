@@ -179,14 +179,40 @@ def generated_swap_into_torch():
 
 # ----------------------------------------------------------------------------- plan over layouts
 
+class _Refused:
+    """A generated Part / Rule / Piece its constructor refused (the error, judged by the check)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __repr__(self):
+        return f"<refused: {self.error!r:.100}>"
+
+
+def _made(cls):
+    """`cls(*args)`, or the _Refused of its error (or of a part's, for a Rule of refused parts)."""
+    def make(*args):
+        for arg in args:
+            inner = arg if isinstance(arg, tuple) else (arg,)
+            refused = next((a for a in inner if isinstance(a, _Refused)), None)
+            if refused is not None:
+                return refused
+        try:
+            return cls(*args)
+        except Exception as error:  # noqa: BLE001 - judged by the check
+            return _Refused(error)
+    return make
+
+
 @_generated
 def generated_plan():
     """Layouts from every public constructor with hostile arguments (negative, zero and huge
     extents, splits that do not divide, owners repeated, unknown dtypes), names that differ,
     rules that are not rules, and Rules, Parts and Pieces with hostile fields (indices out of
     range, permutations of the wrong rank, unknown casts, reshapes that do not fit, axis and
-    groups of 0 or below). Construction refuses with LayoutError; a plan that is made
-    passes its own check and moves exactly the source's elements (the numpy executor)."""
+    groups of 0 or below). Construction refuses with LayoutError (a layout) or RuleError (a rule's
+    field of the wrong kind); a plan that is made passes its own check and moves exactly the
+    source's elements (the numpy executor)."""
     import jax_amem
     from hypothesis import given
 
@@ -207,11 +233,11 @@ def generated_plan():
     )
     small = st.integers(-2, 4)
     axes = st.one_of(st.none(), st.lists(st.integers(-1, 3), max_size=3).map(tuple))
-    part = st.builds(reshard.Part, name, st.lists(small, max_size=2).map(tuple), axes,
+    part = st.builds(_made(reshard.Part), name, st.lists(small, max_size=2).map(tuple), axes,
                      st.sampled_from([None, None, "float32", "bfloat16", "int8", "not-a-dtype"]), axes)
-    rule = st.builds(reshard.Rule, name, st.lists(part, min_size=0, max_size=3).map(tuple), small, small)
+    rule = st.builds(_made(reshard.Rule), name, st.lists(part, min_size=0, max_size=3).map(tuple), small, small)
     box = st.lists(small, max_size=2).map(tuple)
-    piece = st.builds(reshard.Piece, name, box, box, name, box, axes,
+    piece = st.builds(_made(reshard.Piece), name, box, box, name, box, axes,
                       st.sampled_from([None, "float32", "not-a-dtype"]))
     rules = st.one_of(st.none(), st.none(), st.lists(st.sampled_from(["hello", 3, None]), max_size=2),
                       st.builds(lambda d, s: [reshard.Rule.copy(d, s)], name, name),
@@ -243,6 +269,12 @@ def generated_plan():
                                           for n, l in layouts.items()}
         dst = {n: l for n, l in dst.items() if l is not None}
         inputs = (specs, same, rules)
+        refused = [r for r in rules if isinstance(r, _Refused)] if isinstance(rules, list) else []
+        for r in refused:   # a rule refused where it was made
+            tally(r.error)
+            _in_family(r.error, "Part / Rule / Piece", inputs)
+        if refused:
+            return
         if os.environ.get("HOSTILE_TRACE"):
             print("plan", inputs, flush=True)
         plan, error = _outcome(lambda: jax_amem.plan(layouts, dst, rules, check=True))

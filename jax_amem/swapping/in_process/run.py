@@ -13,6 +13,7 @@ import numpy as np
 
 from ... import reshard
 from .. import by_address, cache, names, tied as tied_weights
+from ...reshard.rule_checks import checked_rules
 from ..errors import SwapError
 from ..report import SwapReport, number_version
 from ..sources import Sources, flatten
@@ -37,7 +38,15 @@ class _RulesKey:
     _last = None
 
     def __init__(self, rules: tuple):
-        self.rules, self._hash = rules, hash(rules)
+        try:
+            self.rules, self._hash = rules, hash(rules)
+        except TypeError as error:   # a Piece holding a list or another unhashable field
+            try:
+                checked_rules(rules)     # names the piece and field when it can
+            except reshard.RuleError as named:
+                raise SwapError(f"the swap cannot be planned (nothing was written): {named}") from None
+            raise SwapError(f"the rules cannot be told apart from another swap's ({error}): give their fields as "
+                            "tuples, ints and strings; nothing was written") from None
 
     @classmethod
     def of(cls, rules) -> "_RulesKey":
@@ -88,6 +97,7 @@ def _plan(sources: Sources, destination, rules):
     src_layouts = sources.layouts()
     tied = destination.tied()
     try:
+        rules = checked_rules(rules)   # a hand-made Piece's fields, before its names are read
         folded, dst_layouts = tied_weights.fold(rules, tied, src_layouts, destination.layouts(), sources.same_array())
         wanted = list(dict.fromkeys(r.dst for r in folded)) if folded is not None else list(src_layouts)
         names.check(wanted, destination.names(), "the rules write" if rules is not None
