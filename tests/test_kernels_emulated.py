@@ -1,6 +1,7 @@
 """The CUDA kernels of src/copy run on CPU threads (tests/native/cuda_emulation.h) against the CPU
 loops, on random tables: the segment copy, the affine copy and the fused transpose-and-cast copy,
-plain and with constant steps. Built here with g++ and CUDA's headers, under AddressSanitizer and
+plain and with constant steps; and a DirectCopy made for device 0 with every kind of row, its
+device table, driver copies and launches on the emulated device. Built here with g++ and CUDA's headers, under AddressSanitizer and
 UndefinedBehaviorSanitizer, so a read or write outside a buffer, or a misaligned one, fails too.
 
 This checks the kernels' own code (indices, tiles, bounds, the work-unit search, shared memory,
@@ -18,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "tests" / "native"
 KERNELS = ["copy_cuda", "affine_cuda", "transpose_cuda"]
-LOOPS = ["segments", "copy_cpu", "affine", "affine_cpu", "transpose"]  # the CPU loops and the row checks
+# The CPU loops and the row checks; the direct launch, whose device path runs on the emulated
+# device (tests/native/fake_driver.cc in place of the driver).
+LOOPS = ["segments", "copy_cpu", "affine", "affine_cpu", "transpose", "direct_launch"]
 CASES, SEEDS = 20, (1, 2)
 
 
@@ -42,7 +45,7 @@ def emulator(tmp_path_factory) -> Path:
     jobs = [["-x", "c++", "-include", str(NATIVE / "cuda_emulation.h"), str(ROOT / "src" / "copy" / f"{k}.cu")]
             for k in KERNELS]
     jobs += [[str(ROOT / "src" / "copy" / f"{name}.cc")] for name in LOOPS]
-    jobs += [[str(NATIVE / "kernel_emulation.cc")], [str(NATIVE / "cuda_emulation_runtime.cc")]]
+    jobs += [[str(NATIVE / f"{name}.cc")] for name in ("kernel_emulation", "cuda_emulation_runtime", "fake_driver")]
     objects = [out / f"{k}.o" for k in range(len(jobs))]
 
     def compile_one(job, obj):
@@ -64,5 +67,5 @@ def test_every_kernel_writes_what_its_cpu_loop_writes(emulator, seed):
                          env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
     said = run.stdout + run.stderr
     assert run.returncode == 0, said[-6000:]
-    for suite in ("segment copy", "affine copy", "transpose copy", "transpose copy with programs"):
+    for suite in ("segment copy", "affine copy", "transpose copy", "transpose copy with programs", "direct launch"):
         assert f"{suite:<30} {CASES} of {CASES} cases equal" in said, said[-6000:]

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "copy/affine_cuda.h"
 #include "copy/copy_cpu.h"
 #include "copy/copy_cuda.h"
+#include "copy/direct_launch.h"
 #include "copy/segments.h"
 #include "copy/transpose.h"
 
@@ -147,46 +149,6 @@ bool Check(const Status& status, const char* what) {
   return false;
 }
 
-// ---------------------------------------------------------------------------- segment copy
-
-bool SegmentCase() {
-  Buffers buffers;
-  std::vector<BufferSegment> segments;
-  std::vector<Written> runs;
-  const int64_t count = Uniform(1, 40);
-  for (int s = 0; s < 4; ++s) buffers.sources.push_back(Noise(Uniform(1, 300000)));
-  for (int d = 0; d < 4; ++d) buffers.destinations.push_back(Noise(Uniform(1, 300000)));
-  std::vector<int64_t> next(4, 0);  // each destination written left to right: rows never overlap
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t src = Uniform(0, 3), dst = Uniform(0, 3);
-    const auto src_size = static_cast<int64_t>(buffers.sources[src].size());
-    const auto dst_size = static_cast<int64_t>(buffers.destinations[dst].size());
-    const int64_t dst_offset = next[dst] + Uniform(0, 17);
-    if (dst_offset >= dst_size) continue;
-    const int64_t bytes = Uniform(1, std::min<int64_t>(std::min(src_size, dst_size - dst_offset), kMaxPieceBytes));
-    const int64_t src_offset = Uniform(0, src_size - bytes);
-    segments.push_back({src, dst, src_offset, dst_offset, bytes, 0});
-    runs.push_back({dst, dst_offset, bytes, -1});
-    next[dst] = dst_offset + bytes;
-  }
-  if (!Check(ValidateBufferSegments(segments.data(), static_cast<int64_t>(segments.size()), buffers.SourceBytes(),
-                                    buffers.DestinationBytes()), "segment rows")) {
-    return false;
-  }
-  std::vector<Bytes> loop = buffers.destinations, kernel = buffers.destinations;
-  const std::vector<const char*> sources = buffers.SourceList();
-  const std::vector<char*> loop_destinations = Buffers::List(&loop);
-  CopyBufferSegmentsOnHost(sources.data(), loop_destinations.data(), segments.data(),
-                           static_cast<int64_t>(segments.size()));
-  if (!Check(LaunchBufferSegmentCopy(nullptr, buffers.Pointers(&kernel), segments.data(),
-                                     static_cast<int64_t>(segments.size())), "segment launch")) {
-    return false;
-  }
-  const std::string difference = Compare(loop, kernel, runs);
-  if (!difference.empty()) std::printf("FAIL segment copy: %s\n", difference.c_str());
-  return difference.empty();
-}
-
 // ---------------------------------------------------------------------------- programs
 
 // Programs and their constants, laid out as one table (AffineTableAt's layout).
@@ -226,60 +188,6 @@ struct Programs {
   }
 };
 
-// ---------------------------------------------------------------------------- affine copy
-
-bool AffineCase() {
-  Programs programs;
-  Buffers buffers;
-  std::vector<AffineRow> rows;
-  std::vector<Written> runs;
-  std::vector<int64_t> source_dtype, destination_dtype;
-  for (int s = 0; s < 3; ++s) {
-    source_dtype.push_back(Uniform(0, 3));
-    buffers.sources.push_back(Elements(AffineDtypeBytes(source_dtype.back()) * Uniform(1, 150000),
-                                       AffineDtypeBytes(source_dtype.back())));
-  }
-  std::vector<int64_t> next;
-  for (int d = 0; d < 3; ++d) {
-    destination_dtype.push_back(Uniform(0, 3));
-    buffers.destinations.push_back(Noise(AffineDtypeBytes(destination_dtype.back()) * Uniform(1, 150000)));
-    next.push_back(0);
-  }
-  const int64_t count = Uniform(1, 12);
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t src = Uniform(0, 2), dst = Uniform(0, 2);
-    const int64_t src_item = AffineDtypeBytes(source_dtype[src]), dst_item = AffineDtypeBytes(destination_dtype[dst]);
-    const int64_t src_elements = static_cast<int64_t>(buffers.sources[src].size()) / src_item;
-    const int64_t dst_elements = static_cast<int64_t>(buffers.destinations[dst].size()) / dst_item;
-    const int64_t dst_element = next[dst] + Uniform(0, 9);
-    if (dst_element >= dst_elements) continue;
-    const int64_t n = Uniform(1, std::min({src_elements, dst_elements - dst_element, kMaxPieceElements}));
-    const int64_t program = programs.Add(source_dtype[src], destination_dtype[dst]);
-    rows.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
-    runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[dst]});
-    next[dst] = dst_element + n;
-  }
-  const AffineTable table = programs.Table();
-  if (!Check(CheckAffineTable(table), "affine table") ||
-      !Check(CheckAffineRowsInBounds(rows.data(), static_cast<int64_t>(rows.size()), table, buffers.SourceBytes(),
-                                     buffers.DestinationBytes()), "affine rows")) {
-    return false;
-  }
-  std::vector<Bytes> loop = buffers.destinations, kernel = buffers.destinations;
-  const std::vector<const char*> sources = buffers.SourceList();
-  const std::vector<char*> loop_destinations = Buffers::List(&loop);
-  AffineCopyOnHost(sources.data(), loop_destinations.data(), rows.data(), static_cast<int64_t>(rows.size()), table);
-  if (!Check(LaunchAffineCopy(nullptr, buffers.Pointers(&kernel), rows.data(), static_cast<int64_t>(rows.size()),
-                              table), "affine launch")) {
-    return false;
-  }
-  const std::string difference = Compare(loop, kernel, runs);
-  if (!difference.empty()) std::printf("FAIL affine copy: %s\n", difference.c_str());
-  return difference.empty();
-}
-
-// ---------------------------------------------------------------------------- transpose copy
-
 int64_t KindSource(int64_t kind) {  // AffineDtype of a kind's source elements (16-bit: bf16 or f16 at random)
   switch (kind) {
     case kTransposeCopy4: case kTransposeF32ToBF16: case kTransposeF32ToF16: return kAffineF32;
@@ -298,85 +206,243 @@ int64_t KindDestination(int64_t kind, int64_t source) {
   }
 }
 
-bool TransposeCase(bool with_programs) {
-  Programs programs;
+// ---------------------------------------------------------------------------- scenes
+
+// Sources and destinations, and the rows of each kind written into them: each kind of row gets
+// destinations of its own, written left to right, so no two rows write one byte.
+struct Scene {
   Buffers buffers;
-  std::vector<TransposeRow> rows;
   std::vector<Written> runs;
-  const int64_t count = Uniform(1, 6);
-  buffers.destinations.push_back({});
-  buffers.destinations.push_back({});
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t kind = Uniform(0, kTransposeKinds - 1);
-    const int64_t src_dtype = KindSource(kind), dst_dtype = KindDestination(kind, src_dtype);
-    // Views of every shape the tiles meet: under one tile, whole tiles, ragged edges, a cast (1 x n).
-    int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
-    int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
-    if (rows_of == 1 && Uniform(0, 1)) cols = Uniform(1, 3 * kCastUnit);  // casts of whole units (the wide path)
-    if (cols == 1 && Uniform(0, 1)) rows_of = Uniform(1, 3 * kCastUnit);
-    const int64_t batch = Uniform(1, 3);
-    const int64_t n = batch * rows_of * cols;
-    const int64_t first = Uniform(0, 2) == 0 ? 0 : Uniform(0, n - 1);
-    const int64_t length = Uniform(0, 2) == 0 ? n - first : Uniform(1, n - first);
-    const int64_t src_item = TransposeSourceItem(kind), dst_item = TransposeDestinationItem(kind);
-    buffers.sources.push_back(Elements(n * src_item + Uniform(0, 3) * src_item, src_item));
-    const int64_t dst = Uniform(0, 1);
-    Bytes& into = buffers.destinations[dst];
-    into.resize((into.size() + dst_item - 1) / dst_item * dst_item, 0x5a);  // rows write whole elements
-    const int64_t dst_offset = static_cast<int64_t>(into.size()) + Uniform(0, 5) * dst_item;
-    const Bytes noise = Noise(dst_offset - static_cast<int64_t>(into.size()) + length * dst_item + Uniform(0, 64));
-    into.insert(into.end(), noise.begin(), noise.end());
-    const int64_t program = with_programs && Uniform(0, 3) != 0 ? programs.Add(src_dtype, dst_dtype) : -1;
-    TransposeRow row{};
-    row.src_index = static_cast<int64_t>(buffers.sources.size()) - 1;
-    row.dst_index = dst;
-    row.dst_offset = dst_offset;
-    row.first = first;
-    row.count = length;
-    row.batch = batch;
-    row.rows = rows_of;
-    row.cols = cols;
-    row.kind = kind;
-    row.program = program;
-    rows.push_back(row);
-    runs.push_back({dst, dst_offset, length * dst_item, dst_dtype});
+  Programs programs;
+  std::vector<BufferSegment> segments, bulk;
+  std::vector<AffineRow> affines;
+  std::vector<TransposeRow> transposes;
+
+  int64_t AddSource(Bytes bytes) {
+    buffers.sources.push_back(std::move(bytes));
+    return static_cast<int64_t>(buffers.sources.size()) - 1;
   }
-  for (Bytes& b : buffers.destinations) {
-    if (b.empty()) b = Noise(1);
+  int64_t AddDestination(Bytes bytes) {
+    buffers.destinations.push_back(std::move(bytes));
+    return static_cast<int64_t>(buffers.destinations.size()) - 1;
   }
-  const AffineTable table = programs.Table();
-  int64_t units = 0;
-  if (!Check(CheckAffineTable(table), "transpose programs") ||
-      !Check(CheckTransposeRows(rows.data(), static_cast<int64_t>(rows.size()), buffers.SourceBytes(),
-                                buffers.DestinationBytes(), table, &units), "transpose rows")) {
-    return false;
+
+  // Byte rows (the segment copy's), into two destinations of their own.
+  void AddSegments(std::vector<BufferSegment>* into, int64_t count, int64_t max_bytes) {
+    std::vector<int64_t> srcs, dsts, next;
+    for (int k = 0; k < 2; ++k) srcs.push_back(AddSource(Noise(Uniform(1, 300000))));
+    for (int k = 0; k < 2; ++k) dsts.push_back(AddDestination(Noise(Uniform(1, 300000))));
+    next.assign(2, 0);
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t s = Uniform(0, 1), d = Uniform(0, 1), src = srcs[s], dst = dsts[d];
+      const auto src_size = static_cast<int64_t>(buffers.sources[src].size());
+      const auto dst_size = static_cast<int64_t>(buffers.destinations[dst].size());
+      const int64_t dst_offset = next[d] + Uniform(0, 17);
+      if (dst_offset >= dst_size) continue;
+      const int64_t bytes = Uniform(1, std::min({src_size, dst_size - dst_offset, max_bytes}));
+      into->push_back({src, dst, Uniform(0, src_size - bytes), dst_offset, bytes, 0});
+      runs.push_back({dst, dst_offset, bytes, -1});
+      next[d] = dst_offset + bytes;
+    }
   }
-  SortTransposeRows(&rows);
-  if (!Check(CheckTransposeRows(rows.data(), static_cast<int64_t>(rows.size()), buffers.SourceBytes(),
-                                buffers.DestinationBytes(), table, &units), "sorted transpose rows")) {
-    return false;
+
+  // Rows through random programs, between sources and destinations of random dtypes.
+  void AddAffines(int64_t count) {
+    std::vector<int64_t> srcs, dsts, source_dtype, destination_dtype, next;
+    for (int k = 0; k < 3; ++k) {
+      source_dtype.push_back(Uniform(0, 3));
+      const int64_t item = AffineDtypeBytes(source_dtype.back());
+      srcs.push_back(AddSource(Elements(item * Uniform(1, 150000), item)));
+      destination_dtype.push_back(Uniform(0, 3));
+      dsts.push_back(AddDestination(Noise(AffineDtypeBytes(destination_dtype.back()) * Uniform(1, 150000))));
+      next.push_back(0);
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t s = Uniform(0, 2), d = Uniform(0, 2), src = srcs[s], dst = dsts[d];
+      const int64_t src_item = AffineDtypeBytes(source_dtype[s]), dst_item = AffineDtypeBytes(destination_dtype[d]);
+      const int64_t src_elements = static_cast<int64_t>(buffers.sources[src].size()) / src_item;
+      const int64_t dst_elements = static_cast<int64_t>(buffers.destinations[dst].size()) / dst_item;
+      const int64_t dst_element = next[d] + Uniform(0, 9);
+      if (dst_element >= dst_elements) continue;
+      const int64_t n = Uniform(1, std::min({src_elements, dst_elements - dst_element, kMaxPieceElements}));
+      const int64_t program = programs.Add(source_dtype[s], destination_dtype[d]);
+      affines.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
+      runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[d]});
+      next[d] = dst_element + n;
+    }
   }
-  std::vector<Bytes> loop = buffers.destinations, kernel = buffers.destinations;
-  const std::vector<const char*> sources = buffers.SourceList();
-  const std::vector<char*> loop_destinations = Buffers::List(&loop);
-  CopyTransposeRowsOnHost(sources.data(), loop_destinations.data(), rows.data(), static_cast<int64_t>(rows.size()),
-                          table);
-  if (!Check(LaunchTransposeRows(nullptr, buffers.Pointers(&kernel), rows.data(), rows.data(),
-                                 static_cast<int64_t>(rows.size()), units, table), "transpose launch")) {
-    return false;
+
+  // Transposed and cast views of every shape the tiles meet (under one tile, whole tiles,
+  // ragged edges, casts of whole units), plain or through programs.
+  void AddTransposes(int64_t count, bool with_programs) {
+    const int64_t dsts[2] = {AddDestination({}), AddDestination({})};
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t kind = Uniform(0, kTransposeKinds - 1);
+      const int64_t src_dtype = KindSource(kind), dst_dtype = KindDestination(kind, src_dtype);
+      int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+      int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+      if (rows_of == 1 && Uniform(0, 1)) cols = Uniform(1, 3 * kCastUnit);  // casts of whole units (the wide path)
+      if (cols == 1 && Uniform(0, 1)) rows_of = Uniform(1, 3 * kCastUnit);
+      const int64_t batch = Uniform(1, 3);
+      const int64_t n = batch * rows_of * cols;
+      const int64_t first = Uniform(0, 2) == 0 ? 0 : Uniform(0, n - 1);
+      const int64_t length = Uniform(0, 2) == 0 ? n - first : Uniform(1, n - first);
+      const int64_t src_item = TransposeSourceItem(kind), dst_item = TransposeDestinationItem(kind);
+      const int64_t src = AddSource(Elements(n * src_item + Uniform(0, 3) * src_item, src_item));
+      const int64_t dst = dsts[Uniform(0, 1)];
+      Bytes& into = buffers.destinations[dst];
+      into.resize((into.size() + dst_item - 1) / dst_item * dst_item, 0x5a);  // rows write whole elements
+      const int64_t dst_offset = static_cast<int64_t>(into.size()) + Uniform(0, 5) * dst_item;
+      const Bytes noise = Noise(dst_offset - static_cast<int64_t>(into.size()) + length * dst_item + Uniform(0, 64));
+      into.insert(into.end(), noise.begin(), noise.end());
+      TransposeRow row{};
+      row.src_index = src;
+      row.dst_index = dst;
+      row.dst_offset = dst_offset;
+      row.first = first;
+      row.count = length;
+      row.batch = batch;
+      row.rows = rows_of;
+      row.cols = cols;
+      row.kind = kind;
+      row.program = with_programs && Uniform(0, 3) != 0 ? programs.Add(src_dtype, dst_dtype) : -1;
+      transposes.push_back(row);
+      runs.push_back({dst, dst_offset, length * dst_item, dst_dtype});
+    }
+    for (int64_t d : dsts) {
+      if (buffers.destinations[d].empty()) buffers.destinations[d] = Noise(16);
+    }
   }
-  const std::string difference = Compare(loop, kernel, runs);
-  if (!difference.empty()) {
-    std::printf("FAIL transpose copy%s: %s\n", with_programs ? " with programs" : "", difference.c_str());
-    for (const TransposeRow& r : rows) {
-      std::printf("  row: src %ld dst %ld at %ld first %ld count %ld shape %ldx%ldx%ld kind %ld program %ld\n",
+
+  int64_t Count(const std::vector<BufferSegment>& rows) const { return static_cast<int64_t>(rows.size()); }
+
+  // Every row of the scene by the CPU loops (IEEE arithmetic: no flush of subnormals, as the GPU).
+  std::vector<Bytes> ByLoops() {
+    std::vector<Bytes> out = buffers.destinations;
+    const std::vector<const char*> sources = buffers.SourceList();
+    const std::vector<char*> destinations = Buffers::List(&out);
+    CopyBufferSegmentsOnHost(sources.data(), destinations.data(), bulk.data(), Count(bulk));
+    CopyBufferSegmentsOnHost(sources.data(), destinations.data(), segments.data(), Count(segments));
+    CopyTransposeRowsOnHost(sources.data(), destinations.data(), transposes.data(),
+                            static_cast<int64_t>(transposes.size()), programs.Table());
+    AffineCopyOnHost(sources.data(), destinations.data(), affines.data(), static_cast<int64_t>(affines.size()),
+                     programs.Table());
+    return out;
+  }
+
+  bool Same(const std::vector<Bytes>& loop, const std::vector<Bytes>& kernel, const char* what) const {
+    const std::string difference = Compare(loop, kernel, runs);
+    if (difference.empty()) return true;
+    std::printf("FAIL %s: %s\n", what, difference.c_str());
+    for (const TransposeRow& r : transposes) {
+      std::printf("  transpose row: src %ld dst %ld at %ld first %ld count %ld shape %ldx%ldx%ld kind %ld program %ld\n",
                   static_cast<long>(r.src_index), static_cast<long>(r.dst_index), static_cast<long>(r.dst_offset),
                   static_cast<long>(r.first), static_cast<long>(r.count), static_cast<long>(r.batch),
                   static_cast<long>(r.rows), static_cast<long>(r.cols), static_cast<long>(r.kind),
                   static_cast<long>(r.program));
     }
+    return false;
   }
-  return difference.empty();
+};
+
+// ---------------------------------------------------------------------------- one kernel at a time
+
+bool SegmentCase() {
+  Scene scene;
+  scene.AddSegments(&scene.segments, Uniform(1, 40), kMaxPieceBytes);
+  if (!Check(ValidateBufferSegments(scene.segments.data(), scene.Count(scene.segments), scene.buffers.SourceBytes(),
+                                    scene.buffers.DestinationBytes()), "segment rows")) {
+    return false;
+  }
+  const std::vector<Bytes> loop = scene.ByLoops();
+  std::vector<Bytes> kernel = scene.buffers.destinations;
+  return Check(LaunchBufferSegmentCopy(nullptr, scene.buffers.Pointers(&kernel), scene.segments.data(),
+                                       scene.Count(scene.segments)), "segment launch") &&
+         scene.Same(loop, kernel, "segment copy");
+}
+
+bool AffineCase() {
+  Scene scene;
+  scene.AddAffines(Uniform(1, 12));
+  const AffineTable table = scene.programs.Table();
+  const auto count = static_cast<int64_t>(scene.affines.size());
+  if (!Check(CheckAffineTable(table), "affine table") ||
+      !Check(CheckAffineRowsInBounds(scene.affines.data(), count, table, scene.buffers.SourceBytes(),
+                                     scene.buffers.DestinationBytes()), "affine rows")) {
+    return false;
+  }
+  const std::vector<Bytes> loop = scene.ByLoops();
+  std::vector<Bytes> kernel = scene.buffers.destinations;
+  return Check(LaunchAffineCopy(nullptr, scene.buffers.Pointers(&kernel), scene.affines.data(), count, table),
+               "affine launch") &&
+         scene.Same(loop, kernel, "affine copy");
+}
+
+bool TransposeCase(bool with_programs) {
+  Scene scene;
+  scene.AddTransposes(Uniform(1, 6), with_programs);
+  const AffineTable table = scene.programs.Table();
+  std::vector<TransposeRow>& rows = scene.transposes;
+  int64_t units = 0;
+  if (!Check(CheckAffineTable(table), "transpose programs") ||
+      !Check(CheckTransposeRows(rows.data(), static_cast<int64_t>(rows.size()), scene.buffers.SourceBytes(),
+                                scene.buffers.DestinationBytes(), table, &units), "transpose rows")) {
+    return false;
+  }
+  SortTransposeRows(&rows);  // one launch per kind, as DirectCopy sorts them; their units again
+  if (!Check(CheckTransposeRows(rows.data(), static_cast<int64_t>(rows.size()), scene.buffers.SourceBytes(),
+                                scene.buffers.DestinationBytes(), table, &units), "sorted transpose rows")) {
+    return false;
+  }
+  const std::vector<Bytes> loop = scene.ByLoops();
+  std::vector<Bytes> kernel = scene.buffers.destinations;
+  return Check(LaunchTransposeRows(nullptr, scene.buffers.Pointers(&kernel), rows.data(), rows.data(),
+                                   static_cast<int64_t>(rows.size()), units, table), "transpose launch") &&
+         scene.Same(loop, kernel, with_programs ? "transpose copy with programs" : "transpose copy");
+}
+
+// ---------------------------------------------------------------------------- the direct launch
+
+// Every kind of row in one DirectCopy on the emulated device (fake_driver.cc: device memory is
+// host memory): its one device table (rows, transposes, affine rows, affine tables), the bulk
+// rows as driver copies, one launch per kernel, against the CPU loops on the same rows.
+bool DirectCase() {
+  Scene scene;
+  scene.AddSegments(&scene.bulk, Uniform(0, 4), int64_t{1} << 20);
+  scene.AddSegments(&scene.segments, Uniform(0, 20), kMaxPieceBytes);
+  scene.AddTransposes(Uniform(0, 4), true);
+  scene.AddAffines(Uniform(0, 6));
+  std::vector<Bytes> kernel = scene.buffers.destinations;
+  DirectChunk chunk;
+  for (size_t s = 0; s < scene.buffers.sources.size(); ++s) chunk.source_slots.push_back(static_cast<int64_t>(s));
+  for (Bytes& d : kernel) {
+    chunk.destinations.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(d.data())));
+    chunk.destination_bytes.push_back(static_cast<int64_t>(d.size()));
+  }
+  chunk.bulk = scene.bulk;
+  chunk.rows = scene.segments;
+  chunk.transposes = scene.transposes;
+  chunk.affines = scene.affines;
+  chunk.affine_programs = static_cast<int64_t>(scene.programs.programs.size());
+  const auto* program_words = reinterpret_cast<const int64_t*>(scene.programs.programs.data());
+  chunk.affine_table.assign(program_words, program_words + chunk.affine_programs * sizeof(AffineProgram) / 8);
+  for (double c : scene.programs.constants) {
+    int64_t word;
+    std::memcpy(&word, &c, 8);
+    chunk.affine_table.push_back(word);
+  }
+  std::unique_ptr<DirectCopy> copy;
+  if (!Check(DirectCopy::Make(0, scene.buffers.SourceBytes(), {chunk}, &copy), "direct copy make")) return false;
+  std::vector<int64_t> sources;
+  for (const Bytes& b : scene.buffers.sources) sources.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.data())));
+  if (!Check(copy->Run(sources.data(), static_cast<int64_t>(sources.size()), nullptr), "direct copy run")) return false;
+  int64_t units = 0;  // the loop's rows checked too: the check fills in what the loop reads of them
+  if (!Check(CheckTransposeRows(scene.transposes.data(), static_cast<int64_t>(scene.transposes.size()),
+                                scene.buffers.SourceBytes(), scene.buffers.DestinationBytes(), scene.programs.Table(),
+                                &units), "transpose rows")) {
+    return false;
+  }
+  return scene.Same(scene.ByLoops(), kernel, "direct launch");
 }
 
 }  // namespace
@@ -394,7 +460,8 @@ int main(int argc, char** argv) {
   const Suite suites[] = {{"segment copy", SegmentCase},
                           {"affine copy", AffineCase},
                           {"transpose copy", [] { return TransposeCase(false); }},
-                          {"transpose copy with programs", [] { return TransposeCase(true); }}};
+                          {"transpose copy with programs", [] { return TransposeCase(true); }},
+                          {"direct launch", DirectCase}};
   int failed = 0;
   for (const Suite& suite : suites) {
     int passed = 0;
