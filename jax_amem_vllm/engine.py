@@ -98,7 +98,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
         every update, so the trainer's swap program is built once per group). The trainer's view
-        leaves out a vocabulary's padding rows (zero, as vLLM loads them); `whole` includes them."""
+        leaves out a vocabulary's padding rows (the commit zeroes them); `whole` includes them."""
         out = {}
         for t in self.layout.groups[group]:
             dtype = getattr(torch, t.dtype)
@@ -206,6 +206,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         staged = self.staged(group, whole=True)
         layout = self.layout
         with torch.no_grad():
+            for t in layout.groups[group]:
+                if t.rows is not None:
+                    # The trainer writes only a padded vocabulary's real rows, and the staging
+                    # buffer is shared by every group: the padding rows hold what the previous
+                    # update's later groups left there. vLLM loads zeros into them.
+                    staged[t.name][t.rows:].zero_()
             for t in layout.groups[group]:
                 if not t.processed:
                     module, attr = layout.owners[t.name]

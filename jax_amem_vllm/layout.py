@@ -46,7 +46,8 @@ class Describe:
 
 def visible_shape(t: Tensor) -> tuple[int, ...]:
     """What the trainer writes: vLLM pads a vocabulary to a multiple of 64 rows and loads zeros
-    into the padding; the staging buffer starts zeroed and the trainer writes only the real rows."""
+    into the padding; the trainer writes only the real rows, and the commit zeroes the padding
+    rows of the staging buffer (which other groups share) before it copies them in."""
     return t.shape if t.rows is None else (t.rows, *t.shape[1:])
 
 

@@ -7,7 +7,9 @@ serve (`make test-vllm`), each from a Flax-style trainer tree with `family=`:
 * Gemma2: tied head (vLLM has no `lm_head`: its logits read the embedding), four norms per layer
   (GemmaRMSNorm's 1 + w), attention and final logit soft-capping. TP=1.
 * GPT-2: tied head, LayerNorm weights and biases, output biases, learned positions (`wpe`, a
-  plain torch Embedding), fused `c_attn`, no gated MLP. TP=1.
+  plain torch Embedding), fused `c_attn`, no gated MLP; a vocabulary of 300, which vLLM pads to
+  320 rows (GPT-2's 50257 is no multiple of 64 either), so at TP=2 the second rank's 160 rows
+  end in 20 padding rows the trainer does not write. TP=1 and TP=2.
 
 One engine per family and tensor-parallel size, shared by the module. Each starts from the
 checkpoint of version 2, and its parameters as vLLM's own loader made them are the oracle.
@@ -38,7 +40,7 @@ from test_vllm_tp import as_jax, engine_env, ranks_params, shut  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 KV = {"qwen2": 1, "gemma2": vm.KV, "gpt2": vm.heads("gpt2")}   # GPT-2 has no grouped KV heads
-CASES = [("qwen2", 1), ("gemma2", 1), ("gpt2", 1), ("qwen2", 2)]
+CASES = [("qwen2", 1), ("gemma2", 1), ("gpt2", 1), ("qwen2", 2), ("gemma2", 2), ("gpt2", 2)]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-tp{tp}" for f, tp in CASES])
@@ -67,7 +69,9 @@ def test_two_versions_equal_transformers_and_vllms_own_load(engine):
     vocabulary rows; norms, biases of row-parallel layers and GPT-2's positions whole). After
     version 1 some parameter differs from the oracle's; after version 2 the tokens, the top-5
     logprobs of every step (the packed linear layers keep no parameter) and every parameter of
-    every rank equal the oracle's."""
+    every rank equal the oracle's, GPT-2's vocabulary padding rows included: the staging buffer
+    is shared by every group, so the commit zeroes the rows the trainer does not write (they
+    held what the previous update's last groups left there)."""
     llm, family, tp, trees, oracle = (engine[k] for k in ("llm", "family", "tp", "trees", "oracle"))
     amem = jv.connect(llm, as_jax(trees[1]), family=family, source="flax", timeout=120)
     assert amem.transport == ("in_process" if tp == 1 else "shared_memory") and len(amem.ranks) == tp
@@ -78,14 +82,19 @@ def test_two_versions_equal_transformers_and_vllms_own_load(engine):
     has_bias = family in ("qwen2", "gpt2")
     assert [s for n, s in staged.items() if n.endswith(f"{fused}.bias")] == [[qkv]] * (vm.L * has_bias)
     assert ("lm_head.weight" in staged) == (not vm.tied(family))
+    embed = next(t for g in amem.description["groups"] for t in g if t["name"].endswith(("embed_tokens.weight", "wte.weight")))
+    padded = -(-vm.vocab(family) // 64) * 64    # vLLM pads the vocabulary to a multiple of 64 rows
+    assert embed["loaded"] == [padded // tp, vm.D] and embed["shape"] == [min(vm.vocab(family), padded // tp), vm.D]
     theirs = oracle["params"]
     for version in (1, 2):
         report = amem.update(as_jax(trees[version]))
         assert report.version == version and report.groups == vm.L + 2
         hf = vm.hf_model(family, trees[version])
-        assert vm.greedy(llm) == [vm.hf_greedy(hf, p, vm.NEW_TOKENS) for p in vm.PROMPTS], f"version {version}"
+        tokens = vm.greedy(llm)
+        assert tokens == [vm.hf_greedy(hf, p, vm.NEW_TOKENS) for p in vm.PROMPTS], f"version {version}"
         ours = [state for _, state in ranks_params(llm)]
         if version == 1:
+            assert tokens != oracle["greedy"][0]
             assert not all(torch.equal(ours[r][n], theirs[r][n]) for r in range(tp) for n in ours[r])
     assert vm.greedy(llm, logprobs=5) == oracle["greedy"]
     amem.close()

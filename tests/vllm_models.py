@@ -21,6 +21,21 @@ L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
 E, I = 4, 64  # MoE: experts, expert width
 MOE = ("qwen3_moe", "mixtral")
 P = 256  # positions (GPT-2's learned ones; every model's max_position_embeddings)
+# GPT-2's vocabulary (50257) is no multiple of 64: vLLM pads its embedding to one (here 300 ->
+# 320 rows, zeros in the padding), and at TP=2 the last rank holds the padding rows.
+PADDED_V = {"gpt2": 300}
+
+
+def vocab(family: str) -> int:
+    return PADDED_V.get(family, V)
+
+
+def embedding_scale(family: str) -> float:
+    """A tied head's logits are the last hidden state against the embedding: with unit-scale
+    embeddings the token's own row dominates the residual stream, and greedy decoding repeats
+    the prompt's last token whatever the layers hold (no check against transformers could fail).
+    Small tied embeddings leave the layers to choose the tokens."""
+    return 0.05 if tied(family) else 1.0
 
 
 def heads(family: str) -> int:
@@ -59,7 +74,7 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
         for n in ("input_norm", "post_attn_norm"):
             layers[n]["bias"] = bias(L, D)
         layers["mlp"] = {"fc": {"kernel": w(L, D, F), "bias": bias(L, F)}, "down": {"kernel": w(L, F, D), "bias": bias(L, D)}}
-        tree = {"embed": {"embedding": w(V, D, scale=1.0)}, "pos_embed": {"embedding": w(P, D, scale=0.1)},
+        tree = {"embed": {"embedding": w(vocab(family), D, scale=embedding_scale(family))}, "pos_embed": {"embedding": w(P, D, scale=0.1)},
                 "layers": layers, "final_norm": {"scale": norm(D), "bias": bias(D)}}
         return tree
     if family in MOE:
@@ -69,7 +84,7 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     else:
         layers["mlp"] = {"gate": {"kernel": w(L, D, F)}, "up": {"kernel": w(L, D, F)},
                          "down": {"kernel": w(L, F, D)}}
-    tree = {"embed": {"embedding": w(V, D, scale=1.0)}, "layers": layers, "final_norm": {"scale": norm(D)}}
+    tree = {"embed": {"embedding": w(V, D, scale=embedding_scale(family))}, "layers": layers, "final_norm": {"scale": norm(D)}}
     if not tied(family):
         tree["lm_head"] = {"kernel": w(D, V)}
     return tree
@@ -154,7 +169,7 @@ def hf_config(family: str, kv: int = KV):
     if family == "gemma2":   # eager attention: transformers soft-caps the attention logits only there
         return T.Gemma2Config(**base, query_pre_attn_scalar=HD, attn_implementation="eager"), T.Gemma2ForCausalLM
     if family == "gpt2":
-        return (T.GPT2Config(vocab_size=V, n_positions=P, n_embd=D, n_layer=L, n_head=heads(family), n_inner=F,
+        return (T.GPT2Config(vocab_size=vocab(family), n_positions=P, n_embd=D, n_layer=L, n_head=heads(family), n_inner=F,
                              tie_word_embeddings=True), T.GPT2LMHeadModel)
     if family == "qwen3":
         return T.Qwen3Config(**base), T.Qwen3ForCausalLM
