@@ -82,7 +82,8 @@ def test_two_versions_equal_transformers_and_vllms_own_load(engine):
     has_bias = family in ("qwen2", "gpt2")
     assert [s for n, s in staged.items() if n.endswith(f"{fused}.bias")] == [[qkv]] * (vm.L * has_bias)
     assert ("lm_head.weight" in staged) == (not vm.tied(family))
-    embed = next(t for g in amem.description["groups"] for t in g if t["name"].endswith(("embed_tokens.weight", "wte.weight")))
+    embed = next(t for g in amem.description["groups"] for t in g
+                 if t["name"].endswith(("embed_tokens.weight", "wte.weight")))
     padded = -(-vm.vocab(family) // 64) * 64    # vLLM pads the vocabulary to a multiple of 64 rows
     assert embed["loaded"] == [padded // tp, vm.D] and embed["shape"] == [min(vm.vocab(family), padded // tp), vm.D]
     theirs = oracle["params"]

@@ -73,10 +73,11 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
         attn["o"]["bias"] = bias(L, D)
         for n in ("input_norm", "post_attn_norm"):
             layers[n]["bias"] = bias(L, D)
-        layers["mlp"] = {"fc": {"kernel": w(L, D, F), "bias": bias(L, F)}, "down": {"kernel": w(L, F, D), "bias": bias(L, D)}}
-        tree = {"embed": {"embedding": w(vocab(family), D, scale=embedding_scale(family))}, "pos_embed": {"embedding": w(P, D, scale=0.1)},
-                "layers": layers, "final_norm": {"scale": norm(D), "bias": bias(D)}}
-        return tree
+        layers["mlp"] = {"fc": {"kernel": w(L, D, F), "bias": bias(L, F)},
+                         "down": {"kernel": w(L, F, D), "bias": bias(L, D)}}
+        return {"embed": {"embedding": w(vocab(family), D, scale=embedding_scale(family))},
+                "pos_embed": {"embedding": w(P, D, scale=0.1)}, "layers": layers,
+                "final_norm": {"scale": norm(D), "bias": bias(D)}}
     if family in MOE:
         layers["moe"] = {"router": {"kernel": w(L, D, E)},
                          "experts": {"gate": {"kernel": w(L, E, D, I)}, "up": {"kernel": w(L, E, D, I)},
@@ -84,7 +85,8 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     else:
         layers["mlp"] = {"gate": {"kernel": w(L, D, F)}, "up": {"kernel": w(L, D, F)},
                          "down": {"kernel": w(L, F, D)}}
-    tree = {"embed": {"embedding": w(V, D, scale=embedding_scale(family))}, "layers": layers, "final_norm": {"scale": norm(D)}}
+    tree = {"embed": {"embedding": w(V, D, scale=embedding_scale(family))}, "layers": layers,
+            "final_norm": {"scale": norm(D)}}
     if not tied(family):
         tree["lm_head"] = {"kernel": w(D, V)}
     return tree
@@ -169,8 +171,8 @@ def hf_config(family: str, kv: int = KV):
     if family == "gemma2":   # eager attention: transformers soft-caps the attention logits only there
         return T.Gemma2Config(**base, query_pre_attn_scalar=HD, attn_implementation="eager"), T.Gemma2ForCausalLM
     if family == "gpt2":
-        return (T.GPT2Config(vocab_size=vocab(family), n_positions=P, n_embd=D, n_layer=L, n_head=heads(family), n_inner=F,
-                             tie_word_embeddings=True), T.GPT2LMHeadModel)
+        return (T.GPT2Config(vocab_size=vocab(family), n_positions=P, n_embd=D, n_layer=L, n_head=heads(family),
+                             n_inner=F, tie_word_embeddings=True), T.GPT2LMHeadModel)
     if family == "qwen3":
         return T.Qwen3Config(**base), T.Qwen3ForCausalLM
     if family == "mixtral":
@@ -222,12 +224,14 @@ def _gpt2_state(tree: dict, t) -> dict:
     """GPT-2's checkpoint names for a Flax-style tree: Conv1D kernels stay (in, out), q/k/v fused
     side by side in c_attn."""
     lay = tree["layers"]
-    state = {"transformer.wte.weight": t(tree["embed"]["embedding"]), "transformer.wpe.weight": t(tree["pos_embed"]["embedding"]),
-             "transformer.ln_f.weight": t(tree["final_norm"]["scale"]), "transformer.ln_f.bias": t(tree["final_norm"]["bias"])}
+    state = {"transformer.wte.weight": t(tree["embed"]["embedding"]),
+             "transformer.wpe.weight": t(tree["pos_embed"]["embedding"]),
+             "transformer.ln_f.weight": t(tree["final_norm"]["scale"]),
+             "transformer.ln_f.bias": t(tree["final_norm"]["bias"])}
     for i in range(L):
         p, a = f"transformer.h.{i}.", lay["attn"]
-        for key in ("kernel", "bias"):
-            state[p + f"attn.c_attn.{key.replace('kernel', 'weight')}"] = t(np.concatenate([a[x][key][i] for x in "qkv"], axis=-1))
+        for key, name in (("kernel", "weight"), ("bias", "bias")):
+            state[p + f"attn.c_attn.{name}"] = t(np.concatenate([a[x][key][i] for x in "qkv"], axis=-1))
         for name, part in (("attn.c_proj", a["o"]), ("mlp.c_fc", lay["mlp"]["fc"]), ("mlp.c_proj", lay["mlp"]["down"]),
                            ("ln_1", lay["input_norm"]), ("ln_2", lay["post_attn_norm"])):
             for key, value in part.items():
