@@ -9,7 +9,9 @@ serve (`make test-vllm`), each from a Flax-style trainer tree with `family=`:
 * DeepSeek (V3 naming): multi-head latent attention (q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
   kv_b_proj; vLLM derives the attention layer's W_UK_T and W_UV from kv_b_proj after loading,
   and the commit derives them again), a dense layer then an MoE layer with a shared expert and
-  the router's score-correction bias. TP=1; its tokens are checked against vLLM's own load only
+  the router's score-correction bias; the derived tensors given storage of their own first (as
+  where kv_b_proj is quantized), so a commit that did not derive them again would leave them
+  stale. TP=1 and TP=2 (one head per rank); its tokens are checked against vLLM's own load only
   (vLLM-CPU's MLA differs from transformers', docs/limits.md).
 * GPT-2: tied head, LayerNorm weights and biases, output biases, learned positions (`wpe`, a
   plain torch Embedding), fused `c_attn`, no gated MLP; a vocabulary of 300, which vLLM pads to
@@ -19,7 +21,9 @@ serve (`make test-vllm`), each from a Flax-style trainer tree with `family=`:
 One engine per family and tensor-parallel size, shared by the module. Each starts from the
 checkpoint of version 2, and its parameters as vLLM's own loader made them are the oracle.
 jax-amem then writes versions 1 and 2: greedy tokens equal transformers' with the same weights
-at each (DeepSeek: version 1's differ from the oracle's), and after version 2 every parameter of every rank is bit-identical to the oracle's.
+at each (DeepSeek: version 1's differ from the oracle's), and after version 2 every parameter
+of every rank is bit-identical to the oracle's. The tied models' embeddings are small
+(vllm_models.embedding_scale), so their greedy tokens are not the prompt's last token repeated.
 
 Skips cleanly where vllm is not importable.
 """
@@ -48,7 +52,10 @@ KV = {"qwen2": 1, "gemma2": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV} 
 # vLLM-CPU's MLA attention computes other logits than transformers' DeepSeek-V3 for the same
 # checkpoint (docs/limits.md): there vLLM's own load of each version is the only oracle.
 DIFFERS_FROM_TRANSFORMERS = ("deepseek",)
-CASES = [("qwen2", 1), ("gemma2", 1), ("gpt2", 1), ("deepseek", 1), ("qwen2", 2), ("gemma2", 2), ("gpt2", 2)]
+# TP=2 where it cuts something TP=1 does not: Qwen2's qkv bias and replicated KV head, GPT-2's
+# padded vocabulary (the padding on the last rank), DeepSeek's MLA heads. Gemma2's tensors are
+# cut as tied Qwen3's (tests/test_vllm_tp.py).
+CASES = [("qwen2", 1), ("gemma2", 1), ("gpt2", 1), ("deepseek", 1), ("qwen2", 2), ("gpt2", 2), ("deepseek", 2)]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-tp{tp}" for f, tp in CASES])
@@ -102,7 +109,7 @@ def test_two_versions_equal_transformers_and_vllms_own_load(engine):
     qkv, width = (vm.heads(family) // tp + 2 * max(1, KV[family] // tp)) * vm.HD, vm.D
     fused = {"gpt2": "attn.c_attn", "deepseek": "self_attn.kv_b_proj"}.get(family, "self_attn.qkv_proj")
     if family == "deepseek":   # the latent's up-projection: each head's no-rope key and value
-        qkv, width = vm.heads(family) * (vm.NOPE + vm.HD), vm.R
+        qkv, width = vm.heads(family) // tp * (vm.NOPE + vm.HD), vm.R
     assert [s for n, s in staged.items() if n.endswith(f"{fused}.weight")] == [[qkv, width]] * vm.L
     has_bias = family in ("qwen2", "gpt2")
     assert [s for n, s in staged.items() if n.endswith(f"{fused}.bias")] == [[qkv]] * (vm.L * has_bias)
