@@ -9,8 +9,9 @@ Mixtral), and vLLM's Qwen2 and GPT-2 take head_dim as hidden // heads (a config'
 not read).
 
 Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma2 (tied; its
-pre/post feed-forward norms, soft-capping from transformers' defaults) and gpt2 (tied; biases,
-LayerNorms, learned positions, a plain fc/down MLP).
+pre/post feed-forward norms, soft-capping from transformers' defaults), gpt2 (tied; biases,
+LayerNorms, learned positions, a plain fc/down MLP, a padded vocabulary) and deepseek (MLA, a
+dense stack then an MoE stack with shared experts).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     if family == "deepseek":   # a dense stack of one layer, then the MoE stack
         return {"embed": {"embedding": w(V, D, scale=1.0)}, "dense_layers": _deepseek_layers(1, False, w, norm, bias),
                 "moe_layers": _deepseek_layers(L - 1, True, w, norm, bias), "final_norm": {"scale": norm(D)},
-                "lm_head": {"kernel": w(D, V)}}
+                "lm_head": {"kernel": w(D, V)}}   # untied, as DeepSeek's
     attn = {"q": {"kernel": w(L, D, h * HD)}, "k": {"kernel": w(L, D, kv * HD)},
             "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, h * HD, D)}}
     if family in ("qwen3", "qwen3_moe"):
@@ -109,7 +110,8 @@ def _deepseek_layers(n: int, moe: bool, w, norm, bias) -> dict:
             "o": {"kernel": w(n, h * HD, D)}}
     layers = {"attn": attn, "input_norm": {"scale": norm(n, D)}, "post_attn_norm": {"scale": norm(n, D)}}
     if not moe:
-        layers["mlp"] = {x: {"kernel": w(n, *shape)} for x, shape in (("gate", (D, F)), ("up", (D, F)), ("down", (F, D)))}
+        layers["mlp"] = {x: {"kernel": w(n, *shape)}
+                         for x, shape in (("gate", (D, F)), ("up", (D, F)), ("down", (F, D)))}
         return layers
     layers["moe"] = {"router": {"kernel": w(n, D, E), "bias": bias(n, E)},
                      "experts": {x: {"kernel": w(n, E, *shape)} for x, shape in (("gate", (D, I)), ("up", (D, I)),
@@ -229,8 +231,8 @@ def hf_model(family: str, tree: dict):
         return _loaded(model, _gpt2_state(tree, t))
     state = {"model.embed_tokens.weight": t(tree["embed"]["embedding"]), "model.norm.weight": t(tree["final_norm"]["scale"])}
     state["lm_head.weight"] = t(tree["lm_head"]["kernel"].T if "lm_head" in tree else tree["embed"]["embedding"])
-    # (layer number, its stack, its index there): DeepSeek's dense stack, then its MoE stack
-    layers = [(lay, j) for lay in stacks for j in range(next(iter(lay["input_norm"].values())).shape[0])]
+    # (stack, index in it) per layer number: DeepSeek's dense stack, then its MoE stack
+    layers = [(lay, j) for lay in stacks for j in range(lay["input_norm"]["scale"].shape[0])]
     for n, (lay, i) in enumerate(layers):
         p = f"model.layers.{n}."
         mla = {"q": "q_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj", "o": "o_proj"}
