@@ -98,7 +98,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
         every update, so the trainer's swap program is built once per group). The trainer's view
-        leaves out a vocabulary's padding rows (zero, as vLLM loads them); `whole` includes them."""
+        leaves out a vocabulary's padding rows (the commit zeroes them); `whole` includes them."""
         out = {}
         for t in self.layout.groups[group]:
             dtype = getattr(torch, t.dtype)
@@ -207,6 +207,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         layout = self.layout
         with torch.no_grad():
             for t in layout.groups[group]:
+                if t.rows is not None:
+                    # The trainer writes only a padded vocabulary's real rows, and the staging
+                    # buffer is shared by every group: the padding rows hold what the previous
+                    # update's later groups left there. vLLM loads zeros into them.
+                    staged[t.name][t.rows:].zero_()
+            for t in layout.groups[group]:
                 if not t.processed:
                     module, attr = layout.owners[t.name]
                     getattr(module, attr).data.copy_(staged[t.name])
@@ -215,6 +221,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                                    if m is module and name in staged})
             for module, names in layout.followers.get(group, []):
                 reprocess(module, {attr: staged[name] for attr, name in names.items()})
+            for module in layout.derivers.get(group, []):   # after the modules it reads, as at load
+                module.process_weights_after_loading(self.vllm_config.model_config.dtype)
 
     def _refuse(self, why: str) -> None:
         self.refusal_reason = why

