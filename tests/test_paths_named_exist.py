@@ -35,6 +35,8 @@ PATH_TOKEN = re.compile(r"(?<![\w./\-{}<>$*~@:])((?:\.\.?/)*[\w*-][\w.*-]*(?:/[\
 NOT_OURS = {
     "cuda.h": "the CUDA driver API's header",
     "nccl.h": "NCCL's header",
+    "dlpack.h": "DLPack's header (DLTensor, the C exchange table)",
+    "cuda_runtime.h": "the CUDA runtime API's header",
     "src/mem_manager.cc": "NCCL's source (where ncclCommSuspend checks the memory manager's refcount)",
     "script.py": "a placeholder: python -m jax_amem run script.py",
     "program.py": "a placeholder: a test writes a program of that name into tmp_path",

@@ -143,7 +143,8 @@ def test_two_versions_equal_transformers_and_vllms_own_load(engine):
     if has_bias:   # the bias is held as loaded (not packed): each rank's own q head and the KV head
         a = trees[2]["layers"]["attn"]
         for rank in range(tp):
-            held = ours[rank][f"{'transformer.h' if family == 'gpt2' else 'model.layers'}.0.{fused}.bias"].numpy()
+            layer = "transformer.h.0" if family == "gpt2" else "model.layers.0"
+            held = ours[rank][f"{layer}.{fused}.bias"].numpy()
             q = a["q"]["bias"][0].reshape(tp, -1)[rank]
             k, v = (a[x]["bias"][0].reshape(min(tp, KV[family]), -1)[rank * KV[family] // tp] for x in "kv")
             assert np.array_equal(held, np.concatenate([q, k, v])), rank
