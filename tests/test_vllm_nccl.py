@@ -577,7 +577,7 @@ def test_gpu_trainer_sends_into_two_tp_ranks_over_nccl_bit_exact():
     bit against slices cut by hand (the benchmark exits non-zero on a mismatch)."""
     from jax_amem.platform import require_gpu
 
-    require_gpu()
+    require_gpu("the vLLM backend over NCCL")
     done = subprocess.run([sys.executable, "-P", str(REPO / "benchmarks" / "vllm_ipc.py"), "--transport", "nccl",
                            "--layers", "2", "--repeats", "2", "--dtype", "float32"],
                           capture_output=True, text=True, timeout=540, cwd=REPO)
