@@ -28,7 +28,6 @@ of every rank is bit-identical to the oracle's. The tied models' embeddings are 
 Skips cleanly where vllm is not importable.
 """
 
-import contextlib
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here
@@ -44,7 +43,7 @@ import torch  # noqa: E402
 import jax_amem  # noqa: E402,F401
 import jax_amem.vllm as jv  # noqa: E402
 import vllm_models as vm  # noqa: E402
-from test_vllm_tp import as_jax, engine_env, ranks_params, shut  # noqa: E402
+from test_vllm_tp import as_jax, loaded, ranks_params  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -66,13 +65,8 @@ def engine(request, tmp_path_factory):
     trees = [vm.flax_tree(family, seed, kv=KV[family]) for seed in (40, 41, 42)]
     directory = tmp_path_factory.mktemp(f"{family}-tp{tp}")
     vm.checkpoint(vm.hf_model(family, trees[2]), directory / "v2")
-    with engine_env() if tp > 1 else contextlib.nullcontext():
-        llm = vm.start(directory / "v2", tp=tp)
-        try:
-            oracle = {"params": [state for _, state in ranks_params(llm)], "greedy": vm.greedy(llm, logprobs=5)}
-            yield {"llm": llm, "family": family, "tp": tp, "trees": trees, "oracle": oracle}
-        finally:
-            shut(llm)
+    with loaded(directory / "v2", tp) as (llm, oracle):
+        yield {"llm": llm, "family": family, "tp": tp, "trees": trees, "oracle": oracle}
 
 
 DERIVED = ("W_UK_T", "W_UV")   # MLA attention's, cut from kv_b_proj after loading

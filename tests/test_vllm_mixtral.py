@@ -15,7 +15,6 @@ bit-identical to the oracle's.
 Skips cleanly where vllm is not importable.
 """
 
-import contextlib
 import os
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # the engine core here
@@ -31,7 +30,7 @@ import torch  # noqa: E402
 import jax_amem  # noqa: E402,F401
 import jax_amem.vllm as jv  # noqa: E402
 import vllm_models as vm  # noqa: E402
-from test_vllm_tp import as_jax, engine_env, ranks_params, shut  # noqa: E402
+from test_vllm_tp import as_jax, loaded, ranks_params  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -47,13 +46,8 @@ def engine(request, tmp_path_factory):
     served = [vm.served(FAMILY, "maxtext", tree) for tree in trees]
     directory = tmp_path_factory.mktemp(f"mixtral-tp{tp}")
     vm.checkpoint(vm.hf_model(FAMILY, served[2]), directory / "v2")
-    with engine_env() if tp > 1 else contextlib.nullcontext():
-        llm = vm.start(directory / "v2", tp=tp)
-        try:
-            oracle = {"params": [state for _, state in ranks_params(llm)], "greedy": vm.greedy(llm, logprobs=5)}
-            yield {"llm": llm, "tp": tp, "trees": trees, "served": served, "oracle": oracle}
-        finally:
-            shut(llm)
+    with loaded(directory / "v2", tp) as (llm, oracle):
+        yield {"llm": llm, "tp": tp, "trees": trees, "served": served, "oracle": oracle}
 
 
 @pytest.mark.parametrize("scan_axis", [1, 0], ids=["scan_axis1", "scan_axis0"])

@@ -84,6 +84,19 @@ def engine_env():
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def loaded(directory, tp: int):
+    """An engine at `tp` on the checkpoint in `directory` (ENGINE_ENV set for tp > 1), shut when
+    done, with the oracle vLLM's own load gives: every rank's parameters, the greedy tokens and
+    their top-5 logprobs (the family and Mixtral modules' engines)."""
+    with engine_env() if tp > 1 else contextlib.nullcontext():
+        llm = vm.start(directory, tp=tp)
+        try:
+            yield llm, {"params": [state for _, state in ranks_params(llm)], "greedy": vm.greedy(llm, logprobs=5)}
+        finally:
+            shut(llm)
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     with engine_env():
