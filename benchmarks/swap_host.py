@@ -11,10 +11,10 @@ and 64 x 4 MiB cases of benchmarks/swap.py with tiny bytes), medians in microsec
   the swap is timed);
 - its pieces, each timed alone, with perf_counter: the native check (`repeat.find`: the tree
   walked, every leaf's and tensor's facts compared, new arrays awaited and their addresses
-  read), `before_writing` (PyTorch's stream awaited, version counters bumped), `written` (the
-  counters the next check expects) and the launch (the direct launch with the addresses the
-  check read, and its wait); "rest" is the whole swap less these pieces (the front door,
-  `describe`, the report);
+  read), `written` (the counters the next check expects) and the launch (the direct launch
+  with the addresses the check read, and its wait), of which `before_launch` (PyTorch's current
+  stream read, version counters bumped) is also timed alone; "rest" is the whole swap less the
+  check, `written` and the launch (the front door, `describe`, the report);
 - per tensor: the whole swap / COUNT.
 Each count is measured with the destination's facts read both ways (--facts): "layout", each
 tensor's layout in one C call through PyTorch's DLPack C exchange table, and "methods", the
@@ -105,11 +105,12 @@ def measure_facts(count: int, nbytes: int, repeats: int, profile: bool, facts: s
     row["new_arrays_us"] = new_arrays_us(src, repeats, sync, swap)
     row["check_us"] = median_us(lambda: repeat.find(src, destination, how), repeats, lambda: None)
     row["check_new_arrays_us"] = new_arrays_us(src, repeats, sync, lambda tree: repeat.find(tree, destination, how))
-    row["before_writing_us"] = median_us(lambda: destination.before_writing(entry.devices), repeats, lambda: None)
+    ordinals = sorted({d.local_hardware_id for d in entry.devices if d.platform == "gpu"})
+    row["before_launch_us"] = median_us(lambda: destination.before_launch(ordinals), repeats, lambda: None)
     row["written_us"] = median_us(entry.table.written, repeats, lambda: None)
     repeat.find(src, destination, how)  # the pointer arrays hold `src`'s addresses again
     row["launch_us"] = median_us(lambda: launch.launch(entry.pointers, destination), repeats, sync)
-    row["rest_us"] = row["swap_us"] - row["check_us"] - row["before_writing_us"] - row["written_us"] - row["launch_us"]
+    row["rest_us"] = row["swap_us"] - row["check_us"] - row["written_us"] - row["launch_us"]
     row["per_tensor_us"] = row["swap_us"] / count
     row["copy_us"] = median_us(lambda: flat_dst.copy_(flat_src), repeats, sync)
     jax_amem.swapping.forget()
@@ -130,8 +131,8 @@ def measure_facts(count: int, nbytes: int, repeats: int, profile: bool, facts: s
 
 PIECES = [("swap_us", "whole repeat swap"), ("new_arrays_us", "  with new arrays"),
           ("check_us", "native check (repeat.find)"), ("check_new_arrays_us", "  with new arrays"),
-          ("before_writing_us", "before_writing"), ("written_us", "written (versions)"),
-          ("launch_us", "launch and its wait"), ("rest_us", "rest (front door, describe, report)"),
+          ("written_us", "written (versions)"), ("launch_us", "launch and its wait"),
+          ("before_launch_us", "  of which before_launch"), ("rest_us", "rest (front door, describe, report)"),
           ("per_tensor_us", "whole swap per tensor"), ("copy_us", "copy of the same bytes (copy_)")]
 
 

@@ -8,8 +8,8 @@ same GPU), medians in microseconds: the whole repeated swap until the device is 
 arrays, and new arrays from a jitted step: only the swap timed), the device copy of the same
 bytes (one torch copy_), and the pieces of the swap's host work: describing the destination,
 the repeat check (one native pass: the tree walked, every leaf's and tensor's facts compared;
-the same arrays, and new arrays it awaits and reads), before_writing (the wait for PyTorch's
-stream and the version bump), the launch, and the wait for the stream.
+the same arrays, and new arrays it awaits and reads), before_launch (PyTorch's current stream
+read and the version bump), the launch, and the wait for the stream.
 """
 import argparse
 import sys
@@ -52,9 +52,8 @@ def profile(count: int, mib: float, repeats: int) -> None:
         ("describe(dst)", median_us(lambda: describe(dst), repeats)),
         ("repeat check (native pass)", median_us(lambda: repeat.find(src, d, how), repeats)),
         ("  with new arrays", new_arrays_us(src, repeats, sync, lambda tree: repeat.find(tree, d, how))),
-        ("before_writing", median_us(lambda: d.before_writing(entry.devices), repeats)),
         ("written (versions)", median_us(entry.table.written, repeats)),
-        ("streams", median_us(lambda: launch._streams(d), repeats)),
+        ("before_launch (streams, versions)", median_us(lambda: launch._streams(d), repeats)),
     ]
     repeat.find(src, d, how)  # the addresses of `src` in the pointer arrays again
     if launch:

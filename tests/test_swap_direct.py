@@ -191,6 +191,32 @@ def test_a_repeated_swap_does_no_python_work_per_tensor():
     assert few["call"] < 100, few  # and not much per swap either
 
 
+def test_the_launch_takes_its_streams_from_the_destination_and_never_waits_on_the_host(monkeypatch):
+    """A direct launch into PyTorch tensors asks the destination for its streams
+    (`before_launch`: PyTorch's current stream, where the copy is ordered after PyTorch's work
+    with no host wait) and bumps the tensors' versions as copy_ would, on the first swap and on
+    repeats; the host wait of the XLA route (`wait_for_torch`) is never called."""
+    from jax_amem.swapping import destinations, torch_bridge
+
+    def no_host_wait(devices):
+        raise AssertionError("the direct launch waited on the host for PyTorch's stream")
+
+    monkeypatch.setattr(torch_bridge, "wait_for_torch", no_host_wait)
+    asked = []
+    before_launch = destinations.TorchDestination.before_launch
+    monkeypatch.setattr(destinations.TorchDestination, "before_launch",
+                        lambda self, ordinals: (asked.append(list(ordinals)), before_launch(self, ordinals))[1])
+    src = sources(3)
+    dst = empty_like(src)
+    versions = [t._version for t in dst.values()]
+    for swaps in (1, 2, 3):  # the full path, then repeats
+        jax_amem.swap(src, dst, progress=False)
+        assert the_program().direct is not None
+        assert len(asked) == swaps and asked[-1] == []  # no CUDA ordinal on the CPU
+        assert [t._version for t in dst.values()] == [v + swaps for v in versions]
+        assert_holds(dst, src)
+
+
 def test_the_switch(monkeypatch):
     monkeypatch.setenv(direct.ENV, "yes")
     with pytest.raises(SwapError, match="JAX_AMEM_SWAP_DIRECT='yes'"):
@@ -377,15 +403,19 @@ def test_gpu_copy_waits_for_sources_still_being_computed():
 
 
 @pytest.mark.gpu
-def test_gpu_copy_runs_on_pytorchs_current_stream():
-    """On a side stream made current: the swap's copy is ordered after what PyTorch queued
-    there (a long sleep, then a fill of the destination) and before what it queues next."""
+def test_gpu_copy_runs_on_pytorchs_current_stream(monkeypatch):
+    """On a side stream made current: the swap's copy is queued on that very stream (no host
+    wait for it before), ordered after what PyTorch queued there (a long sleep, then a fill of
+    the destination) and before what it queues next."""
     gpu = jax.devices("gpu")[0]
     cuda = torch.device("cuda", gpu.local_hardware_id)
     src = _cuda_sources(64, 1 << 16, gpu)
     dst = {k: torch.zeros(1 << 16, device=cuda) for k in src}
     jax_amem.swap(src, dst, progress=False)
     side = torch.cuda.Stream(cuda)
+    waited = []
+    synchronize = direct._synchronize
+    monkeypatch.setattr(direct, "_synchronize", lambda launched: (waited.extend(launched), synchronize(launched)))
     with torch.cuda.stream(side):
         torch.cuda._sleep(50_000_000)  # tens of milliseconds of the side stream
         for t in dst.values():
@@ -393,5 +423,6 @@ def test_gpu_copy_runs_on_pytorchs_current_stream():
         jax_amem.swap(src, dst, progress=False)
         after = {k: t.clone() for k, t in dst.items()}  # queued after the swap on the same stream
     torch.cuda.synchronize(cuda)
+    assert waited and {stream for _, stream in waited} == {side.cuda_stream}
     assert_holds(after, src)
     assert_holds(dst, src)

@@ -53,6 +53,10 @@ class ByAddress(Protocol):
     # a chain of C callables, and which facts the swap's own write moves (read again after it).
     def repeat_readers(self) -> tuple[list, list]: ...
     def before_writing(self, devices) -> None: ...  # what must finish before the first write
+    # The same for the direct launch (in_process/direct.py), which runs its copies on a CUDA stream
+    # of its own choosing: per CUDA ordinal, the stream to queue them on, after what must finish
+    # first, with before_writing's bookkeeping done (no host wait where the stream orders it).
+    def before_launch(self, ordinals) -> dict[int, int]: ...
     def host_bytes(self, name: str, owner) -> np.ndarray: ...  # uint8, for verify=True
 
 

@@ -245,6 +245,14 @@ class TorchDestination(WrittenHere):
         torch_bridge.wait_for_torch({d.local_hardware_id for d in devices if d.platform == "gpu"})
         checks.mark_written(self.tensors.values())
 
+    def before_launch(self, ordinals) -> dict[int, int]:
+        """The direct launch's copies go on PyTorch's current stream of each device, as copy_'s
+        would: work queued there first (no host wait for it), the rollout's next kernels after;
+        the versions move on as in before_writing."""
+        streams = torch_bridge.current_raw_streams(ordinals)
+        checks.mark_written(self.tensors.values())
+        return streams
+
     def host_bytes(self, name: str, owner=None) -> np.ndarray:
         tensor = self.tensors[name].detach()
         if tensor.numel() == 0:

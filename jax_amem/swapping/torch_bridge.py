@@ -115,6 +115,17 @@ def facts(tensors: Mapping, check: bool = True) -> dict[str, TensorFacts]:
     return out
 
 
+def current_raw_streams(ordinals) -> dict[int, int]:
+    """{ordinal: the cudaStream_t of PyTorch's current stream there}, read without making a
+    torch.cuda.Stream object each time where PyTorch has the raw getter (inductor's)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return {o: torch.cuda.current_stream(o).cuda_stream for o in ordinals}
+    return {o: raw(o) for o in ordinals}
+
+
 def wait_for_torch(devices) -> None:
     """Host wait for PyTorch's current stream on each CUDA device: work queued there (a
     rollout still reading the old weights) finishes before the swap writes."""

@@ -185,7 +185,9 @@ class DirectProgram:
 
     def launch(self, pointers: list, destination, show_progress: bool = False) -> None:
         """Copies every group with `pointers[k]`, group k's source addresses (int64, one per
-        operand, read after the sources were awaited); returns as run() does."""
+        operand, read after the sources were awaited), on the streams the destination names
+        (`before_launch`: what must finish first is ordered there, and its bookkeeping done);
+        returns as run() does."""
         streams = self._streams(destination)
         bar = _progress(sum(self.nbytes)) if show_progress else None
         launched = []
@@ -209,15 +211,10 @@ class DirectProgram:
         _synchronize(launched)
 
     def _streams(self, destination) -> dict:
-        """{CUDA ordinal: stream}: PyTorch's current stream for this process's tensors, else ours."""
-        ordinals = sorted({o for o in self.ordinals if o >= 0})
-        if not ordinals:
-            return {}
-        if getattr(destination, "copies_with_torch", False):  # this process's PyTorch tensors
-            import torch
-
-            return {o: torch.cuda.current_stream(o).cuda_stream for o in ordinals}
-        return {o: core.copy.direct_stream(o) for o in ordinals}
+        """{CUDA ordinal: stream} from the destination (by_address.ByAddress.before_launch:
+        PyTorch's current stream for this process's tensors, one of ours over CUDA IPC); on the
+        CPU no stream, the bookkeeping all the same."""
+        return destination.before_launch(sorted({o for o in self.ordinals if o >= 0}))
 
 
 def _synchronize(launched) -> None:

@@ -29,11 +29,11 @@ def run(program: Program, sources, destination, show_progress: bool):
     address; extra transports) once all work is done."""
     if destination.writes_by_address:
         launch = direct.plan_for(program)  # eager swaps of plain copies: launched outside XLA
-        destination.before_writing({g.device for g in program.groups})
-        if launch is not None:
+        if launch is not None:  # ordered after PyTorch's work on the stream it takes (before_launch)
             launch.run([[sources.arrays[name] for name, _, _ in g.source_refs] for g in program.groups],
                        destination, show_progress)
             return [], {}
+        destination.before_writing({g.device for g in program.groups})
         if not program.torch_copies:
             _dispatch(program, sources, lambda k, shards, start: program.fns[k](shards), show_progress)
             return [], {}

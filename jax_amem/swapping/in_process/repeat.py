@@ -201,19 +201,22 @@ def find(src_params, destination, how) -> tuple:
 def run(entry: Repeat, leaves, destination) -> None:
     """The program's calls with the leaves as operands (and the copies PyTorch makes,
     torch_copies.py), then a wait until the device is idle (the destination's
-    `before_writing` first, as executor.run does)."""
+    `before_writing` first, or for a direct launch its `before_launch`, as executor.run does)."""
     from .executor import _wait_quietly
 
     program = entry.program
-    if entry.calls is None and not program.direct:
+    if program.direct:  # launched outside XLA (direct.py), with the addresses the check read
+        try:
+            program.direct.launch(entry.pointers, destination)
+        finally:
+            # The launch's before_launch moved the tensors' version counters on (as copy_ does):
+            # the next repeat compares against these (the addresses are as find() read them).
+            entry.table.written()
+        return
+    if entry.calls is None:
         entry.make_calls(leaves)
     destination.before_writing(entry.devices)
-    # before_writing moved the tensors' version counters on (as copy_ does): the next repeat
-    # compares against these (the addresses are as find() read them).
-    entry.table.written()
-    if program.direct:  # launched outside XLA (direct.py), with the addresses the check read
-        program.direct.launch(entry.pointers, destination)
-        return
+    entry.table.written()  # as above, after before_writing's bump
     outputs = []
     try:
         for group, fn, operands, single, direct in zip(program.groups, program.fns, entry.operands, entry.singles,

@@ -303,6 +303,10 @@ class RemoteTensors(WrittenHere):
     def before_writing(self, devices) -> None:
         pass  # the rollout said it is idle (same_host/ready_done.py) before the trainer writes
 
+    def before_launch(self, ordinals) -> dict[int, int]:
+        """A stream of this process per device (the rollout is idle: nothing to follow)."""
+        return {o: core.copy.direct_stream(o) for o in ordinals}
+
     def host_bytes(self, name: str, owner=None) -> np.ndarray:
         """The remote tensor's bytes, read with a driver copy (verify=True)."""
         self._require_open()
