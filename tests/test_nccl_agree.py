@@ -15,8 +15,8 @@ from nccl_support.harness import run_job
 NEW_NCCL = {"FAKE_NCCL_VERSION": "23007"}
 
 
-def entry(key, strategy, refused=False, why=""):
-    return {"id": 1, "key": key, "rank": 0, "strategy": strategy, "refused": refused, "why": why}
+def entry(key, strategy, refused=False, why="", nranks=2):
+    return {"id": 1, "key": key, "rank": 0, "nranks": nranks, "strategy": strategy, "refused": refused, "why": why}
 
 
 def test_merge_takes_recreate_where_any_rank_must():
@@ -48,6 +48,47 @@ def test_next_ids_come_from_rank_0_of_each_communicator_to_recreate():
     assert strategies == ["recreate", "suspend", "recreate"]
     assert agreed_next_ids(mine, strategies, [{"plan": mine}, {"plan": theirs}]) == [
         bytes([0xAB]) * 128, None, None]
+
+
+def test_an_id_no_plan_read_here_can_hand_to_every_rank_goes_over_the_communicator():
+    """A communicator with a rank outside the plans read (a cross-host link's rollout, a process
+    without jax.distributed): rank 0 does not use the id it made for its plan, so it joins the
+    broadcast its peer waits for instead of tearing the communicator down alone."""
+    alone = [dict(entry("link", "recreate"), next_id="ab" * 128)]
+    assert agreed_next_ids(alone, ["recreate"], [{"plan": alone}]) == [None]
+    peer = [dict(entry("link", "recreate"), rank=1)]
+    assert agreed_next_ids(peer, ["recreate"], [{"plan": peer}]) == [None]
+    # Both ranks read: the id travels with the plans.
+    assert agreed_next_ids(peer, ["recreate"], [{"plan": alone}, {"plan": peer}]) == [bytes([0xAB]) * 128]
+    # A communicator of one rank needs no peer.
+    single = [dict(entry("one", "recreate", nranks=1), next_id="cd" * 128)]
+    assert agreed_next_ids(single, ["recreate"], [{"plan": single}]) == [bytes([0xCD]) * 128]
+
+
+def test_two_processes_without_an_agreement_exchange_the_id_over_the_communicator(fake_with_suspend):
+    """Each process pauses alone (agree=False, as a trainer and a rollout joined only by their
+    link do): rank 0 made an id for its plan, but no plan carried it to rank 1, so both ranks
+    take it over the communicator before it is destroyed (on the H200:
+    tests/test_swap_nccl.py's pause between swaps, where rank 1 waited for a broadcast rank 0
+    never joined)."""
+    seen = run_job(fake_with_suspend, """
+        lib = interposer()
+        comm = init_config(lib, make_id("link-key"), 2, split_share=1, ranks=[PROCESS])[0]
+        before = len(fake_log())
+        report = nccl.pause("recreate", agree=False)
+        restored = nccl.resume(agree=False)
+        out(calls=fake_log()[before:], rows=[(c.state, c.last_strategy) for c in report.communicators],
+            resumed=[c.state for c in restored.communicators], after=all_reduce(lib, comm, [PROCESS])[1])
+    """, env=NEW_NCCL)
+    # The fake's collectives stay in their process: it marks rank 1's broadcast, whose root is in
+    # the other process, as a FAULT; what matters is that each rank joins it before its teardown.
+    for process, result in enumerate(seen):
+        assert result["rows"] == [["paused", "recreate"]] and result["resumed"] == ["active"], result
+        calls = result["calls"]
+        broadcast = [k for k, line in enumerate(calls) if f"ncclBroadcast comm1.r{process} " in line]
+        destroy = calls.index(f"ncclCommDestroy comm1.r{process}")
+        assert broadcast and broadcast[0] < destroy, calls  # rank 0 too: before its teardown
+        assert result["after"] == [float(process)]
 
 
 def test_recreate_ids_travel_in_the_agreement_and_one_snapshot_per_call(fake_with_suspend):

@@ -138,10 +138,18 @@ def agreed_next_ids(local: list[dict], strategies: list[str], everyone: list[dic
     """Per local communicator to recreate, its replacement's unique id as rank 0 made it for its plan.
 
     `everyone`: each process's payload, {"plan": [...]}, this process's own included. None where
-    rank 0 made none (it had planned to suspend, or is in no process here): that id then goes over
-    the communicator, and every rank sees the same, since every rank reads the same plans.
+    rank 0 made none (it had planned to suspend), and wherever some rank of the communicator is in
+    no plan read here (a process outside this agreement: the rollout of a cross-host link, a
+    process without jax.distributed): that id then goes over the communicator. Each side decides
+    alike: one that read every rank's plan uses the id, and so do all the others, which read the
+    same plans; one that misses a rank cannot hand the id to it, and that rank misses this side
+    too (rank 0 itself then joins the broadcast instead of tearing the communicator down alone).
     """
+    ranks: dict[str, set] = {}
+    for payload in everyone:
+        for entry in payload["plan"]:
+            ranks.setdefault(entry["key"], set()).add(entry["rank"])
     made = {entry["key"]: entry["next_id"] for payload in everyone for entry in payload["plan"]
-            if entry["rank"] == 0 and entry.get("next_id")}
+            if entry["rank"] == 0 and entry.get("next_id") and len(ranks[entry["key"]]) == entry["nranks"]}
     return [bytes.fromhex(made[entry["key"]]) if strategy == "recreate" and entry["key"] in made else None
             for entry, strategy in zip(local, strategies)]

@@ -544,7 +544,8 @@ std::string PlanJson(const std::vector<PlanEntry>& plan) {
       next_id += kHex[byte & 15];
     }
     out << (i ? "," : "") << "{\"id\":" << entry.comm->id << ",\"key\":" << JsonString(entry.comm->key)
-        << ",\"rank\":" << entry.comm->rank << ",\"device\":" << entry.comm->device
+        << ",\"rank\":" << entry.comm->rank << ",\"nranks\":" << entry.comm->nranks
+        << ",\"device\":" << entry.comm->device
         << ",\"strategy\":\"" << StrategyName(entry.strategy)
         << "\",\"refused\":" << (entry.refused ? "true" : "false") << ",\"why\":" << JsonString(entry.why)
         << ",\"next_id\":\"" << next_id << "\"}";
