@@ -78,7 +78,7 @@ def test_a_training_loop_repeats_with_new_arrays_and_the_direct_call(monkeypatch
         assert_written(src, dst)
         assert [t._version for t in dst.values()] == [k + 2] * 6  # bumped once per swap, as copy_ would
         assert report.route == "addresses" and report.bytes == 6 * 8 * 4 * 4
-    entry = repeat._entries.get(repeat.key_of(jax.tree_util.tree_structure(src), tuple(dst), run._how(None, None)))
+    entry = repeat._entries.get(repeat.key_of(jax.tree_util.tree_structure(src), dst, run._how(None, None)))
     assert entry is not None
     if launched_directly:  # no XLA call at all (in_process/direct.py)
         assert entry.calls is None and entry.program.direct
@@ -503,6 +503,25 @@ def test_a_tree_with_other_nodes_and_two_trees_in_turn_repeat_through_the_flatte
         jax_amem.swap(second, second_dst, progress=False)
         np.testing.assert_array_equal(first_dst["p/b"].numpy(), np.asarray(first["p"].b))
         assert_written(second, second_dst)
+
+
+def test_two_destinations_with_the_same_names_swapped_in_turn_each_repeat():
+    """One tree into two sets of tensors with the same names, in turn (a norm replicated to
+    every tensor-parallel rank, one plan for all): each keeps its own entry and repeats, and
+    each set is written with its swap's values."""
+    src = sources(3)
+    first = {name: torch.zeros(8, 4) for name in src}
+    second = {name: torch.zeros(8, 4) for name in src}
+    jax_amem.swap(src, first, progress=False)
+    jax_amem.swap(src, second, progress=False)
+    for _ in range(2):
+        src = step(src)
+        assert hits(src, first)
+        jax_amem.swap(src, first, progress=False)
+        assert hits(src, second)
+        jax_amem.swap(src, second, progress=False)
+        assert_written(src, first)
+        assert_written(src, second)
 
 
 def test_a_reordered_destination_misses_and_is_written_by_name():

@@ -141,8 +141,13 @@ def direct_call(fn, shards):
     return _jax_compat.direct_call(fn, shards)
 
 
-def key_of(treedef, names, how) -> tuple:
-    return (treedef, names, how)
+def key_of(treedef, tensors, how) -> tuple:
+    """The entry's key: the tree's structure, the destination's names and the identities of its
+    tensors (two destinations with the same names, swapped in turn, such as one norm replicated
+    to every tensor-parallel rank with one plan, each keep their entry), and what selects the
+    program. An identity a dead tensor left to a newer one only finds an entry whose check then
+    misses (its weak references say the old tensor died)."""
+    return (treedef, tuple(tensors), tuple(map(id, tensors.values())), how)
 
 
 def _repeats(destination) -> bool:
@@ -168,7 +173,7 @@ def remember(program, sources, destination, how) -> None:
     except (TypeError, ValueError, RuntimeError, AttributeError, BufferError):
         return  # a tensor or array whose facts cannot be read (a DLPack export refused: BufferError): no
         # repeat; the swap itself is done
-    _entries.put(key_of(sources.treedef, tuple(destination.torch_tensors), how), entry)
+    _entries.put(key_of(sources.treedef, destination.torch_tensors, how), entry)
     _last.put(LAST, entry)
 
 
@@ -191,7 +196,7 @@ def find(src_params, destination, how) -> tuple:
         if got is not None:
             return last, (None if got is True else got), None
     leaves, treedef = flatten(src_params, "source tree")
-    entry = _entries.get(key_of(treedef, tuple(tensors), how))
+    entry = _entries.get(key_of(treedef, tensors, how))
     if entry is None or entry.check(leaves, False, tensors) is None:
         return None, leaves, treedef
     _last.put(LAST, entry)
