@@ -292,30 +292,30 @@ class RepeatCheck {
       PyObject* leaf = leaves[i];
       if (Py_TYPE(leaf) != reinterpret_cast<PyTypeObject*>(array_type_.ptr())) return nb::none();
       LeafFacts& known = leaves_[i];
-      if (!Holds(known.source, leaf)) {
+      const bool same = Holds(known.source, leaf);
+      if (!same) {
         if (!Compare(leaf, aval_attribute_, known.aval, i, &avals) ||
             !Compare(leaf, sharding_attribute_, known.sharding, i, &shardings)) {
           return nb::none();
         }
         changed.push_back(i);
       }
-      PyObject* deleted = is_deleted_(leaf);
-      if (deleted == nullptr) {
-        PyErr_Clear();
-        return nb::none();
-      }
-      int truth = PyObject_IsTrue(deleted);
-      Py_DECREF(deleted);
-      if (truth != 0) {
-        if (truth < 0) PyErr_Clear();
-        return nb::none();  // the full path names the deleted array
-      }
+      // A new array whose address pass 2 reads is asked there: the wait and the read refuse a
+      // deleted one (one call fewer per new array, a training loop's every array).
+      if ((same || !with_pointers_) && Deleted(leaf)) return nb::none();  // the full path names it
     }
     // Pass 2 (a hit): the new arrays awaited in one call, then their addresses read.
     if (with_pointers_) {
       std::vector<std::pair<SourceSlot*, PyObject*>> stale;
       for (size_t i : changed) stale.emplace_back(&leaves_[i].source, leaves[i]);
-      Refresh(stale, wait_);  // raises with every slot as it was
+      try {
+        Refresh(stale, wait_);  // raises with every slot as it was
+      } catch (const nb::python_error&) {
+        for (size_t i : changed) {
+          if (Deleted(leaves[i])) return nb::none();  // a miss, as above; the error is dropped
+        }
+        throw;
+      }
     }
     for (auto& [i, aval] : avals) leaves_[i].aval = std::move(aval);
     for (auto& [i, sharding] : shardings) leaves_[i].sharding = std::move(sharding);
@@ -500,6 +500,19 @@ class RepeatCheck {
       value = next;
     }
     return value;
+  }
+
+  // Whether the array is deleted (donated, or .delete()); an error in asking counts as deleted.
+  bool Deleted(PyObject* leaf) const {
+    PyObject* deleted = is_deleted_(leaf);
+    if (deleted == nullptr) {
+      PyErr_Clear();
+      return true;
+    }
+    const int truth = PyObject_IsTrue(deleted);
+    Py_DECREF(deleted);
+    if (truth < 0) PyErr_Clear();
+    return truth != 0;
   }
 
   // The leaf's attribute equal to the remembered one; an equal but other object is kept aside.
