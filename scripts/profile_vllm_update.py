@@ -9,7 +9,8 @@ jitted selection of its sources, `VllmEngine.picks`: arrays XLA makes); the swap
 (each rank's `jax_amem.swap`), split into those that repeated the last swap of their program
 (`in_process/repeat.py`) and those that took the full path; the rpc calls (`_rpc`: a thread per
 call while the process watches its workers); and one device copy of the update's bytes as the
-ceiling. --tiny shrinks the model's dimensions (a CPU check of the script itself).
+ceiling; and how many of the swaps' programs are launched directly (in_process/direct.py) or
+run in XLA. --tiny shrinks the model's dimensions (a CPU check of the script itself).
 """
 import argparse
 import statistics
@@ -52,7 +53,7 @@ def main(argv=None) -> None:
         shapes.D, shapes.H, shapes.KV, shapes.HD, shapes.F, shapes.V = 128, 4, 2, 64, 256, 512
     import torch
 
-    from jax_amem.swapping.in_process import repeat
+    from jax_amem.swapping.in_process import repeat, run
     from jax_amem.vllm import trainer
 
     device = jax.devices()[0]
@@ -103,6 +104,12 @@ def main(argv=None) -> None:
         print(f"  {label:<34}{statistics.median(r.get(label, 0.0) for r in rows) * 1e3:10.2f}")
     print(f"  {'device copy of the bytes (ceiling)':<34}{statistics.median(copies[1:]) * 1e3:10.2f}")
     print(f"  swaps that repeated the last one: {statistics.median(repeated):.0f} of {swaps}")
+    programs = run._programs.values()
+    routes = {}
+    for program in programs:
+        how = "direct launch" if program.direct else f"XLA ({program.route})"
+        routes[how] = routes.get(how, 0) + 1
+    print(f"  programs: {len(programs)}, " + ", ".join(f"{n} {how}" for how, n in sorted(routes.items())))
 
 
 if __name__ == "__main__":
