@@ -4,7 +4,7 @@
 // Every destination byte is compared: those the rows write element by element (equal bits, or
 // NaN on both sides: the conversions may quiet a NaN differently), the others unchanged.
 //
-//   kernel_emulation [CASES] [SEED]      exit status 0: every case equal
+//   kernel_emulation [CASES] [SEED] [SUITE]      exit status 0: every case equal
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -452,6 +452,7 @@ int main(int argc, char** argv) {
   using namespace amem::copy;
   const int cases = argc > 1 ? std::atoi(argv[1]) : 10;
   const unsigned long long seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+  const std::string only = argc > 3 ? argv[3] : "";  // one suite by name (a kernel's variant), or all
   random_engine.seed(seed);
   struct Suite {
     const char* name;
@@ -464,6 +465,7 @@ int main(int argc, char** argv) {
                           {"direct launch", DirectCase}};
   int failed = 0;
   for (const Suite& suite : suites) {
+    if (!only.empty() && only != suite.name) continue;
     int passed = 0;
     for (int c = 0; c < cases; ++c) passed += suite.run() ? 1 : 0;
     std::printf("%-30s %d of %d cases equal (seed %llu)\n", suite.name, passed, cases, seed);
