@@ -86,7 +86,8 @@ Options Parse(int argc, char** argv) {
     else Fail("unknown option " + flag + " (--elements, --piece, --repeats, --scale)");
   }
   if (o.elements < 64 || o.elements % 8 != 0 || o.piece < 8 || o.piece % 8 != 0 || o.repeats < 1) {
-    Fail("--elements a multiple of 8, at least 64, --piece a positive multiple of 8 (pieces keep 16-byte alignment), --repeats >= 1");
+    Fail("--elements: a multiple of 8, at least 64; --piece: a positive multiple of 8 (pieces keep 16-byte "
+         "alignment); --repeats >= 1");
   }
   return o;
 }
@@ -162,7 +163,8 @@ class PairRun {
     Check(cudaStreamCreate(&stream_), "cudaStreamCreate");
     for (int i = 0; i < kBuffers; ++i) {
       Check(cudaMalloc(&src_[i], src_bytes_), "cudaMalloc (source)");
-      Check(cudaMalloc(&dst_[i], std::max(src_bytes_, dst_bytes_)), "cudaMalloc (destination)");  // memcpy of source bytes too
+      // Room for the memcpy of the source's bytes too.
+      Check(cudaMalloc(&dst_[i], std::max(src_bytes_, dst_bytes_)), "cudaMalloc (destination)");
       Check(cudaMemset(src_[i], kRest, src_bytes_), "cudaMemset");
       pointers_.sources[i] = src_[i];
       pointers_.destinations[i] = dst_[i];
@@ -184,16 +186,12 @@ class PairRun {
   Figures Run() {
     Figures f;
     f.equal = Verify(&f.hash);
-    const auto launch = [this] {
-      Check(ToCuda(LaunchAffineCopy(reinterpret_cast<CUstream>(stream_), pointers_, device_rows_, rows_, device_table_)),
-            "affine launch");
-    };
-    f.kernel_ms = MedianMilliseconds(launch, stream_, o_.repeats);
+    f.kernel_ms = MedianMilliseconds([this] { LaunchKernel(); }, stream_, o_.repeats);
     f.memcpy_dst_ms = MemcpyMilliseconds(dst_bytes_);
     f.memcpy_src_ms = src_bytes_ == dst_bytes_ ? f.memcpy_dst_ms : MemcpyMilliseconds(src_bytes_);
     f.byte_kernel_ms = MedianMilliseconds([this] {
-      Check(ToCuda(LaunchBufferSegmentCopy(reinterpret_cast<CUstream>(stream_), pointers_, device_segments_, segments_)),
-            "byte copy launch");
+      const auto stream = reinterpret_cast<CUstream>(stream_);
+      Check(ToCuda(LaunchBufferSegmentCopy(stream, pointers_, device_segments_, segments_)), "byte copy launch");
     }, stream_, o_.repeats);
     Check(cudaGetLastError(), "kernels");
     return f;
@@ -203,6 +201,11 @@ class PairRun {
   int64_t dst_bytes() const { return dst_bytes_ * kBuffers; }
 
  private:
+  void LaunchKernel() {
+    const auto stream = reinterpret_cast<CUstream>(stream_);
+    Check(ToCuda(LaunchAffineCopy(stream, pointers_, device_rows_, rows_, device_table_)), "affine launch");
+  }
+
   static cudaError_t ToCuda(const Status& status) {
     if (!status.ok()) std::fprintf(stderr, "%s\n", status.message().c_str());
     return status.ok() ? cudaSuccess : cudaErrorUnknown;
@@ -282,13 +285,12 @@ class PairRun {
       Check(cudaMemset(dst_[i], 0xff, dst_bytes_), "cudaMemset");
       for (int64_t start : starts) {
         inputs.push_back(Sample(sample_, pair_.src_dtype, random));
-        Check(cudaMemcpy(src_[i] + start * src_item_, inputs.back().data(), inputs.back().size(), cudaMemcpyHostToDevice),
-              "sample upload");
+        const std::vector<unsigned char>& in = inputs.back();
+        Check(cudaMemcpy(src_[i] + start * src_item_, in.data(), in.size(), cudaMemcpyHostToDevice), "sample upload");
       }
     }
     Check(cudaStreamSynchronize(stream_), "fill");
-    Check(ToCuda(LaunchAffineCopy(reinterpret_cast<CUstream>(stream_), pointers_, device_rows_, rows_, device_table_)),
-          "affine launch");
+    LaunchKernel();
     Check(cudaStreamSynchronize(stream_), "affine kernel");
     unsigned long long* other = nullptr;
     Check(cudaMallocManaged(&other, sizeof *other), "cudaMallocManaged");
@@ -329,7 +331,9 @@ class PairRun {
     const unsigned long long wrong_rest = *other;
     cudaFree(other);
     if (wrong_rest) std::printf("MISMATCH %s: %llu words between the samples differ\n", pair_.name, wrong_rest);
-    if (mismatched) std::printf("MISMATCH %s: %lld sampled elements differ\n", pair_.name, static_cast<long long>(mismatched));
+    if (mismatched) {
+      std::printf("MISMATCH %s: %lld sampled elements differ\n", pair_.name, static_cast<long long>(mismatched));
+    }
     if (nan_payloads) {
       std::printf("  %s: %lld NaNs whose payload or sign differs from the CPU loop's (allowed)\n", pair_.name,
                   static_cast<long long>(nan_payloads));
@@ -379,7 +383,8 @@ int main(int argc, char** argv) {
                 100.0 * kernel_rate / byte_rate, static_cast<unsigned long long>(f.hash), f.equal ? "" : "  MISMATCH");
     // One line a script reads (scripts/tune_affine.sh).
     std::printf("RESULT %s|%.4f|%.4f|%.2f|%016llx|%s\n", pair.name, f.kernel_ms, f.memcpy_dst_ms,
-                100.0 * kernel_rate / memcpy_rate, static_cast<unsigned long long>(f.hash), f.equal ? "ok" : "MISMATCH");
+                100.0 * kernel_rate / memcpy_rate, static_cast<unsigned long long>(f.hash),
+                f.equal ? "ok" : "MISMATCH");
   }
   std::printf("\"of memcpy\": the kernel's bytes read + written per second against cudaMemcpyAsync of the destination "
               "bytes (for same-type pairs the plain swap); \"of byte\": against the byte copy kernel's.\n");

@@ -30,6 +30,7 @@ NVCC=(nvcc "${HOST[@]}" -O3 -std=c++17 -arch=sm_90 -Isrc -Xcompiler -ffp-contrac
 CONFIGS=(
   "default|"
   "pack|-DAMEM_AFFINE_PACK=1"
+  "reuse|-DAMEM_AFFINE_REUSE=1"
   "warp_runs|-DAMEM_AFFINE_PATTERN=1"
   "pipelined|-DAMEM_AFFINE_PATTERN=2"
   "pipelined_f2|-DAMEM_AFFINE_PATTERN=2 -DAMEM_AFFINE_IN_FLIGHT=2"
@@ -42,7 +43,8 @@ CONFIGS=(
   "regs80|-DAMEM_AFFINE_MIN_BLOCKS=3"
   "in_flight8|-DAMEM_AFFINE_IN_FLIGHT=8 -DAMEM_AFFINE_MIN_BLOCKS=3"
   "threads512|-DAMEM_AFFINE_THREADS=512 -DAMEM_AFFINE_MIN_BLOCKS=2"
-  "staged_all|-DAMEM_AFFINE_PATTERN=3 -DAMEM_AFFINE_IN_FLIGHT=2 -DAMEM_AFFINE_STAGES=4 -DAMEM_AFFINE_PACK=1 -DAMEM_AFFINE_BALANCE=1 -DAMEM_AFFINE_STORE=1"
+  "staged_all|-DAMEM_AFFINE_PATTERN=3 -DAMEM_AFFINE_IN_FLIGHT=2 -DAMEM_AFFINE_STAGES=4 -DAMEM_AFFINE_PACK=1 -DAMEM_AFFINE_REUSE=1 -DAMEM_AFFINE_BALANCE=1 -DAMEM_AFFINE_STORE=1"
+  "pack_reuse_bal|-DAMEM_AFFINE_PACK=1 -DAMEM_AFFINE_REUSE=1 -DAMEM_AFFINE_BALANCE=1"
 )
 # Runs of a built configuration with other arguments: the row pieces' size is the host's choice
 # (jax_amem.affine_copy.MAX_PIECE_ELEMENTS, copy::kMaxPieceElements: 65536), no rebuild needed.
@@ -50,6 +52,9 @@ EXTRA_RUNS=(
   "default@piece16K|default|--piece 16384"
   "default@piece256K|default|--piece 262144"
   "default@piece1M|default|--piece 1048576"
+  "balanced@piece256K|balanced|--piece 262144"
+  "pack_reuse_bal@256K|pack_reuse_bal|--piece 262144"
+  "staged_all@piece256K|staged_all|--piece 262144"
 )
 
 WANT=" $* "

@@ -2,8 +2,9 @@
 loops, on random tables: the segment copy, the affine copy and the fused transpose-and-cast copy,
 plain and with constant steps; and a DirectCopy made for device 0 with every kind of row, its
 device table, driver copies and launches on the emulated device. The affine kernel again in its
-compile-time variants (AFFINE_VARIANTS: what scripts/tune_affine.sh measures on the GPU). Built here with g++ and CUDA's headers, under AddressSanitizer and
-UndefinedBehaviorSanitizer, so a read or write outside a buffer, or a misaligned one, fails too.
+compile-time variants (AFFINE_VARIANTS: what scripts/tune_affine.sh measures on the GPU). Built
+here with g++ and CUDA's headers, under AddressSanitizer and UndefinedBehaviorSanitizer, so a read
+or write outside a buffer, or a misaligned one, fails too.
 
 This checks the kernels' own code (indices, tiles, bounds, the work-unit search, shared memory,
 the arithmetic) where no GPU is: a kernel that runs on the H200 is still proved there
@@ -39,10 +40,12 @@ def cuda_include() -> Path | None:
 AFFINE_VARIANTS = {
     "warp runs, 128 threads, 8 in flight, a block per piece":
         ["-DAMEM_AFFINE_PATTERN=1", "-DAMEM_AFFINE_THREADS=128", "-DAMEM_AFFINE_IN_FLIGHT=8", "-DAMEM_AFFINE_GRID=0"],
-    "pipelined, 2 in flight, balanced grid, packed bfloat16":
-        ["-DAMEM_AFFINE_PATTERN=2", "-DAMEM_AFFINE_IN_FLIGHT=2", "-DAMEM_AFFINE_BALANCE=1", "-DAMEM_AFFINE_PACK=1"],
-    "staged in shared memory, 3 stages, 2 grids a slot":
-        ["-DAMEM_AFFINE_PATTERN=3", "-DAMEM_AFFINE_IN_FLIGHT=2", "-DAMEM_AFFINE_STAGES=3", "-DAMEM_AFFINE_GRID=2"],
+    "pipelined, 2 in flight, balanced grid, packed bfloat16, programs kept":
+        ["-DAMEM_AFFINE_PATTERN=2", "-DAMEM_AFFINE_IN_FLIGHT=2", "-DAMEM_AFFINE_BALANCE=1", "-DAMEM_AFFINE_PACK=1",
+         "-DAMEM_AFFINE_REUSE=1"],
+    "staged in shared memory, 3 stages, 2 blocks a slot, streaming hints":
+        ["-DAMEM_AFFINE_PATTERN=3", "-DAMEM_AFFINE_IN_FLIGHT=2", "-DAMEM_AFFINE_STAGES=3", "-DAMEM_AFFINE_GRID=2",
+         "-DAMEM_AFFINE_LOAD=1", "-DAMEM_AFFINE_STORE=1"],
 }
 
 

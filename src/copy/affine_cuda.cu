@@ -52,6 +52,9 @@ namespace {
 #ifndef AMEM_AFFINE_STAGES
 #define AMEM_AFFINE_STAGES 4  // pattern 3: batches in flight (STAGES * IN_FLIGHT * THREADS * 16 bytes of shared memory)
 #endif
+#ifndef AMEM_AFFINE_REUSE
+#define AMEM_AFFINE_REUSE 0  // 1: a row of the program already in shared memory skips reloading it (and its barriers)
+#endif
 #ifndef AMEM_AFFINE_PACK
 #define AMEM_AFFINE_PACK 0  // 1: bfloat16 results rounded and packed in their words' high halves (fewer instructions)
 #endif
@@ -67,6 +70,7 @@ constexpr int kLoadBytes = 16;
 constexpr int kInFlight = AMEM_AFFINE_IN_FLIGHT;
 constexpr int kPattern = AMEM_AFFINE_PATTERN;
 constexpr int kStages = AMEM_AFFINE_STAGES;
+constexpr bool kReuse = AMEM_AFFINE_REUSE != 0;
 // Pattern 3's staging buffer, in 16-byte slots (one otherwise: unused).
 constexpr int kStagedSlots = kPattern == 3 ? kStages * kInFlight * kThreads : 1;
 constexpr int64_t kFastRowElements = int64_t{1} << 30;  // element numbers of the hot path fit an int
@@ -393,6 +397,11 @@ __global__ void __launch_bounds__(kThreads, AMEM_AFFINE_MIN_BLOCKS)
   __shared__ AffineProgram program;
   __shared__ float scalars[kMaxAffineSteps];
   __shared__ uint4 staged[kStagedSlots];
+  __shared__ int64_t loaded;  // kReuse: the program `program` and `scalars` hold (-1: none yet)
+  if (kReuse) {
+    if (threadIdx.x == 0) loaded = -1;
+    __syncthreads();
+  }
   for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
     const AffineRow r = rows[k];
     if (r.count <= 0 || r.src_index < 0 || r.dst_index < 0 || r.src_index >= kMaxBuffersPerSide ||
@@ -402,12 +411,18 @@ __global__ void __launch_bounds__(kThreads, AMEM_AFFINE_MIN_BLOCKS)
     const char* from = pointers.sources[r.src_index];
     char* to = pointers.destinations[r.dst_index];
     if (from == nullptr || to == nullptr) continue;
-    __syncthreads();  // the previous row's threads are done with `program` and `scalars`
-    const auto* words = reinterpret_cast<const int64_t*>(&programs[r.program]);
-    for (int w = threadIdx.x; w < static_cast<int>(sizeof(AffineProgram) / sizeof(int64_t)); w += kThreads) {
-      reinterpret_cast<int64_t*>(&program)[w] = words[w];
+    // With kReuse, every thread reads `loaded` before the first barrier below, and it changes
+    // only after that barrier: all threads take the same branch.
+    const bool reload = !kReuse || r.program != loaded;
+    if (reload) {
+      __syncthreads();  // the previous row's threads are done with `program` and `scalars`
+      const auto* words = reinterpret_cast<const int64_t*>(&programs[r.program]);
+      for (int w = threadIdx.x; w < static_cast<int>(sizeof(AffineProgram) / sizeof(int64_t)); w += kThreads) {
+        reinterpret_cast<int64_t*>(&program)[w] = words[w];
+      }
+      if (kReuse && threadIdx.x == 0) loaded = r.program;
+      __syncthreads();
     }
-    __syncthreads();
     bool sane = program.steps >= 1 && program.steps <= kMaxAffineSteps;
     bool plain_steps = true;  // scalars, no division (its slow case is a call: registers)
     for (int64_t s = 0; sane && s < program.steps; ++s) {
@@ -417,11 +432,19 @@ __global__ void __launch_bounds__(kThreads, AMEM_AFFINE_MIN_BLOCKS)
       plain_steps = plain_steps && step.stride <= 0 && step.op != kAffineDiv;
     }
     if (!sane) continue;
-    if (plain_steps && program.wide == 0 && r.count <= kFastRowElements) {
+    if (kReuse && reload) {  // the scalars of a sane program, once for all its rows (fast or not)
       if (threadIdx.x < program.steps) {
         scalars[threadIdx.x] = static_cast<float>(constants[program.step[threadIdx.x].constant]);
       }
       __syncthreads();
+    }
+    if (plain_steps && program.wide == 0 && r.count <= kFastRowElements) {
+      if (!kReuse) {
+        if (threadIdx.x < program.steps) {
+          scalars[threadIdx.x] = static_cast<float>(constants[program.step[threadIdx.x].constant]);
+        }
+        __syncthreads();
+      }
       const DeviceRow<true> run{from, to, r.src_element, r.dst_element, r.count, &program, constants, scalars, staged};
       affine_kernel::Dispatch(program, run);
     } else {

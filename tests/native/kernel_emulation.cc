@@ -257,6 +257,7 @@ struct Scene {
       dsts.push_back(AddDestination(Noise(AffineDtypeBytes(destination_dtype.back()) * Uniform(1, 150000))));
       next.push_back(0);
     }
+    std::vector<int64_t> program_of(9, -1);  // per (source, destination): the last program made
     for (int64_t k = 0; k < count; ++k) {
       const int64_t s = Uniform(0, 2), d = Uniform(0, 2), src = srcs[s], dst = dsts[d];
       const int64_t src_item = AffineDtypeBytes(source_dtype[s]), dst_item = AffineDtypeBytes(destination_dtype[d]);
@@ -265,7 +266,11 @@ struct Scene {
       const int64_t dst_element = next[d] + Uniform(0, 9);
       if (dst_element >= dst_elements) continue;
       const int64_t n = Uniform(1, std::min({src_elements, dst_elements - dst_element, kMaxPieceElements}));
-      const int64_t program = programs.Add(source_dtype[s], destination_dtype[d]);
+      // Half the rows share the program of an earlier row between the same buffers (as a row's
+      // pieces do): a block may meet the program it already holds.
+      int64_t& shared = program_of[s * 3 + d];
+      const int64_t program = shared >= 0 && Uniform(0, 1) ? shared : programs.Add(source_dtype[s], destination_dtype[d]);
+      shared = program;
       affines.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
       runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[d]});
       next[d] = dst_element + n;
