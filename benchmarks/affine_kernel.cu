@@ -229,18 +229,15 @@ class PairRun {
     device_table_ = AffineTableAt(device_words_, bytes, 1);
   }
 
-  // One row per buffer pair, split into pieces of --piece elements by the library's splitter (an
-  // affine row's element columns split as a byte row's offsets do), program 0.
+  // One row per buffer pair through program 0, split into pieces of --piece elements.
   void BuildRows() {
-    std::vector<BufferSegment> whole, dst_whole;
+    std::vector<AffineRow> whole;
+    std::vector<BufferSegment> dst_whole;
     for (int i = 0; i < kBuffers; ++i) {
       whole.push_back({i, i, 0, 0, o_.elements, 0});
       dst_whole.push_back({i, i, 0, 0, dst_bytes_, 0});
     }
-    std::vector<AffineRow> rows;
-    for (const BufferSegment& s : SplitBufferSegments(whole.data(), kBuffers, o_.piece)) {
-      rows.push_back({s.src_index, s.dst_index, s.src_offset, s.dst_offset, s.bytes, 0});
-    }
+    const std::vector<AffineRow> rows = SplitAffineRows(whole.data(), kBuffers, o_.piece);
     rows_ = static_cast<int64_t>(rows.size());
     std::vector<int64_t> sources(kBuffers, src_bytes_), destinations(kBuffers, dst_bytes_);
     if (Status ok = CheckAffineRowsInBounds(rows.data(), rows_, host_table_, sources, destinations); !ok.ok()) {

@@ -369,6 +369,10 @@ bool SegmentCase() {
 bool AffineCase() {
   Scene scene;
   scene.AddAffines(Uniform(1, 12));
+  if (Uniform(0, 1)) {  // in small pieces, as the host splits rows: blocks run several of one program
+    scene.affines = SplitAffineRows(scene.affines.data(), static_cast<int64_t>(scene.affines.size()),
+                                    8 * Uniform(1, 1024));
+  }
   const AffineTable table = scene.programs.Table();
   const auto count = static_cast<int64_t>(scene.affines.size());
   if (!Check(CheckAffineTable(table), "affine table") ||
