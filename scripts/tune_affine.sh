@@ -10,12 +10,14 @@
 #   COMPILE_ONLY=1 bash scripts/tune_affine.sh   build and show registers and spills (no GPU needed)
 #   JOBS=N: compilers at once (default: the cores)
 #
-# Logs and binaries go to ${OUT:-/tmp}/tune_affine. Exit status 1 when a configuration fails to
-# build or run, or its output differs from the CPU loop's.
+# Logs go to ${OUT:-/tmp}/tune_affine, objects and binaries to ${BUILD:-/tmp/tune_affine_build}
+# (kept out of $OUT: it comes back from the GPU machine). Exit status 1 when a configuration fails
+# to build or run, or its output differs from the CPU loop's or the default's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp}/tune_affine
-mkdir -p "$O"
+B=${BUILD:-/tmp/tune_affine_build}
+mkdir -p "$O" "$B"
 for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
   command -v nvcc >/dev/null || { [ -x $d/nvcc ] && export PATH=$PATH:$d; }
 done
@@ -49,12 +51,12 @@ CONFIGS=(
 # Runs of a built configuration with other arguments: the row pieces' size is the host's choice
 # (jax_amem.affine_copy.MAX_PIECE_ELEMENTS, copy::kMaxPieceElements: 65536), no rebuild needed.
 EXTRA_RUNS=(
-  "default@piece16K|default|--piece 16384"
-  "default@piece256K|default|--piece 262144"
-  "default@piece1M|default|--piece 1048576"
-  "balanced@piece256K|balanced|--piece 262144"
-  "pack_reuse_bal@256K|pack_reuse_bal|--piece 262144"
-  "staged_all@piece256K|staged_all|--piece 262144"
+  "default_p16K|default|--piece 16384"
+  "default_p256K|default|--piece 262144"
+  "default_p1M|default|--piece 1048576"
+  "balanced_p256K|balanced|--piece 262144"
+  "pack_reuse_bal_p256K|pack_reuse_bal|--piece 262144"
+  "staged_all_p256K|staged_all|--piece 262144"
 )
 
 WANT=" $* "
@@ -62,21 +64,21 @@ chosen() { [ "$1" = default ] || [ "$WANT" = "  " ] || [[ "$WANT" == *" $1 "* ]]
 
 start=$SECONDS
 COMMON="bench:benchmarks/affine_kernel.cu affine:src/copy/affine.cc affine_cpu:src/copy/affine_cpu.cc segments:src/copy/segments.cc copy_cuda:src/copy/copy_cuda.cu"
-rm -f "$O"/*.o "$O"/*.bin
+rm -f "$B"/*.o "$B"/*.bin "$O"/*.log
 for c in $COMMON; do
-  "${NVCC[@]}" -c "${c#*:}" -o "$O/common_${c%%:*}.o" > "$O/common_${c%%:*}.log" 2>&1 &
+  "${NVCC[@]}" -c "${c#*:}" -o "$B/common_${c%%:*}.o" > "$O/common_${c%%:*}.log" 2>&1 &
 done
 for entry in "${CONFIGS[@]}"; do
   name=${entry%%|*} flags=${entry#*|}
   chosen "$name" || continue
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-$(nproc)}" ]; do wait -n; done
   # shellcheck disable=SC2086
-  "${NVCC[@]}" $flags -Xptxas -v -c src/copy/affine_cuda.cu -o "$O/$name.o" > "$O/$name.compile.log" 2>&1 &
+  "${NVCC[@]}" $flags -Xptxas -v -c src/copy/affine_cuda.cu -o "$B/$name.o" > "$O/$name.compile.log" 2>&1 &
 done
 wait  # success is judged by the objects each left (below)
 failed=0
 for c in $COMMON; do
-  [ -f "$O/common_${c%%:*}.o" ] || { echo "build of ${c#*:} failed:"; tail -20 "$O/common_${c%%:*}.log"; exit 1; }
+  [ -f "$B/common_${c%%:*}.o" ] || { echo "build of ${c#*:} failed:"; tail -20 "$O/common_${c%%:*}.log"; exit 1; }
 done
 echo "== compiled in $((SECONDS - start)) s (logs in $O)"
 
@@ -90,8 +92,8 @@ declare -A BIN
 for entry in "${CONFIGS[@]}"; do
   name=${entry%%|*}
   chosen "$name" || continue
-  if [ -f "$O/$name.o" ] && "${NVCC[@]}" "$O"/common_*.o "$O/$name.o" -o "$O/$name.bin" >> "$O/$name.compile.log" 2>&1; then
-    BIN[$name]="$O/$name.bin"
+  if [ -f "$B/$name.o" ] && "${NVCC[@]}" "$B"/common_*.o "$B/$name.o" -o "$B/$name.bin" >> "$O/$name.compile.log" 2>&1; then
+    BIN[$name]="$B/$name.bin"
   else
     echo "-- $name: build failed"; grep -i "error" "$O/$name.compile.log" | head -5; failed=1
   fi
@@ -108,12 +110,14 @@ RUNS=()
 for entry in "${CONFIGS[@]}"; do RUNS+=("${entry%%|*}|${entry%%|*}|"); done
 RUNS+=("${EXTRA_RUNS[@]}")
 run_start=$SECONDS
+declare -A RC
 for run in "${RUNS[@]}"; do
   IFS='|' read -r label name args <<< "$run"
   [ -n "${BIN[$name]:-}" ] || continue
   # shellcheck disable=SC2086
   timeout --kill-after=5 60 "${BIN[$name]}" $args > "$O/$label.log" 2>&1
   rc=$?
+  RC[$label]=$rc
   echo "-- $label: rc=$rc"
   [ $rc -eq 0 ] || { failed=1; grep -v '^RESULT' "$O/$label.log" | tail -8; }
 done
@@ -121,17 +125,18 @@ echo "== ran in $((SECONDS - run_start)) s"
 
 # The table: per pair "ms (% of memcpy)"; "bits": each pair's sample hash against the default's.
 PAIRS=("f32 -> f32" "bf16 -> bf16" "f32 -> bf16" "f16 -> f16")
-printf '\n%-18s %-22s' config "ptxas"
+printf '\n%-21s %-22s' config "ptxas"
 for p in "${PAIRS[@]}"; do printf ' %-17s' "$p"; done
 printf ' %s\n' "bits"
 declare -A BASE
 for run in "${RUNS[@]}"; do
   IFS='|' read -r label name args <<< "$run"
   [ -f "$O/$label.log" ] && [ -n "${BIN[$name]:-}" ] || continue
-  printf '%-18s %-22s' "$label" "$(kernel_use "$O/$name.compile.log")"
+  printf '%-21s %-22s' "$label" "$(kernel_use "$O/$name.compile.log")"
   bits="same as default"
+  [ "${RC[$label]}" = 0 ] || bits="FAILED (rc=${RC[$label]})"
   for p in "${PAIRS[@]}"; do
-    line=$(grep "^RESULT $p|" "$O/$label.log")
+    line=$(grep -m1 "^RESULT $p|" "$O/$label.log")
     if [ -z "$line" ]; then printf ' %-17s' "-"; bits="INCOMPLETE"; continue; fi
     IFS='|' read -r _ ms _ pct hash check <<< "${line#RESULT }"
     printf ' %-17s' "$(printf '%.3f (%.1f%%)' "$ms" "$pct")"
@@ -145,5 +150,6 @@ done
 printf '\nms: the kernel, 4 x 2^27 elements, x * 0.3, median of 20; %%: its bytes read + written per second against\n'
 printf 'cudaMemcpyAsync of the destination bytes (the plain swap of same-type pairs). Full tables: %s/<config>.log\n' "$O"
 for entry in "${CONFIGS[@]}"; do printf '  %-14s %s\n' "${entry%%|*}" "${entry#*|}"; done
+for run in "${EXTRA_RUNS[@]}"; do printf '  %-14s %s\n' "${run%%|*}" "the build of $(cut -d'|' -f2 <<< "$run"), run with $(cut -d'|' -f3 <<< "$run")"; done
 echo "== total $((SECONDS - start)) s"
 exit $failed
