@@ -49,17 +49,21 @@ namespace {
 #ifndef AMEM_AFFINE_PATTERN
 #define AMEM_AFFINE_PATTERN 0
 #endif
+// Pattern 3: batches in flight (STAGES * IN_FLIGHT * THREADS * 16 bytes of shared memory).
 #ifndef AMEM_AFFINE_STAGES
-#define AMEM_AFFINE_STAGES 4  // pattern 3: batches in flight (STAGES * IN_FLIGHT * THREADS * 16 bytes of shared memory)
+#define AMEM_AFFINE_STAGES 4
 #endif
+// 1: a row of the program a block already holds skips reloading it (and the barriers around).
 #ifndef AMEM_AFFINE_REUSE
-#define AMEM_AFFINE_REUSE 0  // 1: a row of the program already in shared memory skips reloading it (and its barriers)
+#define AMEM_AFFINE_REUSE 0
 #endif
+// 1: bfloat16 results rounded and packed in their words' high halves (fewer instructions).
 #ifndef AMEM_AFFINE_PACK
-#define AMEM_AFFINE_PACK 0  // 1: bfloat16 results rounded and packed in their words' high halves (fewer instructions)
+#define AMEM_AFFINE_PACK 0
 #endif
+// 0: plain loads; 1: streaming (ld.global.cs); 2: ld.global.nc with a 256-byte L2 prefetch.
 #ifndef AMEM_AFFINE_LOAD
-#define AMEM_AFFINE_LOAD 0  // 0: plain loads; 1: streaming (ld.global.cs); 2: ld.global.nc with a 256-byte L2 prefetch
+#define AMEM_AFFINE_LOAD 0
 #endif
 #ifndef AMEM_AFFINE_STORE
 #define AMEM_AFFINE_STORE 0  // 0: plain stores; 1: streaming (st.global.cs: evict first)
@@ -74,9 +78,11 @@ constexpr bool kReuse = AMEM_AFFINE_REUSE != 0;
 // Pattern 3's staging buffer, in 16-byte slots (one otherwise: unused).
 constexpr int kStagedSlots = kPattern == 3 ? kStages * kInFlight * kThreads : 1;
 constexpr int64_t kFastRowElements = int64_t{1} << 30;  // element numbers of the hot path fit an int
-static_assert(kThreads % 32 == 0 && kThreads >= kMaxAffineSteps && kInFlight >= 1, "whole warps, one thread a step");
+static_assert(kThreads % 32 == 0 && kThreads >= kMaxAffineSteps && kInFlight >= 1,
+              "whole warps, and a thread per step for the scalars");
 static_assert(kPattern >= 0 && kPattern <= 3, "AMEM_AFFINE_PATTERN is 0, 1, 2 or 3");
-static_assert(kStages >= 2 && kStagedSlots * 16 <= 40 * 1024, "pattern 3 stages in static shared memory (<= 40 KiB)");
+static_assert(kStages >= 2 && kStagedSlots * 16 <= 40 * 1024,
+              "pattern 3 stages in static shared memory (at most 40 KiB)");
 
 // The hot path's 16-byte load of the source, with the cache policy chosen above.
 __device__ __forceinline__ uint4 LoadSource(const uint4* from) {
@@ -239,7 +245,9 @@ struct DeviceRow {
     uint32_t out[kWords] = {};
     if constexpr (AMEM_AFFINE_PACK && std::is_same_v<D, affine_math::Bf16>) {
 #pragma unroll
-      for (int w = 0; w < kWords; ++w) out[w] = Bf16Pack::Halves(Bf16Pack::High(v[2 * w]), Bf16Pack::High(v[2 * w + 1]));
+      for (int w = 0; w < kWords; ++w) {
+        out[w] = Bf16Pack::Halves(Bf16Pack::High(v[2 * w]), Bf16Pack::High(v[2 * w + 1]));
+      }
     } else {
 #pragma unroll
       for (int u = 0; u < N; ++u) out[u * sizeof(D) / 4] |= ToWord<D>(affine_math::Store<D, C>::Of(v[u]), u);
@@ -367,7 +375,9 @@ struct DeviceRow {
     const uint4* from = reinterpret_cast<const uint4*>(in + head);
     char* to = reinterpret_cast<char*>(out + head);
     int k = Batches<S, D, C, N>(from, to, loads);
-    for (; k < loads; k += kThreads) Convert<S, D, C, N>(LoadSource(from + k), to + static_cast<int64_t>(k) * kOutBytes);
+    for (; k < loads; k += kThreads) {
+      Convert<S, D, C, N>(LoadSource(from + k), to + static_cast<int64_t>(k) * kOutBytes);
+    }
     for (int i = head + loads * N + threadIdx.x; i < n; i += kThreads) Run<S, D, C, 1>(in, out, i);
     return true;
   }

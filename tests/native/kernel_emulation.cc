@@ -269,8 +269,8 @@ struct Scene {
       // Half the rows share the program of an earlier row between the same buffers (as a row's
       // pieces do): a block may meet the program it already holds.
       int64_t& shared = program_of[s * 3 + d];
-      const int64_t program = shared >= 0 && Uniform(0, 1) ? shared : programs.Add(source_dtype[s], destination_dtype[d]);
-      shared = program;
+      if (shared < 0 || Uniform(0, 1)) shared = programs.Add(source_dtype[s], destination_dtype[d]);
+      const int64_t program = shared;
       affines.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
       runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[d]});
       next[d] = dst_element + n;
