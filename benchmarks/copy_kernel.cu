@@ -10,48 +10,17 @@
 // (copy::kMaxPieceBytes) as the swap's tables are. Times are medians of 20 runs.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include "copy/copy_cuda.h"
 #include "copy/segments.h"
+#include "cuda_timing.h"
 
-namespace {
-
+using amem::bench::Check;
+using amem::bench::MedianMilliseconds;
 using amem::copy::BufferPointers;
 using amem::copy::BufferSegment;
-
-void Check(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
-    std::exit(1);
-  }
-}
-
-template <typename Enqueue>
-float MedianMilliseconds(Enqueue enqueue, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&stop), "cudaEventCreate");
-  enqueue();  // warm-up
-  Check(cudaStreamSynchronize(stream), "warm-up");
-  std::vector<float> times;
-  for (int run = 0; run < 20; ++run) {
-    cudaEventRecord(start, stream);
-    enqueue();
-    cudaEventRecord(stop, stream);
-    Check(cudaEventSynchronize(stop), "run");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-}  // namespace
 
 int main() {
   cudaStream_t stream;

@@ -23,6 +23,18 @@ int64_t AffineDtypeBytes(int64_t dtype) {
   }
 }
 
+std::vector<AffineRow> SplitAffineRows(const AffineRow* rows, int64_t count, int64_t max_piece) {
+  std::vector<AffineRow> out;
+  for (int64_t i = 0; i < count; ++i) {
+    const AffineRow& r = rows[i];
+    const BufferSegment whole{r.src_index, r.dst_index, r.src_element, r.dst_element, r.count, 0};
+    for (const BufferSegment& piece : SplitBufferSegments(&whole, 1, max_piece)) {
+      out.push_back({piece.src_index, piece.dst_index, piece.src_offset, piece.dst_offset, piece.bytes, r.program});
+    }
+  }
+  return out;
+}
+
 Status CheckAffineTable(const AffineTable& table) {
   if (table.programs == nullptr && table.program_count != 0) {
     return Status::Error("affine copy: the program table is shorter than its programs");

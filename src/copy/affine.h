@@ -69,6 +69,11 @@ constexpr int64_t kMaxPieceElements = 64 * 1024;
 
 int64_t AffineDtypeBytes(int64_t dtype);  // 0 for an unknown code
 
+// Rows split into consecutive pieces of at most `max_piece` elements, in order: the split
+// jax_amem.affine_copy.prepare_rows makes before a call, for C++ callers (the kernel's benchmark
+// and tests); by the byte rows' splitter, since an affine row's element columns split alike.
+std::vector<AffineRow> SplitAffineRows(const AffineRow* rows, int64_t count, int64_t max_piece = kMaxPieceElements);
+
 // Host checks (the CPU handlers; the Python side checks the same before building a call):
 // every program well formed (dtypes, ops, step count, constants inside the table), every row
 // naming a program and buffers that exist, in bounds of both buffers by their dtypes.

@@ -4,7 +4,7 @@
 // Every destination byte is compared: those the rows write element by element (equal bits, or
 // NaN on both sides: the conversions may quiet a NaN differently), the others unchanged.
 //
-//   kernel_emulation [CASES] [SEED]      exit status 0: every case equal
+//   kernel_emulation [CASES] [SEED] [SUITE]      exit status 0: every case equal
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -257,6 +257,7 @@ struct Scene {
       dsts.push_back(AddDestination(Noise(AffineDtypeBytes(destination_dtype.back()) * Uniform(1, 150000))));
       next.push_back(0);
     }
+    std::vector<int64_t> program_of(9, -1);  // per (source, destination): the last program made
     for (int64_t k = 0; k < count; ++k) {
       const int64_t s = Uniform(0, 2), d = Uniform(0, 2), src = srcs[s], dst = dsts[d];
       const int64_t src_item = AffineDtypeBytes(source_dtype[s]), dst_item = AffineDtypeBytes(destination_dtype[d]);
@@ -265,7 +266,11 @@ struct Scene {
       const int64_t dst_element = next[d] + Uniform(0, 9);
       if (dst_element >= dst_elements) continue;
       const int64_t n = Uniform(1, std::min({src_elements, dst_elements - dst_element, kMaxPieceElements}));
-      const int64_t program = programs.Add(source_dtype[s], destination_dtype[d]);
+      // Half the rows share the program of an earlier row between the same buffers (as a row's
+      // pieces do): a block may meet the program it already holds.
+      int64_t& shared = program_of[s * 3 + d];
+      if (shared < 0 || Uniform(0, 1)) shared = programs.Add(source_dtype[s], destination_dtype[d]);
+      const int64_t program = shared;
       affines.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
       runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[d]});
       next[d] = dst_element + n;
@@ -364,6 +369,10 @@ bool SegmentCase() {
 bool AffineCase() {
   Scene scene;
   scene.AddAffines(Uniform(1, 12));
+  if (Uniform(0, 1)) {  // in small pieces, as the host splits rows: blocks run several of one program
+    scene.affines = SplitAffineRows(scene.affines.data(), static_cast<int64_t>(scene.affines.size()),
+                                    8 * Uniform(1, 1024));
+  }
   const AffineTable table = scene.programs.Table();
   const auto count = static_cast<int64_t>(scene.affines.size());
   if (!Check(CheckAffineTable(table), "affine table") ||
@@ -452,6 +461,7 @@ int main(int argc, char** argv) {
   using namespace amem::copy;
   const int cases = argc > 1 ? std::atoi(argv[1]) : 10;
   const unsigned long long seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+  const std::string only = argc > 3 ? argv[3] : "";  // one suite by name (a kernel's variant), or all
   random_engine.seed(seed);
   struct Suite {
     const char* name;
@@ -464,6 +474,7 @@ int main(int argc, char** argv) {
                           {"direct launch", DirectCase}};
   int failed = 0;
   for (const Suite& suite : suites) {
+    if (!only.empty() && only != suite.name) continue;
     int passed = 0;
     for (int c = 0; c < cases; ++c) passed += suite.run() ? 1 : 0;
     std::printf("%-30s %d of %d cases equal (seed %llu)\n", suite.name, passed, cases, seed);
