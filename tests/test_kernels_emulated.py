@@ -22,6 +22,19 @@ KERNELS = ["copy_cuda", "affine_cuda", "transpose_cuda"]
 # The CPU loops and the row checks; the direct launch, whose device path runs on the emulated
 # device (tests/native/fake_driver.cc in place of the driver).
 LOOPS = ["segments", "copy_cpu", "affine", "affine_cpu", "transpose", "direct_launch"]
+NATIVES = ["kernel_emulation", "cuda_emulation_runtime", "fake_driver"]
+# The files that see the transpose kernel's tunables (src/copy/transpose_tuning.h): built again,
+# all with the same flags, for each configuration below; the others once.
+TUNED = {"transpose_cuda", "transpose", "direct_launch", "kernel_emulation"}
+# Configurations other than the defaults that scripts/tune_transpose.sh times: each must write
+# what the CPU loops write too (the vector tiles, the row hint, a 32-element tile of 128 threads,
+# a block per unit, cast units in several passes).
+T = "-DAMEM_TRANSPOSE_"
+VARIANTS = {
+    "default": [],
+    "vector": [f"{T}VECTOR=1", f"{T}ROW_HINT=1", f"{T}BLOCKS_PER_SM=6", f"{T}CAST_WORDS=4"],
+    "tile32": [f"{T}VECTOR=1", f"{T}TILE=32", f"{T}THREADS_Y=4", f"{T}GRID_PER_SM=0", f"{T}CAST_WORDS=2"],
+}
 CASES, SEEDS = 20, (1, 2)
 
 
@@ -32,33 +45,57 @@ def cuda_include() -> Path | None:
     return None
 
 
+def source(name: str) -> list[str]:
+    if name in KERNELS:
+        return ["-x", "c++", "-include", str(NATIVE / "cuda_emulation.h"), str(ROOT / "src" / "copy" / f"{name}.cu")]
+    return [str((NATIVE if name in NATIVES else ROOT / "src" / "copy") / f"{name}.cc")]
+
+
+class Builder:
+    """Objects under sanitizers, the untuned ones shared by every configuration."""
+
+    def __init__(self, out: Path):
+        compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
+        include = cuda_include()
+        if compiler is None or include is None:
+            pytest.skip(f"needs g++ and CUDA's headers (found {compiler}, {include})")
+        self.compiler, self.out, self.shared = compiler, out, {}
+        self.flags = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                      "-fno-omit-frame-pointer", "-Wno-unknown-pragmas", "-ffp-contract=off",
+                      f"-I{ROOT / 'src'}", f"-I{include}", f"-I{NATIVE}"]
+
+    def compile(self, jobs: list[tuple[str, list[str], Path]]) -> None:
+        def one(job):
+            name, extra, obj = job
+            return subprocess.run([self.compiler, *self.flags, *extra, *source(name), "-c", "-o", str(obj)],
+                                  capture_output=True, text=True)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for done in pool.map(one, jobs):
+                assert done.returncode == 0, done.stderr[-4000:]
+
+    def binary(self, variant: str) -> Path:
+        names = KERNELS + LOOPS + NATIVES
+        jobs = [(n, VARIANTS[variant], self.out / f"{variant}-{n}.o") for n in names if n in TUNED]
+        jobs += [(n, [], self.out / f"{n}.o") for n in names if n not in TUNED and n not in self.shared]
+        self.compile(jobs)
+        self.shared.update({n: self.out / f"{n}.o" for n in names if n not in TUNED})
+        objects = [self.out / f"{variant}-{n}.o" if n in TUNED else self.shared[n] for n in names]
+        binary = self.out / f"kernel_emulation-{variant}"
+        linked = subprocess.run([self.compiler, "-fsanitize=address,undefined", *map(str, objects), "-o", str(binary),
+                                 "-lpthread"], capture_output=True, text=True)
+        assert linked.returncode == 0, linked.stderr[-4000:]
+        return binary
+
+
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory) -> Path:
-    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
-    include = cuda_include()
-    if compiler is None or include is None:
-        pytest.skip(f"needs g++ and CUDA's headers (found {compiler}, {include})")
-    out = tmp_path_factory.mktemp("kernel_emulation")
-    flags = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-             "-fno-omit-frame-pointer", "-Wno-unknown-pragmas", "-ffp-contract=off",
-             f"-I{ROOT / 'src'}", f"-I{include}", f"-I{NATIVE}"]
-    jobs = [["-x", "c++", "-include", str(NATIVE / "cuda_emulation.h"), str(ROOT / "src" / "copy" / f"{k}.cu")]
-            for k in KERNELS]
-    jobs += [[str(ROOT / "src" / "copy" / f"{name}.cc")] for name in LOOPS]
-    jobs += [[str(NATIVE / f"{name}.cc")] for name in ("kernel_emulation", "cuda_emulation_runtime", "fake_driver")]
-    objects = [out / f"{k}.o" for k in range(len(jobs))]
+def builder(tmp_path_factory) -> Builder:
+    return Builder(tmp_path_factory.mktemp("kernel_emulation"))
 
-    def compile_one(job, obj):
-        return subprocess.run([compiler, *flags, *job, "-c", "-o", str(obj)], capture_output=True, text=True)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for done in pool.map(compile_one, jobs, objects):
-            assert done.returncode == 0, done.stderr[-4000:]
-    binary = out / "kernel_emulation"
-    linked = subprocess.run([compiler, "-fsanitize=address,undefined", *map(str, objects), "-o", str(binary),
-                             "-lpthread"], capture_output=True, text=True)
-    assert linked.returncode == 0, linked.stderr[-4000:]
-    return binary
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def emulator(builder, request) -> Path:
+    return builder.binary(request.param)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
