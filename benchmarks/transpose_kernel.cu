@@ -272,7 +272,8 @@ int main() {
     std::printf("%-28s %6zu %9.2f %9.3f %9.0f %9.3f %7.0f%%\n", c.name, table.rows.size(), gb, kernel_ms,
                 gb / kernel_ms * 1e3, memcpy_ms, 100.0 * memcpy_ms / kernel_ms);
     char part[96];
-    std::snprintf(part, sizeof(part), " %s_ms=%.3f %s_pct=%.0f", c.key, kernel_ms, c.key, 100.0 * memcpy_ms / kernel_ms);
+    std::snprintf(part, sizeof(part), " %s_ms=%.3f %s_pct=%.0f", c.key, kernel_ms, c.key,
+                  100.0 * memcpy_ms / kernel_ms);
     summary += part;
     bad += Verify(tensors, *c.which, c.as_casts);
     cudaFree(table.device);

@@ -69,7 +69,7 @@ registers() {
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2"; }
 
-printf "\n%-14s %5s %9s %6s %9s %6s %9s %6s  %s\n" config regs/spl swap_ms %mcpy tiles_ms %mcpy casts_ms %mcpy bits
+printf "\n%-14s %9s %9s %6s %9s %6s %9s %6s  %s\n" config regs/spl swap_ms %mcpy tiles_ms %mcpy casts_ms %mcpy bits
 for c in "${chosen[@]}"; do
   name=${c%%|*}
   regs=$(registers "$O/$name.build.log")

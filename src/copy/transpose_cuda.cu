@@ -1,5 +1,5 @@
 // The fused transpose-and-cast kernel (transpose.h): one launch for a table of rows. Each block
-// takes work units in turn: a 64x64 tile of a transposed view (read from the source along its
+// takes work units in turn: a 64x64 tile (by default) of a transposed view (read from the source along its
 // rows into shared memory, converted, written along the view's rows: both sides coalesced), or
 // a run of a cast. The conversions are CUDA's round-to-nearest-even instructions, the ones
 // XLA's convert compiles to on the GPU. Rows with a program of constant steps run in kernels of
@@ -148,9 +148,10 @@ __device__ __forceinline__ TilePlace PlaceTile(const TransposeRow& row, int64_t 
   const auto down_tiles = static_cast<uint32_t>(row.tiles_down);
   const uint32_t tile_row = static_cast<uint32_t>(row.tile_first) + u / across_tiles;
   const uint32_t b32 = tile_row / down_tiles;
+  const int64_t b = b32;
   const int64_t j0 = static_cast<int64_t>(tile_row - b32 * down_tiles) * kTile;
   const int64_t i0 = static_cast<int64_t>(u % across_tiles) * kTile;
-  return {static_cast<int64_t>(b32), j0, i0};
+  return {b, j0, i0};
 }
 
 // Tile `unit` of a transposed row: view rows [j0, j0 + 64) of matrix b, view columns [i0, i0 + 64).
@@ -328,7 +329,9 @@ __device__ bool VectorTile(const TransposeRow& row, int64_t unit, const char* so
   for (int p = 0; p < kVectorPasses; ++p) {
     Stored out;
 #pragma unroll
-    for (int e = 0; e < kVector; ++e) out.v[e] = tile[((chunk * kVector + e) * kPitch + line + p * kVectorLines) * kSpread];
+    for (int e = 0; e < kVector; ++e) {
+      out.v[e] = tile[((chunk * kVector + e) * kPitch + line + p * kVectorLines) * kSpread];
+    }
     const int64_t n = at + p * kVectorLines * view_cols;
     if (n >= 0 && n + kVector <= row.count) {
       *reinterpret_cast<Stored*>(dst + n) = out;
