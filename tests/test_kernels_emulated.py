@@ -1,10 +1,11 @@
 """The CUDA kernels of src/copy run on CPU threads (tests/native/cuda_emulation.h) against the CPU
 loops, on random tables: the segment copy, the affine copy and the fused transpose-and-cast copy,
 plain and with constant steps; and a DirectCopy made for device 0 with every kind of row, its
-device table, driver copies and launches on the emulated device. The affine kernel again in its
-compile-time variants (AFFINE_VARIANTS: what scripts/tune_affine.sh measures on the GPU). Built
-here with g++ and CUDA's headers, under AddressSanitizer and UndefinedBehaviorSanitizer, so a read
-or write outside a buffer, or a misaligned one, fails too.
+device table, driver copies and launches on the emulated device; again in the compile-time
+variants of the transpose kernel (VARIANTS) and of the affine kernel (AFFINE_VARIANTS), which
+scripts/tune_transpose.sh and scripts/tune_affine.sh measure on the GPU. Built here with g++ and
+CUDA's headers, under AddressSanitizer and UndefinedBehaviorSanitizer, so a read or write outside
+a buffer, or a misaligned one, fails too.
 
 This checks the kernels' own code (indices, tiles, bounds, the work-unit search, shared memory,
 the arithmetic) where no GPU is: a kernel that runs on the H200 is still proved there
@@ -24,6 +25,31 @@ KERNELS = ["copy_cuda", "affine_cuda", "transpose_cuda"]
 # The CPU loops and the row checks; the direct launch, whose device path runs on the emulated
 # device (tests/native/fake_driver.cc in place of the driver).
 LOOPS = ["segments", "copy_cpu", "affine", "affine_cpu", "transpose", "direct_launch"]
+NATIVES = ["kernel_emulation", "cuda_emulation_runtime", "fake_driver"]
+# The files that see the transpose kernel's tunables (src/copy/transpose_tuning.h): built again,
+# all with the same flags, for each configuration below; the others once.
+TRANSPOSE_TUNED = {"transpose_cuda", "transpose", "direct_launch", "kernel_emulation"}
+# Configurations other than the defaults that scripts/tune_transpose.sh times: each must write
+# what the CPU loops write too (the vector tiles, the row hint, a 32-element tile of 128 threads,
+# a block per unit, cast units in several passes).
+T = "-DAMEM_TRANSPOSE_"
+VARIANTS = {
+    "default": [],
+    "vector": [f"{T}VECTOR=1", f"{T}ROW_HINT=1", f"{T}BLOCKS_PER_SM=6", f"{T}CAST_WORDS=4"],
+    "tile32": [f"{T}VECTOR=1", f"{T}TILE=32", f"{T}THREADS_Y=4", f"{T}GRID_PER_SM=0", f"{T}CAST_WORDS=2"],
+}
+# The affine kernel's (the AMEM_AFFINE_* macros of src/copy/affine_cuda.cu, seen by that file
+# alone): every load pattern, thread count, loads in flight, grid and packing, each run on the
+# affine suite.
+A = "-DAMEM_AFFINE_"
+AFFINE_VARIANTS = {
+    "warp runs, 128 threads, 8 in flight, a block per piece":
+        [f"{A}PATTERN=1", f"{A}THREADS=128", f"{A}IN_FLIGHT=8", f"{A}GRID=0"],
+    "pipelined, 2 in flight, balanced grid, packed bfloat16, programs kept":
+        [f"{A}PATTERN=2", f"{A}IN_FLIGHT=2", f"{A}BALANCE=1", f"{A}PACK=1", f"{A}REUSE=1"],
+    "staged in shared memory, 3 stages, 2 blocks a slot, streaming hints":
+        [f"{A}PATTERN=3", f"{A}IN_FLIGHT=2", f"{A}STAGES=3", f"{A}GRID=2", f"{A}LOAD=1", f"{A}STORE=1"],
+}
 CASES, SEEDS = 20, (1, 2)
 
 
@@ -34,60 +60,46 @@ def cuda_include() -> Path | None:
     return None
 
 
-# The affine kernel's compile-time variants (the AMEM_AFFINE_* macros of src/copy/affine_cuda.cu,
-# which scripts/tune_affine.sh measures on the GPU): every load pattern, thread count, loads in
-# flight, grid and packing, each equal to the CPU loop too.
-AFFINE_VARIANTS = {
-    "warp runs, 128 threads, 8 in flight, a block per piece":
-        ["-DAMEM_AFFINE_PATTERN=1", "-DAMEM_AFFINE_THREADS=128", "-DAMEM_AFFINE_IN_FLIGHT=8", "-DAMEM_AFFINE_GRID=0"],
-    "pipelined, 2 in flight, balanced grid, packed bfloat16, programs kept":
-        ["-DAMEM_AFFINE_PATTERN=2", "-DAMEM_AFFINE_IN_FLIGHT=2", "-DAMEM_AFFINE_BALANCE=1", "-DAMEM_AFFINE_PACK=1",
-         "-DAMEM_AFFINE_REUSE=1"],
-    "staged in shared memory, 3 stages, 2 blocks a slot, streaming hints":
-        ["-DAMEM_AFFINE_PATTERN=3", "-DAMEM_AFFINE_IN_FLIGHT=2", "-DAMEM_AFFINE_STAGES=3", "-DAMEM_AFFINE_GRID=2",
-         "-DAMEM_AFFINE_LOAD=1", "-DAMEM_AFFINE_STORE=1"],
-}
+def source(name: str) -> list[str]:
+    if name in KERNELS:
+        return ["-x", "c++", "-include", str(NATIVE / "cuda_emulation.h"), str(ROOT / "src" / "copy" / f"{name}.cu")]
+    return [str((NATIVE if name in NATIVES else ROOT / "src" / "copy") / f"{name}.cc")]
 
 
 class Builder:
-    """Compiles the kernels and the CPU loops for the emulation (once), and links test binaries,
-    one with the affine kernel compiled with given macros."""
+    """Objects under sanitizers, the untuned ones shared by every configuration."""
 
     def __init__(self, out: Path):
-        self.compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
+        compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
         include = cuda_include()
-        if self.compiler is None or include is None:
-            pytest.skip(f"needs g++ and CUDA's headers (found {self.compiler}, {include})")
-        self.out = out
+        if compiler is None or include is None:
+            pytest.skip(f"needs g++ and CUDA's headers (found {compiler}, {include})")
+        self.compiler, self.out, self.shared = compiler, out, {}
         self.flags = ["-std=c++20", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
                       "-fno-omit-frame-pointer", "-Wno-unknown-pragmas", "-ffp-contract=off",
                       f"-I{ROOT / 'src'}", f"-I{include}", f"-I{NATIVE}"]
-        jobs = {k: self.kernel_job(k) for k in KERNELS}
-        jobs.update({name: [str(ROOT / "src" / "copy" / f"{name}.cc")] for name in LOOPS})
-        jobs.update({name: [str(NATIVE / f"{name}.cc")]
-                     for name in ("kernel_emulation", "cuda_emulation_runtime", "fake_driver")})
+
+    def compile(self, jobs: list[tuple[str, list[str], Path]]) -> None:
+        def one(job):
+            name, extra, obj = job
+            return subprocess.run([self.compiler, *self.flags, *extra, *source(name), "-c", "-o", str(obj)],
+                                  capture_output=True, text=True)
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            self.objects = dict(zip(jobs, pool.map(self.compile, jobs.values(), jobs)))
+            for done in pool.map(one, jobs):
+                assert done.returncode == 0, done.stderr[-4000:]
 
-    @staticmethod
-    def kernel_job(kernel: str) -> list:
-        return ["-x", "c++", "-include", str(NATIVE / "cuda_emulation.h"), str(ROOT / "src" / "copy" / f"{kernel}.cu")]
-
-    def compile(self, job, name) -> Path:
-        obj = self.out / f"{name}.o"
-        done = subprocess.run([self.compiler, *self.flags, *job, "-c", "-o", str(obj)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-4000:]
-        return obj
-
-    def link(self, name: str, affine_defines=()) -> Path:
-        binary = self.out / name
-        if binary.exists():
-            return binary
-        objects = dict(self.objects)
-        if affine_defines:
-            objects["affine_cuda"] = self.compile([*affine_defines, *self.kernel_job("affine_cuda")], f"affine_{name}")
-        linked = subprocess.run([self.compiler, "-fsanitize=address,undefined", *map(str, objects.values()), "-o",
-                                 str(binary), "-lpthread"], capture_output=True, text=True)
+    def binary(self, variant: str, flags: list[str], tuned: set[str]) -> Path:
+        """The emulation linked with the files `tuned` built with `flags` (named `variant`)."""
+        names = KERNELS + LOOPS + NATIVES
+        jobs = [(n, flags, self.out / f"{variant}-{n}.o") for n in names if n in tuned]
+        jobs += [(n, [], self.out / f"{n}.o") for n in names if n not in tuned and n not in self.shared]
+        self.compile(jobs)
+        self.shared.update({n: self.out / f"{n}.o" for n in names if n not in tuned})
+        objects = [self.out / f"{variant}-{n}.o" if n in tuned else self.shared[n] for n in names]
+        binary = self.out / f"kernel_emulation-{variant}"
+        linked = subprocess.run([self.compiler, "-fsanitize=address,undefined", *map(str, objects), "-o", str(binary),
+                                 "-lpthread"], capture_output=True, text=True)
         assert linked.returncode == 0, linked.stderr[-4000:]
         return binary
 
@@ -95,6 +107,11 @@ class Builder:
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory) -> Builder:
     return Builder(tmp_path_factory.mktemp("kernel_emulation"))
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def emulator(builder, request) -> Path:
+    return builder.binary(request.param, VARIANTS[request.param], TRANSPOSE_TUNED)
 
 
 def run_emulator(binary: Path, seed: int, *suite: str) -> str:
@@ -106,15 +123,15 @@ def run_emulator(binary: Path, seed: int, *suite: str) -> str:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_kernel_writes_what_its_cpu_loop_writes(builder, seed):
-    said = run_emulator(builder.link("kernel_emulation"), seed)
+def test_every_kernel_writes_what_its_cpu_loop_writes(emulator, seed):
+    said = run_emulator(emulator, seed)
     for suite in ("segment copy", "affine copy", "transpose copy", "transpose copy with programs", "direct launch"):
         assert f"{suite:<30} {CASES} of {CASES} cases equal" in said, said[-6000:]
 
 
 @pytest.mark.parametrize("variant", AFFINE_VARIANTS)
 def test_every_affine_kernel_variant_writes_what_the_cpu_loop_writes(builder, variant):
-    binary = builder.link("variant_" + str(list(AFFINE_VARIANTS).index(variant)), AFFINE_VARIANTS[variant])
-    said = run_emulator(binary, SEEDS[0], "affine copy")
+    name = "affine" + str(list(AFFINE_VARIANTS).index(variant))
+    said = run_emulator(builder.binary(name, AFFINE_VARIANTS[variant], {"affine_cuda"}), SEEDS[0], "affine copy")
     assert f"{'affine copy':<30} {CASES} of {CASES} cases equal" in said, said[-6000:]
     assert "transpose" not in said, said[-6000:]  # the one suite ran

@@ -1,5 +1,5 @@
 // The fused transpose-and-cast kernel (transpose.h): one launch for a table of rows. Each block
-// takes work units in turn: a 64x64 tile of a transposed view (read from the source along its
+// takes work units in turn: a 64x64 tile (by default) of a transposed view (read from the source along its
 // rows into shared memory, converted, written along the view's rows: both sides coalesced), or
 // a run of a cast. The conversions are CUDA's round-to-nearest-even instructions, the ones
 // XLA's convert compiles to on the GPU. Rows with a program of constant steps run in kernels of
@@ -21,11 +21,16 @@
 namespace amem::copy {
 namespace {
 
+// The defaults and what each tunable does: transpose_tuning.h.
 constexpr int kTile = static_cast<int>(kTransposeTile);
-constexpr int kThreadsX = 32, kThreadsY = 8, kThreads = kThreadsX * kThreadsY;
+constexpr int kThreadsX = 32, kThreadsY = AMEM_TRANSPOSE_THREADS_Y, kThreads = kThreadsX * kThreadsY;
 // Blocks each multiprocessor keeps resident (registers capped to fit): with 16 loads a thread in
 // flight, enough bytes in flight to keep HBM busy.
-constexpr int kBlocksPerMultiprocessor = 4;
+constexpr int kBlocksPerMultiprocessor = AMEM_TRANSPOSE_BLOCKS_PER_SM;
+constexpr int kGridPerMultiprocessor = AMEM_TRANSPOSE_GRID_PER_SM;
+static_assert(kTile == 32 || kTile == 64, "the tile is 32 or 64 elements square");
+static_assert(kThreads <= 1024 && kBlocksPerMultiprocessor >= 1 && kGridPerMultiprocessor >= 0,
+              "a block of at most 1024 threads, at least one resident");
 
 struct Same2 {
   static constexpr bool kSteps = false;
@@ -126,9 +131,28 @@ __host__ __device__ constexpr int Pitch() { return sizeof(D) == 2 ? kTile + 2 : 
 
 constexpr int kRowsPerThread = kTile / kThreadsY;   // 8
 constexpr int kColsPerThread = kTile / kThreadsX;   // 2
-constexpr int kCastWords = kCastUnit / (4 * kThreads);  // 8 four-element words a thread per cast unit
-static_assert(kTile % kThreadsY == 0 && kTile % kThreadsX == 0 && kCastUnit % (4 * kThreads) == 0,
+constexpr int kCastWordsAll = kCastUnit / (4 * kThreads);  // 8 four-element words a thread per cast unit
+// Of which a thread loads this many before it stores them (fewer where registers are capped low).
+constexpr int kCastWords = AMEM_TRANSPOSE_CAST_WORDS < kCastWordsAll ? AMEM_TRANSPOSE_CAST_WORDS : kCastWordsAll;
+static_assert(kTile % kThreadsY == 0 && kTile % kThreadsX == 0 && kCastUnit % (4 * kThreads) == 0 &&
+              kCastWords >= 1 && kCastWordsAll % kCastWords == 0,
               "tiles and cast units are whole multiples of the block");
+
+// Where tile `unit` of a transposed row lies: matrix b, view rows [j0, +kTile), view columns
+// [i0, +kTile). 32-bit division only (the host checked every index fits).
+struct TilePlace {
+  int64_t b, j0, i0;
+};
+__device__ __forceinline__ TilePlace PlaceTile(const TransposeRow& row, int64_t unit) {
+  const auto u = static_cast<uint32_t>(unit), across_tiles = static_cast<uint32_t>(row.tiles_across);
+  const auto down_tiles = static_cast<uint32_t>(row.tiles_down);
+  const uint32_t tile_row = static_cast<uint32_t>(row.tile_first) + u / across_tiles;
+  const uint32_t b32 = tile_row / down_tiles;
+  const int64_t b = b32;
+  const int64_t j0 = static_cast<int64_t>(tile_row - b32 * down_tiles) * kTile;
+  const int64_t i0 = static_cast<int64_t>(u % across_tiles) * kTile;
+  return {b, j0, i0};
+}
 
 // Tile `unit` of a transposed row: view rows [j0, j0 + 64) of matrix b, view columns [i0, i0 + 64).
 // Every load of the tile is issued before the first is used (16 a thread in flight): one at a
@@ -141,14 +165,7 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
   constexpr int kPitch = Pitch<D>();
   D* tile = reinterpret_cast<D*>(shared);
   const int64_t view_cols = row.rows, view_rows = row.cols, matrix = row.rows * row.cols;
-  // 32-bit division only (the host checked every index fits).
-  const auto u = static_cast<uint32_t>(unit), across_tiles = static_cast<uint32_t>(row.tiles_across);
-  const auto down_tiles = static_cast<uint32_t>(row.tiles_down);
-  const uint32_t tile_row = static_cast<uint32_t>(row.tile_first) + u / across_tiles;
-  const uint32_t b32 = tile_row / down_tiles;
-  const int64_t b = b32;
-  const int64_t j0 = static_cast<int64_t>(tile_row - b32 * down_tiles) * kTile;
-  const int64_t i0 = static_cast<int64_t>(u % across_tiles) * kTile;
+  const auto [b, j0, i0] = PlaceTile(row, unit);
   const int tx = threadIdx.x, ty = threadIdx.y;
   // What is left of the tile past this thread's first row and column (a tile at the edge of the
   // view is cut), and this thread's first element on each side: 64-bit offsets once, then steps.
@@ -235,27 +252,110 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
   // transposed ones, the affine kernel runs the others.)
   if (!K::kSteps && end - begin == kCastUnit && reinterpret_cast<uintptr_t>(src) % sizeof(Loaded) == 0 &&
       reinterpret_cast<uintptr_t>(dst) % sizeof(Stored) == 0) {
-    const Loaded* in = reinterpret_cast<const Loaded*>(src + begin);
-    Stored* out = reinterpret_cast<Stored*>(dst + begin);
-    Loaded words[kCastWords];
+    for (int pass = 0; pass < kCastWordsAll; pass += kCastWords) {
+      const Loaded* in = reinterpret_cast<const Loaded*>(src + begin) + pass * kThreads;
+      Stored* out = reinterpret_cast<Stored*>(dst + begin) + pass * kThreads;
+      Loaded words[kCastWords];
 #pragma unroll
-    for (int w = 0; w < kCastWords; ++w) words[w] = in[thread + w * kThreads];
+      for (int w = 0; w < kCastWords; ++w) words[w] = in[thread + w * kThreads];
 #pragma unroll
-    for (int w = 0; w < kCastWords; ++w) {
-      Stored converted;
+      for (int w = 0; w < kCastWords; ++w) {
+        Stored converted;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) converted.v[k] = Apply<K>(steps, words[w].v[k], 0);
-      out[thread + w * kThreads] = converted;
+        for (int k = 0; k < 4; ++k) converted.v[k] = Apply<K>(steps, words[w].v[k], 0);
+        out[thread + w * kThreads] = converted;
+      }
     }
     return;
   }
   for (int64_t n = begin + thread; n < end; n += kThreads) dst[n] = Apply<K>(steps, src[n], row.first + n);
 }
 
+#if AMEM_TRANSPOSE_VECTOR
+// A tile four elements a thread per access. A warp spans 8 four-element chunks of 4 lines (one
+// 128-byte segment of each of 4 f32 source rows; 64 bytes of each of 4 bf16 view rows): each
+// access fills whole sectors. Shared memory holds one element a word, rows T + 1 words apart, so
+// that the warp's 32 word accesses, (line + 4 * chunk + element) mod 32, meet 32 banks both when
+// it writes a chunk of a source row and when it reads a chunk down a tile column.
+constexpr int kVector = 4;
+constexpr int kChunkGroups = kTile / kVector / 8;  // warps across a tile row
+constexpr int kVectorLines = kThreads / 32 / kChunkGroups * 4;  // tile rows the block covers at once
+constexpr int kVectorPasses = kTile / kVectorLines;
+static_assert(kThreads / 32 % kChunkGroups == 0 && kTile % kVectorLines == 0, "the block covers the tile in passes");
+
+// Tile `unit` as TransposeTile has it, if it is whole and both sides' rows start on a whole
+// vector; false (nothing done) otherwise: the element path takes it.
+template <typename K>
+__device__ bool VectorTile(const TransposeRow& row, int64_t unit, const char* source, char* destination,
+                           unsigned char* shared) {
+  using S = typename K::Source;
+  using D = typename K::Destination;
+  struct alignas(kVector * sizeof(S)) Loaded { S v[kVector]; };
+  struct alignas(kVector * sizeof(D)) Stored { D v[kVector]; };
+  constexpr int kPitch = kTile + 1;                 // words
+  constexpr int kSpread = 4 / static_cast<int>(sizeof(D));  // D elements a word
+  D* tile = reinterpret_cast<D*>(shared);
+  const int64_t view_cols = row.rows, view_rows = row.cols, matrix = row.rows * row.cols;
+  const auto [b, j0, i0] = PlaceTile(row, unit);
+  // Where view element 0 of the row would land, as an address: every view row starts a whole
+  // vector from it when the view's rows are whole vectors (unsigned: it may lie before the buffer).
+  const uintptr_t out0 = reinterpret_cast<uintptr_t>(destination + row.dst_offset) - row.first * sizeof(D);
+  if (view_cols - i0 < kTile || view_rows - j0 < kTile || view_rows % kVector != 0 || view_cols % kVector != 0 ||
+      reinterpret_cast<uintptr_t>(source) % sizeof(Loaded) != 0 || out0 % sizeof(Stored) != 0) {
+    return false;  // the same for every thread of the block: the unit is
+  }
+  const int thread = threadIdx.y * kThreadsX + threadIdx.x, warp = thread / 32, lane = thread % 32;
+  const int chunk = (warp % kChunkGroups) * 8 + lane % 8, line = (warp / kChunkGroups) * 4 + lane / 8;
+  // Read: source rows i0 + line + p * kVectorLines, elements j0 + 4 * chunk on; all issued first.
+  const S* src = reinterpret_cast<const S*>(source) + b * matrix + (i0 + line) * view_rows + j0 + chunk * kVector;
+  Loaded loaded[kVectorPasses];
+#pragma unroll
+  for (int p = 0; p < kVectorPasses; ++p) {
+    loaded[p] = *reinterpret_cast<const Loaded*>(src + p * kVectorLines * view_rows);
+  }
+#pragma unroll
+  for (int p = 0; p < kVectorPasses; ++p) {
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) {
+      tile[((line + p * kVectorLines) * kPitch + chunk * kVector + e) * kSpread] = K::Convert(loaded[p].v[e]);
+    }
+  }
+  __syncthreads();
+  // Write: view rows j0 + line + p * kVectorLines, elements i0 + 4 * chunk on; only those inside
+  // [first, first + count), a vector that straddles an end element by element.
+  const int64_t at = b * matrix + (j0 + line) * view_cols + i0 + chunk * kVector - row.first;
+  D* dst = reinterpret_cast<D*>(destination + row.dst_offset);
+#pragma unroll
+  for (int p = 0; p < kVectorPasses; ++p) {
+    Stored out;
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) {
+      out.v[e] = tile[((chunk * kVector + e) * kPitch + line + p * kVectorLines) * kSpread];
+    }
+    const int64_t n = at + p * kVectorLines * view_cols;
+    if (n >= 0 && n + kVector <= row.count) {
+      *reinterpret_cast<Stored*>(dst + n) = out;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVector; ++e) {
+        if (n + e >= 0 && n + e < row.count) dst[n + e] = out.v[e];
+      }
+    }
+  }
+  __syncthreads();  // the tile is the next unit's
+  return true;
+}
+#endif
+
 template <typename K>
 __device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* source, char* destination,
                         unsigned char* shared, const Steps& steps) {
   if (row.rows > 1 && row.cols > 1) {
+#if AMEM_TRANSPOSE_VECTOR
+    if constexpr (!K::kSteps) {
+      if (VectorTile<K>(row, unit, source, destination, shared)) return;
+    }
+#endif
     TransposeTile<K>(row, unit, source, destination, shared, steps);
   } else {
     CastRun<K>(row, unit, source, destination, steps);
@@ -306,8 +406,9 @@ int Blocks(int64_t units) {
     if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       multiprocessors = 132;
     }
-    return multiprocessors * kBlocksPerMultiprocessor;
+    return multiprocessors * kGridPerMultiprocessor;
   }();
+  if (count == 0) return static_cast<int>(units);  // one block a unit (units < 2^31: checked)
   return static_cast<int>(units < count ? units : count);
 }
 
@@ -323,9 +424,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   __shared__ float scalars[kMaxAffineSteps];
   LoadedProgram loaded;  // the program in `program` (the same in every thread)
   Steps steps{&program, table.constants, scalars, false};
+  int64_t lo = 0;  // the row of the block's last unit (rows[0] starts at first_unit)
   for (int64_t v = blockIdx.x; v < units; v += gridDim.x) {
     const int64_t u = first_unit + v;
-    int64_t lo = 0, hi = count - 1;  // the last row whose first unit is at most u
+    // The last row whose first unit is at most u. The block's units only grow, so with the hint
+    // it is the last unit's row unless the next row starts at or before u.
+    int64_t hi = count - 1;
+    if (AMEM_TRANSPOSE_ROW_HINT == 0) {
+      lo = 0;
+    } else if (lo == hi || rows[lo + 1].units > u) {
+      hi = lo;
+    } else {
+      ++lo;
+    }
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       if (rows[mid].units <= u) lo = mid; else hi = mid - 1;

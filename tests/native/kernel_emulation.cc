@@ -286,6 +286,13 @@ struct Scene {
       const int64_t src_dtype = KindSource(kind), dst_dtype = KindDestination(kind, src_dtype);
       int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
       int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
+      // Sides of whole four-element vectors, view element 0 landing on a whole vector below: the
+      // tiles a kernel built with AMEM_TRANSPOSE_VECTOR moves four elements a thread per access.
+      const bool whole = Uniform(0, 1) == 0;
+      if (whole) {
+        rows_of = 4 * Uniform(8, 40);
+        cols = 4 * Uniform(8, 40);
+      }
       if (rows_of == 1 && Uniform(0, 1)) cols = Uniform(1, 3 * kCastUnit);  // casts of whole units (the wide path)
       if (cols == 1 && Uniform(0, 1)) rows_of = Uniform(1, 3 * kCastUnit);
       const int64_t batch = Uniform(1, 3);
@@ -297,7 +304,8 @@ struct Scene {
       const int64_t dst = dsts[Uniform(0, 1)];
       Bytes& into = buffers.destinations[dst];
       into.resize((into.size() + dst_item - 1) / dst_item * dst_item, 0x5a);  // rows write whole elements
-      const int64_t dst_offset = static_cast<int64_t>(into.size()) + Uniform(0, 5) * dst_item;
+      int64_t dst_offset = static_cast<int64_t>(into.size()) + Uniform(0, 5) * dst_item;
+      if (whole) dst_offset += ((first - dst_offset / dst_item) % 4 + 4) % 4 * dst_item;
       const Bytes noise = Noise(dst_offset - static_cast<int64_t>(into.size()) + length * dst_item + Uniform(0, 64));
       into.insert(into.end(), noise.begin(), noise.end());
       TransposeRow row{};

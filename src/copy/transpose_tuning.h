@@ -1,0 +1,50 @@
+// The fused transpose-and-cast kernel's tunables (transpose_cuda.cu), as macros so that the
+// kernel benchmark (benchmarks/transpose_kernel.cu, scripts/tune_transpose.sh) can build and time
+// several configurations in one run. Each default is what the library builds; a build that
+// sets one must give the same -D flags to every file of the copy (transpose.cc plans the tiles
+// the kernel runs). Every configuration writes the same bits: they change only which thread
+// moves which element, and when, never the conversion.
+#pragma once
+
+// Edge of the square tile (transpose.h's kTransposeTile): 32 or 64 (the tile's shared memory,
+// 4 * T * (T + 1) bytes, must stay under the static 48 KB).
+#ifndef AMEM_TRANSPOSE_TILE
+#define AMEM_TRANSPOSE_TILE 64
+#endif
+
+// Warps of a block (threads are 32 x this): one warp spans a tile row, so that each access is
+// coalesced; fewer warps give each thread more of the tile to keep in flight.
+#ifndef AMEM_TRANSPOSE_THREADS_Y
+#define AMEM_TRANSPOSE_THREADS_Y 8
+#endif
+
+// Blocks each multiprocessor must keep resident (__launch_bounds__: registers are capped to
+// 65536 / (threads * this)); more blocks keep more loads in flight if the cap spills nothing.
+#ifndef AMEM_TRANSPOSE_BLOCKS_PER_SM
+#define AMEM_TRANSPOSE_BLOCKS_PER_SM 4
+#endif
+
+// Blocks launched per multiprocessor (each loops over the units); 0: one block per unit, the
+// hardware's block scheduler balancing them.
+#ifndef AMEM_TRANSPOSE_GRID_PER_SM
+#define AMEM_TRANSPOSE_GRID_PER_SM AMEM_TRANSPOSE_BLOCKS_PER_SM
+#endif
+
+// Four-element words a thread of a cast unit loads before it stores them (capped at the unit's
+// 8192 / (4 * threads)): fewer where a low register cap would spill them.
+#ifndef AMEM_TRANSPOSE_CAST_WORDS
+#define AMEM_TRANSPOSE_CAST_WORDS 8
+#endif
+
+// 1: a block starts the search for its next unit's row at its last unit's row (one load, where a
+// table of 310 rows costs nine dependent loads a unit); the same row is found either way.
+#ifndef AMEM_TRANSPOSE_ROW_HINT
+#define AMEM_TRANSPOSE_ROW_HINT 0
+#endif
+
+// 1: whole, aligned tiles of the plain conversions move four elements a thread per access
+// (16-byte loads of f32 rows, 8-byte stores of bf16 ones) through shared memory of one word an
+// element; cut or misaligned tiles, and rows with programs, stay on the element path.
+#ifndef AMEM_TRANSPOSE_VECTOR
+#define AMEM_TRANSPOSE_VECTOR 0
+#endif
