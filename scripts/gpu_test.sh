@@ -35,6 +35,10 @@
 #   swap_scale     benchmarks/swap_scale.py (a fused constant scale against the same swap without it,
 #                  4 x 512 MiB, both launched directly), then the GPU tests of constant steps (the
 #                  direct launch's, transposed ones included, and the custom call's); not in the default list
+#   tune_affine    scripts/tune_affine.sh: the affine kernel's compile-time configurations, each against
+#                  cudaMemcpyAsync and bit-checked (about 3 minutes; not in the default list)
+#   tune_transpose scripts/tune_transpose.sh: the same for the fused transpose-and-cast kernel on the
+#                  real-size preset's rows (about 3 minutes; not in the default list)
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays
@@ -142,6 +146,10 @@ for name in $STEPS; do
       fi
       TAIL=16 step nccl_scale 220 env -u JAX_AMEM_NCCL_LIBRARY $SCALE --methods recreate:2
       TAIL=16 step nccl_cycles 110 env -u JAX_AMEM_NCCL_LIBRARY $CYCLES --methods recreate:20 ;;
+    tune_affine)
+      TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
+    tune_transpose)
+      TAIL=${TAIL:-40} step tune_transpose 540 bash scripts/tune_transpose.sh ;;
     demo_real)
       # The whole summary (about 40 lines), not the last 12.
       TAIL=${TAIL:-60} step demo_real 480 $PY -P -m jax_amem demo --preset qwen3-1.7b --json "$O/h200_qwen3_1.7b.json" ;;
