@@ -1,5 +1,6 @@
-// What the standalone CUDA benchmarks (copy_kernel.cu, affine_kernel.cu) share: failing loudly on
-// a CUDA error, and the median time of some work enqueued on a stream, by CUDA events.
+// What the standalone CUDA benchmarks (copy_kernel.cu, affine_kernel.cu, transpose_kernel.cu)
+// share: failing loudly on a CUDA error, and the median time of some work enqueued on a stream,
+// by CUDA events.
 #pragma once
 
 #include <cuda_runtime.h>

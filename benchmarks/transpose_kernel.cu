@@ -23,45 +23,23 @@
 
 #include "copy/transpose.h"
 #include "copy/transpose_convert.h"
+#include "cuda_timing.h"
 
 namespace {
 
 using amem::copy::BufferPointers;
 using amem::copy::TransposeRow;
 
-void Check(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
-    std::exit(2);
-  }
-}
+using amem::bench::Check;
+using amem::bench::MedianMilliseconds;
+
+constexpr int kRuns = 15;  // timed runs per figure (medians)
 
 void Check(const amem::Status& status, const char* what) {
   if (!status.ok()) {
     std::fprintf(stderr, "%s: %s\n", what, status.message().c_str());
     std::exit(2);
   }
-}
-
-template <typename Enqueue>
-float MedianMilliseconds(Enqueue enqueue, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&stop), "cudaEventCreate");
-  enqueue();  // warm-up
-  Check(cudaStreamSynchronize(stream), "warm-up");
-  std::vector<float> times;
-  for (int run = 0; run < 15; ++run) {
-    cudaEventRecord(start, stream);
-    enqueue();
-    cudaEventRecord(stop, stream);
-    Check(cudaEventSynchronize(stop), "run");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 // Random bit patterns (every class of f32: NaNs, infinities, subnormals, ties), a function of the
@@ -171,7 +149,7 @@ float MemcpyMilliseconds(const std::vector<Tensor>& tensors, const std::vector<i
     for (int k : which) {
       cudaMemcpyAsync(scratch, tensors[k].src, tensors[k].elements() * 3, cudaMemcpyDeviceToDevice, stream);
     }
-  }, stream);
+  }, stream, kRuns);
 }
 
 // Sampled lines of tensor `k`'s destination (view rows; runs of 4096 elements of a cast) against
@@ -265,7 +243,7 @@ int main() {
   for (const Case& c : cases) {
     const Table table = MakeTable(tensors, *c.which, c.as_casts);
     for (int k : *c.which) Check(cudaMemsetAsync(tensors[k].dst, 0x5a, tensors[k].elements() * 2, stream), "clear");
-    const float kernel_ms = MedianMilliseconds([&] { Launch(table, pointers, stream); }, stream);
+    const float kernel_ms = MedianMilliseconds([&] { Launch(table, pointers, stream); }, stream, kRuns);
     Check(cudaGetLastError(), "kernel");
     const float memcpy_ms = MemcpyMilliseconds(tensors, *c.which, scratch, stream);
     const double gb = (table.read + table.written) / 1e9;

@@ -222,6 +222,25 @@ class LocalRank:
         pass
 
 
+def device_copy_seconds(nbytes: int, device: str, repeats: int) -> float:
+    """The median of `repeats` copies of `nbytes` on the torch `device` ("cuda" or "cpu"), after
+    one warm-up: the ceiling an update's bytes could move at."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(repeats + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        dst.copy_(src)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        copies.append(time.perf_counter() - start)
+    return statistics.median(copies[1:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=28)
@@ -292,19 +311,7 @@ def main() -> None:
                     reports[key].append(report)
 
         # The ceiling: one device copy of the same bytes (both ranks' staged bytes), this run.
-        total = engine.bytes
-        src = torch.empty(total, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        copies = []
-        for _ in range(args.repeats + 1):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            copies.append(time.perf_counter() - t0)
-        copy_s = statistics.median(copies[1:])
+        copy_s = device_copy_seconds(engine.bytes, device, args.repeats)
 
         # Bit-exact: what each rank committed from the last update against slices cut by hand.
         last = trees[args.repeats % 2]
@@ -323,7 +330,7 @@ def main() -> None:
         commit = statistics.median(r.commit_seconds for r in reports["transport"])
         result = {
             "device": jax.devices()[0].device_kind, "transport": engine.transport, "tp": args.tp,
-            "layers": args.layers, "dtype": args.dtype, "mib": total / 2**20, "groups": len(engine.plans),
+            "layers": args.layers, "dtype": args.dtype, "mib": engine.bytes / 2**20, "groups": len(engine.plans),
             "connect_s": connect_s, "swap_s": swap["transport"], "in_process_swap_s": swap["in_process"],
             "commit_s": commit, "device_copy_s": copy_s,
             "share_of_copy": copy_s / swap["transport"], "in_process_share_of_copy": copy_s / swap["in_process"],
@@ -338,7 +345,7 @@ def main() -> None:
         print(f"{engine.transport + ' vs in process':48} {swap['transport']:10.4f} {swap['in_process']:10.4f} "
               f"{swap['in_process'] / swap['transport']:7.2f}")
         print(f"bit-exact: {checked / 2**20:.1f} MiB held by {args.tp} ranks against hand-cut slices; "
-              f"{total / 2**20:.1f} MiB per update in {len(engine.plans)} groups; commits (rank copies) "
+              f"{engine.bytes / 2**20:.1f} MiB per update in {len(engine.plans)} groups; commits (rank copies) "
               f"{commit:.4f} s; connect {connect_s:.1f} s")
         engine.close()
     finally:

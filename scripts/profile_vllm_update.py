@@ -86,23 +86,13 @@ def main(argv=None) -> None:
             torch.cuda.synchronize()
         rows.append(dict(clock.spent, update=time.perf_counter() - start))
         repeated.append(hits["repeated"])
-    src = torch.empty(engine.bytes, dtype=torch.uint8, device=torch_device)
-    dst = torch.empty_like(src)
-    copies = []
-    for _ in range(args.repeats + 1):
-        if torch_device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        dst.copy_(src)
-        if torch_device == "cuda":
-            torch.cuda.synchronize()
-        copies.append(time.perf_counter() - start)
+    copy_s = shapes.device_copy_seconds(engine.bytes, torch_device, args.repeats)
     swaps = len(engine.plans) * args.tp
     print(f"vLLM backend update on {device.platform} ({device.device_kind}): {args.layers} layers, tp {args.tp}, "
           f"{engine.bytes / 2**20:.1f} MiB in {len(engine.plans)} groups, {swaps} swaps; ms, medians of {args.repeats}")
     for label in ("update", "picks", "swaps", "rpc calls"):
         print(f"  {label:<34}{statistics.median(r.get(label, 0.0) for r in rows) * 1e3:10.2f}")
-    print(f"  {'device copy of the bytes (ceiling)':<34}{statistics.median(copies[1:]) * 1e3:10.2f}")
+    print(f"  {'device copy of the bytes (ceiling)':<34}{copy_s * 1e3:10.2f}")
     print(f"  swaps that repeated the last one: {statistics.median(repeated):.0f} of {swaps}")
     programs = run._programs.values()
     routes = {}
