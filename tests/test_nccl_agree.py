@@ -88,6 +88,9 @@ def test_two_processes_without_an_agreement_exchange_the_id_over_the_communicato
         broadcast = [k for k, line in enumerate(calls) if f"ncclBroadcast comm1.r{process} " in line]
         destroy = calls.index(f"ncclCommDestroy comm1.r{process}")
         assert broadcast and broadcast[0] < destroy, calls  # rank 0 too: before its teardown
+        # Rank 0 sends the id it made for its plan, and makes no second one (whose bootstrap
+        # root would wait for ranks that never come); rank 1 makes none.
+        assert len([line for line in calls if line.startswith("ncclGetUniqueId")]) == 1 - process, calls
         assert result["after"] == [float(process)]
 
 

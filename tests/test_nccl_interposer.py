@@ -99,6 +99,29 @@ def test_recreate_sends_the_id_over_the_communicator_where_no_plan_carries_it(fa
                                          "ncclCommInitRank comm4.r1 id=fake-id-1"]
 
 
+def test_an_id_used_by_one_pause_is_never_sent_by_the_next(fake):
+    """The id rank 0 made for one pause's plan is spent once the communicator is recreated with
+    it: a later pause whose ids go over the communicator makes a fresh one (NCCL cannot
+    initialise a communicator twice from one id)."""
+    seen = run_scenario(fake, """
+        import os
+        lib = interposer()
+        comms = init_ranks(lib, make_id("job-reuse"), 2)
+        nccl.pause("recreate")
+        nccl.resume()
+        os.environ["JAX_AMEM_NCCL_IDS"] = "communicator"
+        before = len(fake_log())
+        nccl.pause("recreate")
+        nccl.resume()
+        out(after=all_reduce(lib, comms[1], [5]), log=fake_log()[before:])
+    """)
+    log = seen["log"]
+    assert seen["after"] == [0, [5.0]]
+    made = [line.split()[-1] for line in log if line.startswith("ncclGetUniqueId")]
+    assert made == ["fake-id-2"], log  # not fake-id-1, which the first resume used
+    assert f"ncclBroadcast comm3.r0 root=0" in log and "ncclCommInitRank comm5.r0 id=fake-id-2" in log, log
+
+
 def test_guard_refuses_calls_while_paused_without_reaching_nccl(fake):
     seen = run_scenario(fake, """
         lib = interposer()

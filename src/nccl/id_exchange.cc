@@ -56,7 +56,9 @@ Status ExchangeNextIds(const std::vector<ProxyComm*>& comms, double timeout_seco
                        std::vector<ProxyComm*>* stuck) {
   std::vector<ProxyComm*> shared;  // communicators with peers to tell
   for (ProxyComm* comm : comms) {
-    if (comm->rank == 0 && Real().ncclGetUniqueId != nullptr) {
+    // Rank 0 sends the id it made for its plan where it made one (a plan that did not reach every
+    // rank): a second id would leave the first one's bootstrap root waiting for ranks that never come.
+    if (comm->rank == 0 && !comm->next_id_made && Real().ncclGetUniqueId != nullptr) {
       Status made = NcclCheck(Real().ncclGetUniqueId(&comm->next_id), "ncclGetUniqueId");
       if (!made.ok()) return made;
     }

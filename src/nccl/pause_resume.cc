@@ -310,6 +310,7 @@ Status Recreate(const std::vector<ProxyComm*>& comms, const PauseRequest& reques
     if (!comm->next_id_given) unknown.push_back(comm);
   }
   Status exchanged = ExchangeNextIds(unknown, request.timeout_seconds, &stuck);
+  for (ProxyComm* comm : comms) comm->next_id_made = false;  // each id made is used now, or never
   if (!exchanged.ok()) {
     // Peers that did not join leave our broadcast waiting forever: abort those
     // communicators so the GPU is not held, and say so on each of them.
@@ -515,6 +516,9 @@ Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vect
   if (requested == Strategy::kAuto) RecreateAboveLimit(plan);
   bool refused = false;
   for (const PlanEntry& entry : *plan) refused |= entry.refused;
+  // The pause's own plan (no ids to make) keeps the ids the caller's plan made: where no
+  // agreement carries one to every rank, ExchangeNextIds sends it instead of a new one.
+  if (!make_ids) return Status::Ok();
   for (PlanEntry& entry : *plan) {
     ProxyComm* comm = entry.comm;
     comm->next_id_made = false;
@@ -523,7 +527,7 @@ Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vect
     // and allocates: on a communicator that never ran one, it connects it first).
     // Not when this plan is refused already: an id that is never used leaves NCCL's
     // bootstrap root waiting.
-    if (make_ids && !refused && entry.strategy == Strategy::kRecreate && comm->rank == 0 &&
+    if (!refused && entry.strategy == Strategy::kRecreate && comm->rank == 0 &&
         comm->nranks > 1 && Real().ncclGetUniqueId != nullptr) {
       comm->next_id_made = Real().ncclGetUniqueId(&comm->next_id) == ncclSuccess;
     }
