@@ -40,6 +40,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")   # the rank proc
 
 import numpy as np
 
+from jax_amem_vllm.layout import DEFAULT_STAGING_BYTES, pack
+
 D, H, KV, HD, F, V = 1024, 16, 8, 128, 3072, 151936   # Qwen3-0.6B (tied head)
 ALIGN = 64
 
@@ -61,9 +63,10 @@ def groups(layers: int, tp: int) -> list[list[tuple[str, tuple[int, ...]]]]:
     return out
 
 
-def description(layers: int, tp: int, rank: int, dtype: str) -> dict:
-    """What the worker half reports at init (layout.Describe.wire and engine.description)."""
-    wire, largest = [], 0
+def description(layers: int, tp: int, rank: int, dtype: str, staging_bytes: int = DEFAULT_STAGING_BYTES) -> dict:
+    """What the worker half reports at init (layout.Describe.wire and engine.description): the
+    groups packed into batches of at most `staging_bytes` as the worker packs them."""
+    wire, sizes = [], []
     itemsize = np.dtype(np.float32).itemsize if dtype == "float32" else 2
     for group in groups(layers, tp):
         offset, tensors = 0, []
@@ -72,8 +75,12 @@ def description(layers: int, tp: int, rank: int, dtype: str) -> dict:
                             "offset": offset, "processed": "norm" not in name})
             offset += -(-int(np.prod(shape)) * itemsize // ALIGN) * ALIGN
         wire.append(tensors)
-        largest = max(largest, offset)
-    return {"tp_size": tp, "tp_rank": rank, "groups": wire, "staging_bytes": largest}
+        sizes.append(offset)
+    batches, starts, largest = pack(sizes, staging_bytes)
+    for tensors, start in zip(wire, starts):
+        for t in tensors:
+            t["offset"] += start
+    return {"tp_size": tp, "tp_rank": rank, "groups": wire, "staging_bytes": largest, "batches": batches}
 
 
 # ----------------------------------------------------------------------------- a rank's process
@@ -85,7 +92,7 @@ def rank_process(args) -> None:
     from jax_amem_vllm import staging as staging_buffer
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    note = description(args.layers, args.tp, args.rank, args.dtype)
+    note = description(args.layers, args.tp, args.rank, args.dtype, args.staging_bytes)
     buffer, note["staging"] = staging_buffer.allocate(note["staging_bytes"], device, args.directory,
                                                       args.session, args.rank)
     note["device"] = str(device)
@@ -113,11 +120,14 @@ def rank_process(args) -> None:
             if receiver is not None and receiver.transport(120) is not None:
                 receiver.join()
             print("ok", flush=True)
-        elif word == "commit":
+        elif word == "commit":   # commit g[,g...]: a batch's groups, received first when over NCCL
+            batch = [int(g) for g in rest[0].split(",")]
             if receiver is not None and receiver.active:
-                receiver.receive(int(rest[0]), dict(staged(note["groups"][int(rest[0])])))
-            for name, tensor in staged(note["groups"][int(rest[0])]):
-                params[name].copy_(tensor)
+                for group in batch:
+                    receiver.receive(group, dict(staged(note["groups"][group])))
+            for group in batch:
+                for name, tensor in staged(note["groups"][group]):
+                    params[name].copy_(tensor)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             print("ok", flush=True)
@@ -138,7 +148,9 @@ class Ranks:
         self.procs = procs
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
-        words = {"update_weights": lambda: f"commit {kwargs['update_info']['group']}", "start_weight_update": lambda: "start"}
+        words = {"update_weights": lambda: "commit " + ",".join(
+            str(g) for g in kwargs["update_info"].get("groups", [kwargs["update_info"].get("group")])),
+            "start_weight_update": lambda: "start"}
         if method in words:
             for proc in self.procs:
                 proc.stdin.write(words[method]() + "\n")
@@ -196,30 +208,16 @@ def expected(tree, name: str, rank: int, tp: int) -> np.ndarray:
     }[leaf]()
 
 
-class LocalRank:
+def local_rank(note, device):
     """A rank's staging buffer in this process (the in-process swap, for comparison)."""
+    import torch
 
-    worker = None
-    kind = "local"
+    from jax_amem.vllm.transports import _TorchStaging
 
-    def __init__(self, note, device):
-        import torch
+    class LocalRank(_TorchStaging):
+        kind = "local"
 
-        from jax_amem.vllm.transports import views
-
-        self.note = note
-        self.buffer = torch.zeros(note["staging_bytes"], dtype=torch.uint8, device=device)
-        self.groups = [views(self.buffer, g) for g in note["groups"]]
-
-    def destination(self, group):
-        return self.groups[group]
-
-    def owner(self, group):
-        from jax_amem.swapping.torch_bridge import owner_of
-        return owner_of(next(iter(self.groups[group].values())))
-
-    def close(self):
-        pass
+    return LocalRank(note, torch.zeros(note["staging_bytes"], dtype=torch.uint8, device=device))
 
 
 def device_copy_seconds(nbytes: int, device: str, repeats: int) -> float:
@@ -249,6 +247,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--transport", default="auto", choices=("auto", "nccl"),
                         help="auto: CUDA IPC on a GPU, shared memory on CPU; nccl: the cross-host transport")
+    parser.add_argument("--staging-bytes", type=int, default=DEFAULT_STAGING_BYTES,
+                        help="each rank's staging budget: layer groups packed into batches of at most this "
+                             "(0: one group per commit, as with connect(staging_bytes=0))")
     parser.add_argument("--store", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--session", default=None, help=argparse.SUPPRESS)
@@ -277,7 +278,8 @@ def main() -> None:
         store, address = nccl.serve_store("127.0.0.1:0")
         link, extra = nccl.TrainerLink(store, session, address, 120.0), ["--store", address]
     procs = [subprocess.Popen([sys.executable, "-P", __file__, "--rank", str(r), "--tp", str(args.tp), "--layers",
-                               str(args.layers), "--dtype", args.dtype, "--session", session, "--directory", directory,
+                               str(args.layers), "--staging-bytes", str(args.staging_bytes), "--dtype", args.dtype,
+                               "--session", session, "--directory", directory,
                                *extra], env={**os.environ, "NCCL_HOSTID": f"jax-amem-rank{r}"},
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in range(args.tp)]
     try:
@@ -301,7 +303,7 @@ def main() -> None:
                             timeout=120, link=link)
         connect_s = time.perf_counter() - t0
         device = "cuda" if notes[0]["device"].startswith("cuda") else "cpu"
-        local = VllmEngine(Ranks([]), [LocalRank(n, device) for n in notes], trees[0], family="qwen3", source="flax",
+        local = VllmEngine(Ranks([]), [local_rank(n, device) for n in notes], trees[0], family="qwen3", source="flax",
                            rules=None, cast=None, timeout=120)
         reports = {"transport": [], "in_process": []}
         for i in range(args.repeats + 1):   # the first compiles each group's program

@@ -4,19 +4,21 @@ worker when the engine is started with weight_transfer_config={"backend": "jax_a
 The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `update_weights`,
 `finish_weight_update`); what travels in it:
 
-* init  {"session": name, "directory": dir}: the worker describes its model (layout.describe:
-  every parameter in its loaded form, per layer group, TP rank and size), allocates one staging
-  buffer the size of the largest group (staging.py: a shared file on CPU, CUDA IPC on a GPU),
-  writes a note saying where both are (`dir/jax_amem-<session>-rank<r>.json`), and publishes
-  itself under `session` for a trainer in this process.
+* init  {"session": name, "directory": dir, "staging_bytes": n}: the worker describes its model
+  (layout.describe: every parameter in its loaded form, per layer group, TP rank and size; the
+  groups packed into batches of at most n bytes), allocates one staging buffer the size of the
+  largest batch (staging.py: a shared file on CPU, CUDA IPC on a GPU), writes a note saying
+  where both are (`dir/jax_amem-<session>-rank<r>.json`), and publishes itself under `session`
+  for a trainer in this process.
 * init with {"store": "host:port"} as well (a trainer that may write this worker over NCCL,
   nccl.py): the note goes to the trainer's store instead of a file, and the worker keeps a
   client of that store. At start_weight_update it reads the transport the trainer chose for
   its rank and, for NCCL, joins the trainer's link (once).
-* update {"group": g}: the trainer has written group g's new values into the staging buffer
-  (jax_amem.swap, by address), or sends them now over NCCL, which the worker receives into
-  the staging buffer first (nccl.Receiver); the worker commits them: plain parameters copied
-  in, processed modules written through vLLM's processing (reprocess.py).
+* update {"group": g} or {"groups": [g, ...]} (groups of one batch): the trainer has written
+  the groups' new values into the staging buffer (jax_amem.swap, by address), or sends them now
+  over NCCL, which the worker receives into the staging buffer first, every group of the call
+  before any is committed (nccl.Receiver); the worker commits them in order: plain parameters
+  copied in, processed modules written through vLLM's processing (reprocess.py).
 
 Versions. Until the first commit of an update nothing served has changed: an update that stops
 there (refused, failed, never finished) leaves the old version serving. From the first commit
@@ -39,7 +41,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from . import staging as staging_buffer
-from .layout import describe
+from .layout import DEFAULT_STAGING_BYTES, describe
 from .registry import publish
 from .reprocess import reprocess
 
@@ -50,11 +52,25 @@ class JaxAmemInitInfo(WeightTransferInitInfo):
     directory: str = ""   # where the note goes (staging.py); default /dev/shm
     store: str = ""       # "host:port" of the trainer's TCPStore: the note goes there (nccl.py)
     timeout: float = 300.0  # seconds any wait on that store may take
+    staging_bytes: int = -1  # the staging budget: groups packed into batches of at most this; -1: the default
 
 
 @dataclass
 class JaxAmemUpdateInfo(WeightTransferUpdateInfo):
-    group: int
+    group: int | None = None          # one group
+    groups: list[int] | None = None   # or several groups of one batch, committed in this order
+    session: str = ""                 # the trainer's connect (a worker set up since by another refuses)
+
+    def chosen(self) -> list:
+        if (self.group is None) == (self.groups is None):
+            raise ValueError("jax_amem: update_weights takes exactly one of update_info['group'] and "
+                             "update_info['groups']")
+        if self.groups is None:
+            return [self.group]
+        if not isinstance(self.groups, (list, tuple)) or not self.groups:
+            raise ValueError(f"jax_amem: update_info['groups'] must be a non-empty list of group numbers, "
+                             f"not {self.groups!r:.80}")
+        return list(self.groups)
 
 
 def head_size(vllm_config) -> int | None:
@@ -88,12 +104,13 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.updates = 0                         # complete updates so far
         self.receiver = None                     # nccl.Receiver when the trainer gave a store
         self.timeout = 300.0
+        self.session = ""                        # the connect this worker's staging belongs to
 
     # --- what the trainer reads (same process) ---------------------------------------------
     def description(self) -> dict[str, Any]:
         return {"tp_size": self.parallel_config.tensor_parallel_size, "tp_rank": self.tp_rank,
                 "head_dim": head_size(self.vllm_config), "device": str(self.device), "groups": self.layout.wire(),
-                "staging_bytes": self.layout.staging_bytes, "staging": self.place}
+                "staging_bytes": self.layout.staging_bytes, "batches": self.layout.batches, "staging": self.place}
 
     def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
@@ -119,8 +136,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         # shut down removes them); with one rank there is only rank 0.
         if self.parallel_config.tensor_parallel_size > 1 or model_parallel_is_initialized():
             self.tp_rank = get_tensor_model_parallel_rank()
+        budget = init_info.staging_bytes
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < -1:
+            raise ValueError(f"jax_amem: staging_bytes={budget!r:.60} must be a byte count >= 0 (0: one group "
+                             "at a time), or -1 for the default")
         self.shutdown()   # a trainer connecting again: the previous session's buffer and files go
-        self.layout = describe(self.model)
+        self.layout = describe(self.model, DEFAULT_STAGING_BYTES if budget == -1 else budget)
         directory = init_info.directory or staging_buffer.default_directory()
         self.staging, self.place = staging_buffer.allocate(self.layout.staging_bytes, self.device, directory,
                                                            init_info.session, self.tp_rank)
@@ -139,6 +160,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                                                         self.device), init_info.timeout
         else:
             staging_buffer.write_note(note, self.description())
+        self.session = init_info.session
         publish(init_info.session, self)
 
     def start_weight_update(self) -> None:
@@ -159,18 +181,36 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def receive_weights(self, update_info: JaxAmemUpdateInfo) -> None:
         if self.committed is None:
             raise RuntimeError("jax_amem: update_weights outside an update (start_weight_update first)")
-        group = update_info.group
-        if not 0 <= group < len(self.layout.groups) or group in self.committed:
-            raise ValueError(f"jax_amem: group {group} is not a group left to commit "
-                             f"(0..{len(self.layout.groups) - 1}, committed {sorted(self.committed)})")
+        if update_info.session and update_info.session != self.session:
+            raise ValueError(f"jax_amem: this update belongs to connect {update_info.session!r:.80}, but the worker "
+                             f"was set up again since by connect {self.session!r:.80} (its staging buffer is "
+                             "another now): that trainer must connect again; nothing was written")
+        groups = self._left_to_commit(update_info.chosen())
         if self.receiver is not None and self.receiver.active:
             # Received before anything is committed: a refusal or a failure here leaves the
-            # group as it was (and the old version served when no group was committed yet).
-            self.receiver.receive(group, self.staged(group))
-        self._refuse(f"an update is writing it ({len(self.committed)} of {len(self.layout.groups)} "
-                     "groups committed)")
-        self.committed.add(group)   # counted before the write: a failure inside leaves a mix
-        self._commit(group)
+            # groups as they were (and the old version served when no group was committed yet).
+            for group in groups:
+                self.receiver.receive(group, self.staged(group))
+        for group in groups:
+            self._refuse(f"an update is writing it ({len(self.committed)} of {len(self.layout.groups)} "
+                         "groups committed)")
+            self.committed.add(group)   # counted before the write: a failure inside leaves a mix
+            self._commit(group)
+
+    def _left_to_commit(self, groups: list) -> list[int]:
+        """`groups` checked before anything is written: group numbers not committed yet, each
+        once, all of one batch (the groups of two batches share places in the staging buffer)."""
+        total = len(self.layout.groups)
+        for group in groups:
+            if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < total \
+                    or group in self.committed or groups.count(group) > 1:
+                raise ValueError(f"jax_amem: group {group!r:.40} is not a group left to commit "
+                                 f"(0..{total - 1}, each once; committed {sorted(self.committed)})")
+        batches = {i for i, batch in enumerate(self.layout.batches) for group in groups if group in batch}
+        if len(batches) > 1:
+            raise ValueError(f"jax_amem: groups {groups} lie in batches {sorted(batches)} of the staging buffer "
+                             f"({self.layout.batches}): one update_weights commits the groups of one batch")
+        return groups
 
     def finish_weight_update(self) -> None:
         if self.committed is None:

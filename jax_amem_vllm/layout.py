@@ -4,17 +4,25 @@
 vLLM may transform a weight after loading (vLLM-CPU repacks every linear layer and leaves the
 parameter empty, shape (0,)); the form the trainer writes is the one vLLM recorded before that
 (`record_metadata_for_reloading`, kept in the reload machinery's per-layer info). Groups are
-vLLM's own `layerwise_groups` (the embeddings, one per decoder layer, the head and final norm),
-so staging holds one group at a time: the added memory is the largest group, not the model.
+vLLM's own `layerwise_groups` (the embeddings, one per decoder layer, the head and final norm).
+Consecutive groups are packed into batches of at most a byte budget (`pack`): a batch is staged
+and committed at once, so an update costs one call into the workers per batch, not per group,
+and the staging buffer is the largest batch (the largest group when the budget is 0), not the
+model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
 ALIGN = 64  # bytes: each staged tensor starts on a cache line
+# The staging budget when the trainer names none: what a model's embedding group often takes
+# alone already (vocabulary x hidden), so the buffer grows little beyond the largest group while
+# a small model's update is one batch.
+DEFAULT_STAGING_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,8 @@ class Describe:
     """What `describe(model)` found: the wire description and the live objects behind it."""
     groups: list[list[Tensor]]
     staging_bytes: int
+    # consecutive groups staged side by side and committed at once (none given: each group alone)
+    batches: list[list[int]] = field(default_factory=list)
     # name -> (module, attribute) owning the parameter; processed modules by group
     owners: dict[str, tuple[torch.nn.Module, str]] = field(default_factory=dict)
     group_modules: list[list[torch.nn.Module]] = field(default_factory=list)
@@ -45,6 +55,27 @@ class Describe:
     def wire(self) -> list[list[dict]]:
         return [[{"name": t.name, "shape": list(visible_shape(t)), "loaded": list(t.shape), "dtype": t.dtype,
                   "offset": t.offset, "processed": t.processed} for t in group] for group in self.groups]
+
+    def __post_init__(self):
+        self.batches = self.batches or [[g] for g in range(len(self.groups))]
+
+
+def pack(sizes: list[int], budget: int) -> tuple[list[list[int]], list[int], int]:
+    """Consecutive groups of `sizes` bytes packed into batches of at most `budget` bytes (a group
+    larger than the budget is a batch alone): the batches, each group's start in the staging
+    buffer (groups of one batch side by side, every batch from 0) and the buffer's size (the
+    largest batch)."""
+    batches, starts, filled = [], [], 0
+    for group, size in enumerate(sizes):
+        if batches and filled + size <= budget:
+            batches[-1].append(group)
+        else:
+            batches.append([group])
+            filled = 0
+        starts.append(filled)
+        filled += size
+    largest = max((sum(sizes[g] for g in batch) for batch in batches), default=0)
+    return batches, starts, largest
 
 
 def visible_shape(t: Tensor) -> tuple[int, ...]:
@@ -97,7 +128,8 @@ def processed_module(module: torch.nn.Module) -> bool:
     return getattr(module, "quant_method", None) is not None
 
 
-def describe(model: torch.nn.Module) -> Describe:
+def describe(model: torch.nn.Module, budget: int = 0) -> Describe:
+    """The model's groups, packed into batches of at most `budget` staging bytes."""
     from vllm.distributed.weight_transfer.base import layerwise_groups
 
     params = dict(model.named_parameters())           # tied parameters appear once
@@ -107,7 +139,7 @@ def describe(model: torch.nn.Module) -> Describe:
             owner_of.setdefault(id(param), []).append((module_name, module, attr))
 
     groups, owners, group_modules, followers, derivers = [], {}, [], {}, {}
-    largest = 0
+    sizes = []
     for index, names in enumerate(layerwise_groups(list(params))):
         offset, group, modules = 0, [], []
         for name in names:
@@ -131,5 +163,7 @@ def describe(model: torch.nn.Module) -> Describe:
             offset += -(-nbytes // ALIGN) * ALIGN
         groups.append(group)
         group_modules.append(modules)
-        largest = max(largest, offset)
-    return Describe(groups, largest, owners, group_modules, followers, derivers)
+        sizes.append(offset)
+    batches, starts, staging_bytes = pack(sizes, budget)
+    groups = [[dataclasses.replace(t, offset=t.offset + start) for t in group] for group, start in zip(groups, starts)]
+    return Describe(groups, staging_bytes, batches, owners, group_modules, followers, derivers)

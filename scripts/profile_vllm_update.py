@@ -3,6 +3,7 @@ engine of benchmarks/vllm_ipc.py (a Qwen3-0.6B-shaped trainer tree, each rank's 
 this process, no transport), its update timed piece by piece.
 
     python -P scripts/profile_vllm_update.py [--layers 28] [--tp 2] [--repeats 5] [--tiny]
+                                             [--staging-bytes N]
 
 Per update, medians over --repeats (milliseconds): the whole update; the picks (each group's
 jitted selection of its sources, `VllmEngine.picks`: arrays XLA makes); the swaps into staging
@@ -11,6 +12,8 @@ jitted selection of its sources, `VllmEngine.picks`: arrays XLA makes); the swap
 call while the process watches its workers); and one device copy of the update's bytes as the
 ceiling; and how many of the swaps' programs are launched directly (in_process/direct.py) or
 run in XLA. --tiny shrinks the model's dimensions (a CPU check of the script itself).
+--staging-bytes: each rank's staging budget (layer groups packed into batches, one commit per
+batch; 0: one group per commit); the default is connect's.
 """
 import argparse
 import statistics
@@ -48,6 +51,7 @@ def main(argv=None) -> None:
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--staging-bytes", type=int, default=shapes.DEFAULT_STAGING_BYTES)
     args = parser.parse_args(argv)
     if args.tiny:
         shapes.D, shapes.H, shapes.KV, shapes.HD, shapes.F, shapes.V = 128, 4, 2, 64, 256, 512
@@ -58,13 +62,14 @@ def main(argv=None) -> None:
 
     device = jax.devices()[0]
     torch_device = "cuda" if device.platform == "gpu" else "cpu"
-    notes = [dict(shapes.description(args.layers, args.tp, r, "bfloat16"), device=torch_device, pid=0, tp_rank=r)
+    notes = [dict(shapes.description(args.layers, args.tp, r, "bfloat16", args.staging_bytes), device=torch_device,
+                  pid=0, tp_rank=r)
              for r in range(args.tp)]
     trees = [shapes.trainer_tree(args.layers, jnp.bfloat16, seed) for seed in (0, 1)]
-    engine = trainer.VllmEngine(shapes.Ranks([]), [shapes.LocalRank(n, torch_device) for n in notes], trees[0],
+    engine = trainer.VllmEngine(shapes.Ranks([]), [shapes.local_rank(n, torch_device) for n in notes], trees[0],
                                 family="qwen3", source="flax", rules=None, cast=None, timeout=120)
     clock = Clock()
-    engine.picks = [None if pick is None else clock.wrap("picks", pick) for pick in engine.picks]
+    trainer.Pick.__call__ = clock.wrap("picks", trainer.Pick.__call__)
     hits = {"repeated": 0}
     find = repeat.find
 
@@ -87,9 +92,10 @@ def main(argv=None) -> None:
         rows.append(dict(clock.spent, update=time.perf_counter() - start))
         repeated.append(hits["repeated"])
     copy_s = shapes.device_copy_seconds(engine.bytes, torch_device, args.repeats)
-    swaps = len(engine.plans) * args.tp
+    swaps = len(engine.steps) * args.tp
     print(f"vLLM backend update on {device.platform} ({device.device_kind}): {args.layers} layers, tp {args.tp}, "
-          f"{engine.bytes / 2**20:.1f} MiB in {len(engine.plans)} groups, {swaps} swaps; ms, medians of {args.repeats}")
+          f"{engine.bytes / 2**20:.1f} MiB in {len(notes[0]['groups'])} groups, {len(engine.batches)} commits, "
+          f"{swaps} swaps; ms, medians of {args.repeats}")
     for label in ("update", "picks", "swaps", "rpc calls"):
         print(f"  {label:<34}{statistics.median(r.get(label, 0.0) for r in rows) * 1e3:10.2f}")
     print(f"  {'device copy of the bytes (ceiling)':<34}{copy_s * 1e3:10.2f}")

@@ -1,6 +1,6 @@
 """`jax_amem.vllm.connect` with hostile options, without vLLM: a stand-in engine records every
 call into its workers and stops at the first one. Every bad option (timeout, family, source,
-cast, rules, session, params, rendezvous, an object that is not an engine) is refused by name
+cast, rules, session, params, rendezvous, staging budget, an object that is not an engine) is refused by name
 before the engine is touched: no worker set up a staging buffer or was handed a bad value.
 The good forms (an IPv6 rendezvous in brackets among them) reach the workers."""
 
@@ -91,6 +91,24 @@ def test_a_session_that_cannot_name_a_file_is_refused(session):
     """The session names the workers' notes in /dev/shm: '../../tmp/x' put them elsewhere."""
     _refused(VllmBackendError, r"session=.*: give None .*it names files in /dev/shm.*nothing was started",
              session=session)
+
+
+@pytest.mark.parametrize("staging_bytes", [-1, -2**70, 1.0, 1e9, "1024", True, False, [1], math.nan, np.float32(8)])
+def test_a_bad_staging_budget_is_refused_before_the_engine_is_touched(staging_bytes):
+    """-1 is the wire's own "default" value: a caller's -1 is refused, not taken as it."""
+    _refused(VllmBackendError, r"staging_bytes=.*: give None \(the default, 1 GiB\), 0 \(one layer group at a "
+                               r"time\) or the bytes each worker may stage at once.*nothing was started",
+             staging_bytes=staging_bytes)
+
+
+@pytest.mark.parametrize("staging_bytes, sent", [(None, -1), (0, 0), (np.int64(4096), 4096), (2**80, 2**62)])
+def test_a_good_staging_budget_reaches_the_workers(staging_bytes, sent):
+    engine = Engine()
+    with pytest.raises(VllmBackendError, match="could not set up the jax_amem backend: the stand-in engine stops"):
+        connect(engine, PARAMS, family="llama", staging_bytes=staging_bytes)
+    (method, _, kwargs), = engine.calls
+    assert method == "init_weight_transfer_engine"
+    assert kwargs["init_info"]["staging_bytes"] == sent and type(kwargs["init_info"]["staging_bytes"]) is int
 
 
 @pytest.mark.parametrize("rendezvous", [

@@ -178,12 +178,13 @@ def test_engine_without_the_backend_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    """One engine for the refusal tests: serving version 1 through the backend."""
+    """One engine for the refusal tests: serving version 1 through the backend, one layer group
+    per commit (staging_bytes=0), so an update can stop between groups."""
     directory = tmp_path_factory.mktemp("llama")
     trees = [vm.flax_tree("llama", seed) for seed in (10, 11)]
     vm.checkpoint(vm.hf_model("llama", trees[0]), directory / "v0")
     llm = start(directory / "v0")
-    engine = jv.connect(llm, as_jax(trees[1]), family="llama")
+    engine = jv.connect(llm, as_jax(trees[1]), family="llama", staging_bytes=0)
     engine.update(as_jax(trees[1]))
     expected = [vm.hf_greedy(vm.hf_model("llama", trees[1]), p, NEW_TOKENS) for p in PROMPTS]
     assert greedy(llm) == expected
@@ -296,10 +297,92 @@ def test_nccl_forced_into_a_worker_of_this_process_is_refused_then_auto_still_up
         jv.connect(llama["llm"], as_jax(llama["trees"][0]), family="llama", transport="nccl",
                    rendezvous="127.0.0.1:0")
     unchanged(llama, before)
-    llama["engine"] = jv.connect(llama["llm"], as_jax(llama["trees"][1]), family="llama")
+    llama["engine"] = jv.connect(llama["llm"], as_jax(llama["trees"][1]), family="llama", staging_bytes=0)
     assert llama["engine"].transport == "in_process"
     llama["engine"].update(as_jax(llama["trees"][1]))
     assert greedy(llama["llm"]) == llama["tokens"]
+
+
+def _group_bytes(engine) -> list[int]:
+    from jax_amem_vllm.layout import ALIGN
+
+    return [sum(-(-int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize // ALIGN) * ALIGN for t in g)
+            for g in engine.description["groups"]]
+
+
+@pytest.mark.parametrize("budget", ["default", "first two groups"])
+def test_a_batch_is_one_commit_and_serves_what_group_by_group_serves(llama, budget, monkeypatch):
+    """connect's default budget holds this model whole: one batch, one swap and one update_weights
+    call per update; a budget of the first two groups' bytes packs the groups as the worker's
+    `pack` says. Either way the engine serves transformers' tokens of each version, and after the
+    update to the fixture's version every parameter equals what group-by-group updates served."""
+    from jax_amem_vllm.layout import pack
+
+    llm, trees = llama["llm"], llama["trees"]
+    before = params_of(llm)
+    sizes = _group_bytes(llama["engine"])
+    staging = None if budget == "default" else sizes[0] + sizes[1]
+    want = [list(range(len(sizes)))] if staging is None else pack(sizes, staging)[0]
+    assert len(want) < len(sizes)
+    engine = jv.connect(llm, as_jax(trees[0]), family="llama", staging_bytes=staging)
+    calls, real_rpc = [], llm.collective_rpc
+
+    def counted(method, *args, **kwargs):
+        if method == "update_weights":
+            calls.append(kwargs["kwargs"]["update_info"])
+        return real_rpc(method, *args, **kwargs)
+    monkeypatch.setattr(llm, "collective_rpc", counted)
+    try:
+        assert engine.batches == want and engine.worker.layout.batches == want
+        assert engine.description["staging_bytes"] == max(sum(sizes[g] for g in b) for b in want)
+        for tree, tokens in ((trees[0], [vm.hf_greedy(vm.hf_model("llama", trees[0]), p, NEW_TOKENS) for p in PROMPTS]),
+                             (trees[1], llama["tokens"])):
+            calls.clear()
+            report = engine.update(as_jax(tree))
+            assert calls == [{"group": b[0]} if len(b) == 1 else {"groups": b} for b in want]
+            assert report.commits == len(want) and report.groups == len(sizes)
+            assert greedy(llm) == tokens
+    finally:
+        monkeypatch.undo()
+        llama["engine"] = jv.connect(llm, as_jax(trees[1]), family="llama", staging_bytes=0)
+    unchanged(llama, before)
+
+
+@pytest.mark.parametrize("info, match", [
+    ({"groups": [1, 2]}, r"groups \[1, 2\] lie in batches \[0, 1\] of the staging buffer"),
+    ({"groups": [0, 0]}, r"group 0 is not a group left to commit \(0..3, each once"),
+    ({"groups": [4]}, r"group 4 is not a group left to commit"),
+    ({"groups": ["0"]}, r"group '0' is not a group left to commit"),
+    ({"group": True}, r"group True is not a group left to commit"),
+    ({"groups": []}, r"update_info\['groups'\] must be a non-empty list"),
+    ({"groups": 3}, r"update_info\['groups'\] must be a non-empty list"),
+    ({"group": 0, "groups": [0]}, r"exactly one of update_info\['group'\] and update_info\['groups'\]"),
+    ({}, r"exactly one of"),
+    ({"group": 0, "session": "another"}, r"belongs to connect 'another', but the worker was set up again since"),
+])
+def test_the_worker_refuses_a_commit_it_cannot_make_before_writing(llama, info, match):
+    """update_weights with groups of two batches (they share places in staging), a group twice,
+    out of range or not a number, both forms or neither, or another connect's session: refused
+    before anything is written; the engine serves what it served."""
+    from jax_amem_vllm.layout import pack
+
+    llm = llama["llm"]
+    before = params_of(llm)
+    sizes = _group_bytes(llama["engine"])
+    batches = pack(sizes, sizes[0] + sizes[1])[0]
+    assert batches[0] == [0, 1] and batches[1][0] == 2
+    engine = jv.connect(llm, as_jax(llama["trees"][1]), family="llama", staging_bytes=sizes[0] + sizes[1])
+    worker = engine.worker
+    try:
+        worker.start_weight_update()
+        with pytest.raises(ValueError, match=match):
+            worker.update_weights(info)
+        assert worker.committed == set()
+        worker.finish_weight_update()
+        assert worker.serving_state() == "serving"
+    finally:
+        llama["engine"] = jv.connect(llm, as_jax(llama["trees"][1]), family="llama", staging_bytes=0)
+    unchanged(llama, before)
 
 
 def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(llama, monkeypatch):

@@ -55,7 +55,8 @@ def test_two_versions_from_a_maxtext_tree_equal_transformers_and_vllms_own_load(
     """Each rank stages its block of qkv (its query head and the one KV head), of every expert's
     w1 and w3 (side by side in w13), of w2, o_proj and the vocabulary, from the MaxText stacks;
     with layers on axis 1 each layer group picks its layer first (the experts' view is a
-    permutation the direct launch does not read), on axis 0 none does. After version 1 the
+    permutation the direct launch does not read), on axis 0 none does (the update's one batch
+    is then one swap per rank). After version 1 the
     experts differ from the oracle's; after version 2 the tokens, the top-5 logprobs of every
     step (the packed linear layers, which keep no parameter) and every parameter of every rank
     equal the oracle's."""
@@ -64,7 +65,9 @@ def test_two_versions_from_a_maxtext_tree_equal_transformers_and_vllms_own_load(
     tree = lambda version: as_jax(vm.maxtext_tree(trees[version], scan_axis))  # noqa: E731
     amem = jv.connect(llm, tree(1), family=FAMILY, source="maxtext", timeout=120)
     assert amem.transport == ("in_process" if tp == 1 else "shared_memory") and len(amem.ranks) == tp
-    assert [pick is not None for pick in amem.picks] == [False] + [scan_axis == 1] * vm.L + [False]
+    # One batch: on axis 0 one swap per rank reads the tree whole; on axis 1 one step per group
+    assert amem.batches == [list(range(vm.L + 2))]
+    assert [pick is not None for pick in amem.picks] == ([False] + [True] * vm.L + [False] if scan_axis == 1 else [False])
     staged = {t["name"]: t["shape"] for g in amem.description["groups"] for t in g}
     assert [shape for name, shape in staged.items() if name.endswith(("qkv_proj.weight", "w13_weight"))] == \
         [[(vm.heads(FAMILY) // tp + 2 * KV) * vm.HD, vm.D], [vm.E, 2 * vm.I // tp, vm.D]] * vm.L

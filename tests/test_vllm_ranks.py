@@ -18,7 +18,7 @@ import jax_amem  # noqa: E402
 from jax_amem.vllm import VllmPlanError  # noqa: E402
 from jax_amem.vllm.ranks import whole_shapes  # noqa: E402
 from jax_amem.vllm.trainer import VllmEngine  # noqa: E402
-from jax_amem.vllm.transports import views  # noqa: E402
+from jax_amem.vllm.transports import _TorchStaging  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
 TP = 2
@@ -104,39 +104,28 @@ def notes_for(rules, sources, tp: int, head_dim: int, loaded=lambda name, shape:
     return out
 
 
-class Rank:
+class Rank(_TorchStaging):
     """A rank's staging buffer in this process; `held` is what the rank committed."""
 
-    worker = None
     kind = "local"
 
     def __init__(self, note):
-        self.note = note
-        self.buffer = torch.zeros(note["staging_bytes"], dtype=torch.uint8)
+        super().__init__(note, torch.zeros(note["staging_bytes"], dtype=torch.uint8))
         self.held = {}
-
-    def destination(self, group):
-        return views(self.buffer, self.note["groups"][group])
-
-    def owner(self, group):
-        from jax_amem.swapping.torch_bridge import owner_of
-        return owner_of(next(iter(self.destination(group).values())))
-
-    def close(self):
-        pass
 
 
 class Commits:
-    """The engine's side of the protocol: update_weights copies each rank's staged group."""
+    """The engine's side of the protocol: update_weights copies each rank's staged groups."""
 
     def __init__(self, ranks):
         self.ranks = ranks
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
         if method == "update_weights":
+            info = kwargs["update_info"]
+            groups = tuple(info["groups"]) if "groups" in info else (info["group"],)
             for rank in self.ranks:
-                group = kwargs["update_info"]["group"]
-                rank.held.update({n: t.clone() for n, t in rank.destination(group).items()})
+                rank.held.update({n: t.clone() for n, t in rank.destination(groups).items()})
 
     def reset_prefix_cache(self):
         return True

@@ -164,7 +164,9 @@ def test_llama_one_kv_head_two_versions_equal_vllms_own_reload_on_both_ranks(lla
 
     amem = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
     assert amem.description["head_dim"] == vm.HD
-    assert amem.picks == [None] * (vm.L + 2)   # the direct launch reads the stacked kernels whole
+    # One batch (connect's default budget holds the model), read whole by the direct launch: one
+    # swap per rank reads every stacked kernel.
+    assert amem.batches == [list(range(vm.L + 2))] and amem.picks == [None]
     qkv = "model.layers.0.self_attn.qkv_proj.weight"
     assert [next(t["shape"] for g in r.note["groups"] for t in g if t["name"] == qkv) for r in amem.ranks] == \
         [[(vm.H // 2 + 2) * vm.HD, vm.D]] * 2     # two query heads, the KV head, on each rank

@@ -148,11 +148,11 @@ class TrainerLink:
             else:
                 j = self.ranks.index(rank)
                 record = {"kind": "nccl", "link": self.name, "generation": generation, "rank": j,
-                          "rollouts": len(self.ranks), "owner": list(rank.owner(0)),
+                          "rollouts": len(self.ranks), "owner": list(rank.owner((0,))),
                           "bucket_bytes": self.bucket_bytes, "timeout": self.timeout, "groups": len(plans)}
                 for group, per_rank in enumerate(plans):
                     self.store.set(worker_side.schedule_key(self.session, tp_rank, group), worker_side.encode_schedule(
-                        schedule(per_rank[index], self.source, rank.owner(group), self.bucket_bytes)))
+                        schedule(per_rank[index], self.source, rank.owner((group,)), self.bucket_bytes)))
             self.store.set(worker_side.record_key(self.session, tp_rank), json.dumps(record).encode())
 
     @property

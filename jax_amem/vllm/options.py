@@ -31,6 +31,17 @@ def checked_timeout(timeout) -> float:
     return float(timeout)
 
 
+def checked_staging_bytes(staging_bytes) -> int:
+    """connect's `staging_bytes=`: None (the worker's default, -1 on the wire) or a byte count >= 0."""
+    if staging_bytes is None:
+        return -1
+    if isinstance(staging_bytes, bool) or not isinstance(staging_bytes, numbers.Integral) or staging_bytes < 0:
+        raise VllmBackendError(f"staging_bytes={staging_bytes!r:.60}: give None (the default, 1 GiB), 0 (one layer "
+                               "group at a time) or the bytes each worker may stage at once (an int); nothing was "
+                               "started")
+    return min(int(staging_bytes), 1 << 62)   # more than any model: the same as the whole model; fits the wire
+
+
 def checked_session(session) -> None:
     if session is not None and (not isinstance(session, str) or not _SESSION.fullmatch(session)
                                 or session.strip(".") == ""):

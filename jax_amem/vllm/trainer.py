@@ -3,12 +3,12 @@ trainer plans every layer group once per tensor-parallel rank), then `update(par
 training step.
 
 An update is vLLM's protocol driven through `llm.collective_rpc`: start_weight_update; per
-layer group, the swap writes each rank's slice of the new values into that rank's staging
-buffer (by address, the group's cached program, reading the trainer's arrays whole where the
-direct launch reads the group's layer itself; transports.py says how the buffer is reached)
-and update_weights({"group": g}) commits them on every rank (vLLM's processing included);
-finish_weight_update; then the prefix cache is reset, so no KV block computed with the old
-weights is reused.
+batch of layer groups (steps.py), the swap writes each rank's slice of the new values into that
+rank's staging buffer (by address, the step's cached program, reading the trainer's arrays whole
+where the direct launch reads the groups' layers itself: then a batch is one swap per rank;
+transports.py says how the buffer is reached) and update_weights({"groups": [...]}) commits them
+on every rank (vLLM's processing included); finish_weight_update; then the prefix cache is reset,
+so no KV block computed with the old weights is reused.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..swapping import swap
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
+from .steps import Step, common_batches
 from . import nccl, options
 from .transports import InProcess, Nccl, alive, checked_transport, open_rank, placement
 
@@ -42,9 +43,11 @@ class VllmUpdateReport:
     seconds: float        # the whole update
     swap_seconds: float   # the swaps into staging
     commit_seconds: float  # the worker's commits (vLLM's processing included)
+    commits: int = 0      # calls into the workers that committed (one per batch of groups)
 
     def __str__(self):
-        return (f"vllm update v{self.version}: {self.bytes / 2**20:.1f} MiB in {self.groups} groups, "
+        return (f"vllm update v{self.version}: {self.bytes / 2**20:.1f} MiB in {self.groups} groups "
+                f"({self.commits} commits), "
                 f"{self.seconds * 1e3:.1f} ms (swap {self.swap_seconds * 1e3:.1f} ms, "
                 f"commit {self.commit_seconds * 1e3:.1f} ms)")
 
@@ -213,8 +216,8 @@ def _notes(directory: str, session: str, tp: int, missing_ok: bool = False) -> l
     return notes
 
 
-def _init(llm, session: str, directory: str, timeout: float, store: str = "") -> None:
-    info = {"session": session, "directory": directory}
+def _init(llm, session: str, directory: str, timeout: float, staging_bytes: int, store: str = "") -> None:
+    info = {"session": session, "directory": directory, "staging_bytes": staging_bytes}
     if store:
         info.update(store=store, timeout=timeout)
     try:
@@ -225,7 +228,8 @@ def _init(llm, session: str, directory: str, timeout: float, store: str = "") ->
 
 def connect(llm, params, *, family: str | None = None, source: str = "flax", rules=None,
             cast: str | None = None, session: str | None = None, timeout: float = 300.0,
-            transport: str = "auto", rendezvous: str | None = None) -> "VllmEngine":
+            transport: str = "auto", rendezvous: str | None = None,
+            staging_bytes: int | None = None) -> "VllmEngine":
     """Connects to `llm` (a `vllm.LLM` started with weight_transfer_config={"backend": "jax_amem"})
     and plans `params` (the trainer's pytree; only layouts are read) into its model, one plan
     per layer group and tensor-parallel rank.
@@ -237,6 +241,11 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     for a worker on another host) or "nccl" (every rank over NCCL, on this host too).
     `rendezvous`: "host:port" where the workers reach this trainer's store when NCCL is used
     (default: this host's name, a free port).
+    `staging_bytes`: each worker's staging budget. Consecutive layer groups are packed into
+    batches of at most this many bytes, each batch swapped and committed at once (one call into
+    the workers per batch); the buffer is the largest batch, or the largest group where that is
+    larger. 0 stages one group at a time (the least memory); None: 1 GiB (a small model's whole
+    update is one batch).
     Raises VllmBackendError (engine not set up for it) or VllmPlanError (the tree or rules do not
     match the engine's model), before anything is written."""
     backend = _backend_of(llm)
@@ -251,6 +260,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     options.checked_session(session)
     options.checked_rules(family, source, rules, cast)
     options.checked_params(params)
+    staging_bytes = options.checked_staging_bytes(staging_bytes)
     parallel = options.parallel_config(llm)
     if parallel.pipeline_parallel_size != 1 or parallel.data_parallel_size != 1:
         raise VllmBackendError(f"the engine runs pipeline_parallel_size={parallel.pipeline_parallel_size} and "
@@ -265,14 +275,14 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     tp = parallel.tensor_parallel_size
     link = None
     if transport == "auto":
-        _init(llm, session, directory, timeout)
+        _init(llm, session, directory, timeout, staging_bytes)
         notes = _notes(directory, session, tp, missing_ok=True)
     if transport == "nccl" or None in notes:
         # A worker elsewhere (or NCCL asked for): the notes travel through the trainer's store,
         # whose address the workers get in a second init (they describe themselves again).
         store, address = nccl.serve_store(rendezvous)
         link = nccl.TrainerLink(store, session, address, timeout)
-        _init(llm, session, directory, timeout, store=address)
+        _init(llm, session, directory, timeout, staging_bytes, store=address)
         notes = nccl.read_notes(store, session, tp, timeout)
     worker = _worker(session)
     ranks = []
@@ -290,7 +300,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
             else:
                 ranks.append(open_rank(note))
         return VllmEngine(llm, ranks, params, family=family, source=source, rules=rules, cast=cast, timeout=timeout,
-                          link=link)
+                          link=link, session=session)
     except BaseException:
         for rank in ranks:
             rank.close()
@@ -306,8 +316,9 @@ def _process_count() -> int:
 
 
 class VllmEngine:
-    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout, link=None):
+    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout, link=None, session=""):
         self.llm, self.ranks, self.timeout = llm, ranks, timeout
+        self.session = session   # the workers' setup this engine planned against (connect's)
         self.link = link   # nccl.TrainerLink when some rank is written over NCCL
         self.worker = ranks[0].worker   # the worker engine itself when it is in this process
         kinds = sorted({rank.kind for rank in ranks})   # several where ranks sit on this host and elsewhere
@@ -338,36 +349,71 @@ class VllmEngine:
         # An NCCL rank's sends run in an XLA program (cross_host.send): every group reads a picked
         # layer, so no plan against the whole tree is made for them.
         over_nccl = any(rank.kind == "nccl" for rank in ranks)
-        self.plans, self.picks, self.bytes = [], [], 0   # plans[group][rank]
-        for index, group in enumerate(groups):
-            mine = [r for r in rules if r.dst in {t["name"] for t in group}]
-            plans = None if over_nccl else self._plan(index, params, self._source_layouts, mine)
-            pick = None   # the swap reads the whole tree
-            if plans is None or not all(_reads_whole_sources(plan, arrays) for plan in plans):
-                mine, pick = _one_layer(mine, self._source_layouts)
-                picked = pick.shapes(params)   # what the pick makes, read without running it
-                plans = self._plan(index, picked, reshard.layouts_of(picked), mine)
-            self.picks.append(pick)
-            self.plans.append(plans)
-            self.bytes += sum(plan.nbytes for plan in plans)
+        self.batches = common_batches([rank.note for rank in ranks], len(groups))
+        self.steps: list[Step] = []
+        for batch in self.batches:
+            if len(batch) > 1 and not over_nccl:
+                # The batch in one swap per rank, where the swap reads every source whole (a
+                # plan that fails is made again group by group, whose error names the group).
+                try:
+                    plans = self._plan(tuple(batch), params, self._source_layouts, rules)
+                except VllmPlanError:
+                    plans = None
+                if plans is not None and all(_reads_whole_sources(plan, arrays) for plan in plans):
+                    self.steps.append(Step(tuple(batch), None, plans))
+                    continue
+            self.steps.extend(self._group_step(index, params, rules, arrays, over_nccl) for index in batch)
+        self.bytes = sum(plan.nbytes for step in self.steps for plan in step.plans)
+        # each batch with the steps that write it, in update order
+        self._by_batch = [(batch, [step for step in self.steps if step.groups[0] in batch]) for batch in self.batches]
+        for step in self.steps:   # every destination opened now: a rank that cannot be reached fails connect
+            for rank in ranks:
+                if rank.kind != "nccl":
+                    rank.destination(step.groups)
         if link is not None:
-            link.publish(ranks, self.plans, params)
+            link.publish(ranks, self.plans, params)   # over NCCL each step is one group
         self.version = 0
         self._in_flight = False
         self._died: list[dict] = []
 
-    def _plan(self, index: int, sources, layouts, rules) -> list:
-        """Layer group `index`'s plan for every rank, from `sources` (the tree, or its picked layer)."""
+    @property
+    def plans(self) -> list[list]:
+        """Each step's plan per rank, in update order."""
+        return [step.plans for step in self.steps]
+
+    @property
+    def picks(self) -> list:
+        """Each step's layer pick (None: the swap reads the tree whole)."""
+        return [step.pick for step in self.steps]
+
+    def _group_step(self, index: int, params, rules, arrays, over_nccl: bool) -> Step:
+        """Layer group `index` alone: read from the whole tree where the swap reads every source
+        whole, else from its layer picked first."""
+        group = self.description["groups"][index]
+        mine = [r for r in rules if r.dst in {t["name"] for t in group}]
+        plans = None if over_nccl else self._plan((index,), params, self._source_layouts, mine)
+        pick = None   # the swap reads the whole tree
+        if plans is None or not all(_reads_whole_sources(plan, arrays) for plan in plans):
+            mine, pick = _one_layer(mine, self._source_layouts)
+            picked = pick.shapes(params)   # what the pick makes, read without running it
+            plans = self._plan((index,), picked, reshard.layouts_of(picked), mine)
+        return Step((index,), pick, plans)
+
+    def _plan(self, groups: tuple[int, ...], sources, layouts, rules) -> list:
+        """The plan of layer groups `groups` (one, or a batch's) for every rank, from `sources`
+        (the tree, or its picked layer)."""
         tp = self.description["tp_size"]
         plans = []
         for rank in self.ranks:
-            wire, owner = rank.note["groups"][index], rank.owner(index)
+            wire, owner = [t for g in groups for t in rank.note["groups"][g]], rank.owner(groups)
             targets = {t["name"]: Layout.single(tuple(t["shape"]), np.dtype(t["dtype"]), owner) for t in wire}
+            rules_here = [r for r in rules if r.dst in targets]
             try:
-                pieces = rules if tp == 1 else rank_pieces(rules, layouts, wire, owner, rank.note["tp_rank"], tp)
+                pieces = rules_here if tp == 1 else rank_pieces(rules_here, layouts, wire, owner, rank.note["tp_rank"], tp)
                 plans.append(reshard.plan(sources, targets, pieces))
             except (reshard.RuleError, reshard.PlanError, reshard.LayoutError, ValueError) as error:
-                raise VllmPlanError(f"the trainer's tree does not fit the engine's layer group {index} "
+                where = f"layer group {groups[0]}" if len(groups) == 1 else f"layer groups {groups[0]}-{groups[-1]}"
+                raise VllmPlanError(f"the trainer's tree does not fit the engine's {where} "
                                     f"({', '.join(targets)[:200]}) on rank {rank.note['tp_rank']}: "
                                     f"{error}") from error
         return plans
@@ -445,25 +491,26 @@ class VllmEngine:
         try:
             self._start()
             swap_s = commit_s = 0.0
-            attempted = committed = 0
+            attempted = committed = commits = 0
             try:
-                for index, plans in enumerate(self.plans):
+                for batch, steps in self._by_batch:
                     t0 = time.perf_counter()
-                    pick = self.picks[index]
-                    picked = params if pick is None else pick(params)
-                    sends = []
-                    for rank, plan in zip(self.ranks, plans):
-                        if rank.kind == "nccl":
-                            sends.append((rank, plan))
-                        else:
-                            swap(picked, rank.destination(index), plan=plan, progress=False)
+                    for step in steps:
+                        self._swap(params, step)
                     t1 = time.perf_counter()
                     if self._dead():
                         raise RuntimeError("a worker process exited")
-                    attempted += 1
-                    sent = self._send(picked, sends, version if version is not None else self.version + 1)
-                    self._rpc("update_weights", alongside=sent, update_info={"group": index})
-                    committed += 1
+                    attempted += len(batch)
+                    sent = self._send(params, steps, version if version is not None else self.version + 1)
+                    info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
+                    if self.session and self.worker is None:
+                        # Workers of other processes: one set up since by another connect stages
+                        # elsewhere than this engine wrote, and refuses (a worker in this process
+                        # is written where it stages now: transports.InProcess).
+                        info["session"] = self.session
+                    self._rpc("update_weights", alongside=sent, update_info=info)
+                    committed += len(batch)
+                    commits += 1
                     send_s = sent.seconds if sent else 0.0
                     swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
             except BaseException as error:
@@ -475,17 +522,28 @@ class VllmEngine:
             raise VllmUpdateError("the weights were updated but vLLM did not reset its prefix cache: "
                                   "call llm.reset_prefix_cache() before serving", served="new")
         self.version = version if version is not None else self.version + 1
-        return VllmUpdateReport(self.version, self.bytes, len(self.plans), time.perf_counter() - start,
-                                swap_s, commit_s)
+        return VllmUpdateReport(self.version, self.bytes, len(self.description["groups"]),
+                                time.perf_counter() - start, swap_s, commit_s, commits)
 
-    def _send(self, picked, sends, version: int):
-        """The NCCL sends of one group (run while the workers receive in update_weights), or None."""
-        if not sends:
+    def _swap(self, params, step: Step) -> None:
+        """The step's swap into every rank written by address (the NCCL ranks' sends come later)."""
+        local = [(rank, plan) for rank, plan in zip(self.ranks, step.plans) if rank.kind != "nccl"]
+        if local:
+            picked = params if step.pick is None else step.pick(params)
+            for rank, plan in local:
+                swap(picked, rank.destination(step.groups), plan=plan, progress=False)
+
+    def _send(self, params, steps: list[Step], version: int):
+        """The NCCL sends of one batch, group by group (run while the workers receive in
+        update_weights), or None. Each group's layer is picked just before its sends."""
+        if not any(rank.kind == "nccl" for rank in self.ranks):
             return None
 
         def sent():
             t0 = time.perf_counter()
-            self.link.send_group(picked, sends, version)
+            for step in steps:
+                sends = [(rank, plan) for rank, plan in zip(self.ranks, step.plans) if rank.kind == "nccl"]
+                self.link.send_group(params if step.pick is None else step.pick(params), sends, version)
             sent.seconds = time.perf_counter() - t0
         sent.seconds = 0.0
         return sent
@@ -508,7 +566,7 @@ class VllmEngine:
 
     def _failed(self, error: BaseException, attempted: int, committed: int) -> VllmUpdateError:
         """The error for an update stopped by `error`, after `attempted` commits were sent."""
-        total = len(self.plans)
+        total = len(self.description["groups"])
         dead = self._dead()
         if dead:
             name = lambda notes: ", ".join(f"rank {n['tp_rank']} (pid {n['pid']})" for n in notes)  # noqa: E731

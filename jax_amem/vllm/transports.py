@@ -10,8 +10,10 @@
   the trainer sends each group's rows over the NCCL link of jax_amem.swapping.cross_host and
   the worker receives them into its staging buffer (jax_amem_vllm/nccl.py); nccl.py here.
 
-Each gives, per layer group, the destination the swap writes (the group's tensors, as the rank
-loads them, less a padded vocabulary's padding rows) and the owner its layouts name.
+Each gives, per step of an update (a layer group, or the groups of one batch, which lie side by
+side in staging), the destination the swap writes (the groups' tensors, as the rank loads them,
+less a padded vocabulary's padding rows) and the owner its layouts name. A step's destination is
+made once and kept: its tensors are the same objects on every update, so the swap repeats.
 """
 
 from __future__ import annotations
@@ -42,25 +44,41 @@ def views(buffer, group: list[dict]) -> dict:
 
 
 class _TorchStaging:
-    """A staging buffer this process holds as PyTorch tensors."""
+    """A staging buffer this process holds as PyTorch tensors: a step's destination is the
+    views of its groups' tensors, made at the step's first use and kept."""
 
     worker = None   # the worker engine itself, when it is in this process
 
-    def owner(self, group: int):
-        return owner_of(next(iter(self.destination(group).values())))
+    def __init__(self, note: dict, buffer):
+        self.note, self.buffer, self._steps = note, buffer, {}
+
+    def destination(self, groups: tuple[int, ...]) -> dict:
+        if groups not in self._steps:
+            self._steps[groups] = {name: t for g in groups for name, t in views(self.buffer, self.note["groups"][g]).items()}
+        return self._steps[groups]
+
+    def owner(self, groups: tuple[int, ...]):
+        return owner_of(next(iter(self.destination(groups).values())))
+
+    def close(self) -> None:
+        self._steps, self.buffer = {}, None
 
 
 class InProcess(_TorchStaging):
     kind = "in_process"
 
     def __init__(self, worker, note: dict):
-        self.worker, self.note = worker, note
+        super().__init__(note, worker.staging)
+        self.worker = worker
 
-    def destination(self, group: int):
-        return self.worker.staged(group)
-
-    def close(self) -> None:
-        pass
+    def destination(self, groups: tuple[int, ...]) -> dict:
+        # The worker's own views, of the buffer it stages in now: a connect that failed after
+        # the worker staged anew leaves this engine writing where the worker commits from.
+        if self.worker.staging is not self.buffer:
+            self.buffer, self._steps = self.worker.staging, {}
+        if groups not in self._steps:
+            self._steps[groups] = {name: t for g in groups for name, t in self.worker.staged(g).items()}
+        return self._steps[groups]
 
 
 class SharedMemory(_TorchStaging):
@@ -78,14 +96,7 @@ class SharedMemory(_TorchStaging):
         except (RuntimeError, OSError) as error:
             raise VllmBackendError(f"cannot map rank {note['tp_rank']}'s staging file {path} ({error}): the trainer "
                                    "and the engine's workers must share this host's /dev/shm") from error
-        self.note = note
-        self.groups = [views(self.buffer, group) for group in note["groups"]]
-
-    def destination(self, group: int):
-        return self.groups[group]
-
-    def close(self) -> None:
-        self.groups, self.buffer = [], None
+        super().__init__(note, self.buffer)
 
 
 class CudaIpc:
@@ -98,29 +109,28 @@ class CudaIpc:
             raise VllmBackendError(f"rank {note['tp_rank']}'s worker could not export its staging buffer through "
                                    f"CUDA IPC ({place['error']}): install jax-amem in the engine's environment and "
                                    "start vLLM without PyTorch's expandable segments")
-        self.note, self.remotes = note, []
-        try:
-            for group in note["groups"]:
-                tensors = {t["name"]: {"handle": place["handle"], "offset": place["offset"] + t["offset"],
-                                       "allocation_bytes": place["allocation_bytes"], "nbytes": _visible_bytes(t),
-                                       "shape": t["shape"], "dtype": t["dtype"], "device": place["device"],
-                                       "pci_bus_id": place["pci_bus_id"]} for t in group}
-                self.remotes.append(ipc.open_remote({"format": ipc.FORMAT, "host": note["host"], "pid": note["pid"],
-                                                     "tensors": tensors}))
-        except Exception:
-            self.close()
-            raise
+        self.note, self.remotes = note, {}
 
-    def destination(self, group: int):
-        return self.remotes[group]
+    def destination(self, groups: tuple[int, ...]):
+        """The step's tensors mapped from the worker's staging (opened at the step's first use:
+        connect opens every step's)."""
+        if groups not in self.remotes:
+            place = self.note["staging"]
+            tensors = {t["name"]: {"handle": place["handle"], "offset": place["offset"] + t["offset"],
+                                   "allocation_bytes": place["allocation_bytes"], "nbytes": _visible_bytes(t),
+                                   "shape": t["shape"], "dtype": t["dtype"], "device": place["device"],
+                                   "pci_bus_id": place["pci_bus_id"]} for g in groups for t in self.note["groups"][g]}
+            self.remotes[groups] = ipc.open_remote({"format": ipc.FORMAT, "host": self.note["host"],
+                                                    "pid": self.note["pid"], "tensors": tensors})
+        return self.remotes[groups]
 
-    def owner(self, group: int):
-        return next(iter(self.remotes[group].owners.values()))
+    def owner(self, groups: tuple[int, ...]):
+        return next(iter(self.destination(groups).owners.values()))
 
     def close(self) -> None:
-        for remote in self.remotes:
+        for remote in self.remotes.values():
             remote.close()
-        self.remotes = []
+        self.remotes = {}
 
 
 class Nccl:
@@ -137,10 +147,10 @@ class Nccl:
                                    "engine on CUDA; a CPU engine must share this host (and its /dev/shm)")
         self.note, self._owner = note, owner
 
-    def owner(self, group: int):
+    def owner(self, groups):
         return self._owner
 
-    def destination(self, group: int):
+    def destination(self, groups):
         raise VllmBackendError("a rank written over NCCL has no destination here: the engine sends to it")
 
     def close(self) -> None:
