@@ -14,6 +14,9 @@ The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `u
   nccl.py): the note goes to the trainer's store instead of a file, and the worker keeps a
   client of that store. At start_weight_update it reads the transport the trainer chose for
   its rank and, for NCCL, joins the trainer's link (once).
+* update {"session": name} alone, first: the trainer checks, before it writes any staging
+  buffer, that this worker is still set up for its connect (another connect sets the worker up
+  again, and an older trainer would write where the worker no longer stages).
 * update {"group": g} or {"groups": [g, ...]} (groups of one batch): the trainer has written
   the groups' new values into the staging buffer (jax_amem.swap, by address), or sends them now
   over NCCL, which the worker receives into the staging buffer first, every group of the call
@@ -62,6 +65,9 @@ class JaxAmemUpdateInfo(WeightTransferUpdateInfo):
     session: str = ""                 # the trainer's connect (a worker set up since by another refuses)
 
     def chosen(self) -> list:
+        """The groups to commit; none for the trainer's check of its session before it writes."""
+        if self.group is None and self.groups is None and self.session:
+            return []
         if (self.group is None) == (self.groups is None):
             raise ValueError("jax_amem: update_weights takes exactly one of update_info['group'] and "
                              "update_info['groups']")
@@ -186,6 +192,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                              f"was set up again since by connect {self.session!r:.80} (its staging buffer is "
                              "another now): that trainer must connect again; nothing was written")
         groups = self._left_to_commit(update_info.chosen())
+        if not groups:
+            return
         if self.receiver is not None and self.receiver.active:
             # Received before anything is committed: a refusal or a failure here leaves the
             # groups as they were (and the old version served when no group was committed yet).

@@ -359,6 +359,7 @@ def test_a_batch_is_one_commit_and_serves_what_group_by_group_serves(llama, budg
     ({"group": 0, "groups": [0]}, r"exactly one of update_info\['group'\] and update_info\['groups'\]"),
     ({}, r"exactly one of"),
     ({"group": 0, "session": "another"}, r"belongs to connect 'another', but the worker was set up again since"),
+    ({"session": "another"}, r"belongs to connect 'another'"),   # the trainer's check before it writes
 ])
 def test_the_worker_refuses_a_commit_it_cannot_make_before_writing(llama, info, match):
     """update_weights with groups of two batches (they share places in staging), a group twice,

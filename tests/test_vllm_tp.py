@@ -289,6 +289,30 @@ def test_three_versions_into_two_worker_processes(engine):
             assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
 
 
+def test_an_older_connect_is_refused_by_the_workers_before_it_writes(llama_engine):
+    """A second connect sets the workers up again (new staging files): the first handle's update
+    is refused by both workers at its check after start_weight_update, before any staging buffer
+    is written (on a GPU its CUDA IPC mappings would point at memory the worker no longer stages
+    in), and the engine serves what it served, every parameter of both ranks unchanged. The
+    newer handle then updates it."""
+    llm, trees = llama_engine["llm"], llama_engine["trees"]
+    older = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
+    older.update(as_jax(trees[1]))
+    newer = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
+    before = [state for _, state in ranks_params(llm)]
+    with pytest.raises(jv.VllmUpdateError, match=r"refused to start an update: .*belongs to connect .*but the "
+                                                 r"worker was set up again since.*nothing was written") as caught:
+        older.update(as_jax(trees[2]))
+    assert caught.value.served == "old"
+    after = [state for _, state in ranks_params(llm)]
+    assert all(torch.equal(before[r][n], after[r][n]) for r in (0, 1) for n in before[r])
+    newer.update(as_jax(trees[2]))
+    hf = vm.hf_model("llama", trees[2])
+    assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
+    older.close()
+    newer.close()
+
+
 def test_a_worker_dying_during_an_update_fails_it_with_the_rank_named(engine, monkeypatch):
     """Rank 1's worker is killed while the trainer writes group 1 (group 0 committed): the
     update fails at once with an error naming the rank and pid and saying to restart, never

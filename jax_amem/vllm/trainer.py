@@ -503,11 +503,6 @@ class VllmEngine:
                     attempted += len(batch)
                     sent = self._send(params, steps, version if version is not None else self.version + 1)
                     info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
-                    if self.session and self.worker is None:
-                        # Workers of other processes: one set up since by another connect stages
-                        # elsewhere than this engine wrote, and refuses (a worker in this process
-                        # is written where it stages now: transports.InProcess).
-                        info["session"] = self.session
                     self._rpc("update_weights", alongside=sent, update_info=info)
                     committed += len(batch)
                     commits += 1
@@ -555,6 +550,12 @@ class VllmEngine:
             # The first update joins the NCCL link: the workers join in start_weight_update.
             join = None if self.link is None or self.link.joined else self.link.join
             self._rpc("start_weight_update", alongside=join)
+            if self.session and self.worker is None:
+                # Workers of other processes, before anything is written: one set up again by
+                # another connect no longer stages where this engine's mappings point (on a GPU
+                # that memory may hold something else now), and refuses. A worker in this
+                # process is written where it stages now (transports.InProcess).
+                self._rpc("update_weights", update_info={"session": self.session})
         except Exception as error:
             if self._dead():
                 raise self._failed(error, 0, 0) from error
