@@ -148,6 +148,8 @@ class Ranks:
         self.procs = procs
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
+        if callable(method):   # a function vLLM runs on each worker (failures_of): these hold no engine
+            return [method(None) for _ in self.procs]
         words = {"update_weights": lambda: "commit " + ",".join(
             str(g) for g in kwargs["update_info"].get("groups", [kwargs["update_info"].get("group")])),
             "start_weight_update": lambda: "start"}

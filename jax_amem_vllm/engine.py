@@ -14,9 +14,11 @@ The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `u
   nccl.py): the note goes to the trainer's store instead of a file, and the worker keeps a
   client of that store. At start_weight_update it reads the transport the trainer chose for
   its rank and, for NCCL, joins the trainer's link (once).
-* update {"session": name} alone, first: the trainer checks, before it writes any staging
-  buffer, that this worker is still set up for its connect (another connect sets the worker up
-  again, and an older trainer would write where the worker no longer stages).
+* after each update {"group"...}: the trainer reads each worker's failure (answers.py
+  `failures_of`): the worker keeps it rather than raising (see `update_weights`).
+* before an update, a trainer whose workers run in other processes reads each worker's
+  session (answers.py `session_of`): another connect sets the worker up again, and an older
+  trainer would write where the worker no longer stages.
 * update {"group": g} or {"groups": [g, ...]} (groups of one batch): the trainer has written
   the groups' new values into the staging buffer (jax_amem.swap, by address), or sends them now
   over NCCL, which the worker receives into the staging buffer first, every group of the call
@@ -62,12 +64,8 @@ class JaxAmemInitInfo(WeightTransferInitInfo):
 class JaxAmemUpdateInfo(WeightTransferUpdateInfo):
     group: int | None = None          # one group
     groups: list[int] | None = None   # or several groups of one batch, committed in this order
-    session: str = ""                 # the trainer's connect (a worker set up since by another refuses)
 
     def chosen(self) -> list:
-        """The groups to commit; none for the trainer's check of its session before it writes."""
-        if self.group is None and self.groups is None and self.session:
-            return []
         if (self.group is None) == (self.groups is None):
             raise ValueError("jax_amem: update_weights takes exactly one of update_info['group'] and "
                              "update_info['groups']")
@@ -111,6 +109,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.receiver = None                     # nccl.Receiver when the trainer gave a store
         self.timeout = 300.0
         self.session = ""                        # the connect this worker's staging belongs to
+        self.failure = ""                        # the last update_weights' failure, until taken
 
     # --- what the trainer reads (same process) ---------------------------------------------
     def description(self) -> dict[str, Any]:
@@ -180,20 +179,25 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.committed = set()
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
-        self.receive_weights(self.parse_update_info(update_info))
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        """A failure is kept for the trainer's next `failures_of`, not raised: after one rank
+        raises, vLLM 0.32's multiprocess executor leaves the other ranks' answers unread, and
+        every later call would read them out of step (returning before those ranks finish)."""
+        try:
+            self.receive_weights(self.parse_update_info(update_info))
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Exception as error:  # noqa: BLE001 - answered through failures_of
+            self.failure = f"{type(error).__name__}: {error}"
+
+    def take_failure(self) -> str:
+        """The failure of the last update_weights since the last call ("" if none)."""
+        failure, self.failure = self.failure, ""
+        return failure
 
     def receive_weights(self, update_info: JaxAmemUpdateInfo) -> None:
         if self.committed is None:
             raise RuntimeError("jax_amem: update_weights outside an update (start_weight_update first)")
-        if update_info.session and update_info.session != self.session:
-            raise ValueError(f"jax_amem: this update belongs to connect {update_info.session!r:.80}, but the worker "
-                             f"was set up again since by connect {self.session!r:.80} (its staging buffer is "
-                             "another now): that trainer must connect again; nothing was written")
         groups = self._left_to_commit(update_info.chosen())
-        if not groups:
-            return
         if self.receiver is not None and self.receiver.active:
             # Received before anything is committed: a refusal or a failure here leaves the
             # groups as they were (and the old version served when no group was committed yet).

@@ -31,7 +31,7 @@ class Tensor:
     shape: tuple[int, ...]  # as loaded, before processing
     dtype: str             # torch dtype name without "torch.", e.g. "float32"
     offset: int            # bytes into the staging buffer
-    processed: bool        # written through vLLM's processing (module has a quant_method)
+    processed: bool        # written through vLLM's processing (its quant_method may change what is served)
     rows: int | None = None  # the leading rows the trainer writes (a padded vocabulary), else all
 
 
@@ -123,9 +123,26 @@ def derived(module: torch.nn.Module, attr: str) -> bool:
 
 
 def processed_module(module: torch.nn.Module) -> bool:
-    """vLLM runs `quant_method.process_weights_after_loading` on it: its served form may not be
-    its parameters (CPU repacking, quantized kernels), so it is written through that processing."""
-    return getattr(module, "quant_method", None) is not None
+    """vLLM runs `quant_method.process_weights_after_loading` on it, and that processing may
+    change what is served (CPU repacking, quantized kernels): it is written through that
+    processing. A module whose processing leaves its parameters as loaded is copied into them,
+    as a norm is."""
+    method = getattr(module, "quant_method", None)
+    return method is not None and not processing_is_identity(method)
+
+
+def processing_is_identity(method) -> bool:
+    """The unquantized linear and embedding methods off CPU and XPU: vLLM 0.32's
+    `process_weights_after_loading` of both returns at once there (on CPU it repacks, on XPU it
+    may re-lay a weight out), so the kernels read the parameters as loaded. Exact types only: a
+    subclass may process."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() or current_platform.is_xpu():
+        return False
+    return type(method) in (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
 
 
 def describe(model: torch.nn.Module, budget: int = 0) -> Describe:

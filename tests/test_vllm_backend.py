@@ -8,6 +8,7 @@ Tensor parallel engines: test_vllm_tp.py. Skips cleanly where vllm is not import
 """
 
 import os
+import re
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -303,6 +304,30 @@ def test_nccl_forced_into_a_worker_of_this_process_is_refused_then_auto_still_up
     assert greedy(llama["llm"]) == llama["tokens"]
 
 
+def test_off_cpu_unquantized_linear_layers_and_embeddings_are_copied_in(llama, monkeypatch):
+    """vLLM's processing of unquantized linear layers and embeddings returns at once off CPU and
+    XPU (on CPU it repacks them), so there the worker copies their staged values into the
+    parameters, as it does a norm's, instead of rerunning vLLM's processing per module. Checked
+    on this engine's own modules with vLLM's platform read as not CPU; a subclass of the linear
+    method (which may process) stays processed."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.platforms import current_platform
+
+    from jax_amem_vllm.layout import processed_module
+
+    modules = [m for m in model_of(llama["llm"]).modules() if getattr(m, "quant_method", None) is not None]
+    assert {type(m.quant_method).__name__ for m in modules} == {"UnquantizedLinearMethod", "UnquantizedEmbeddingMethod"}
+    assert all(processed_module(m) for m in modules)   # this CPU engine repacks them
+    monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: False)
+    assert not any(processed_module(m) for m in modules)
+
+    class Processing(UnquantizedLinearMethod):
+        pass
+    linear = next(m for m in modules if type(m.quant_method) is UnquantizedLinearMethod)
+    monkeypatch.setattr(linear, "quant_method", object.__new__(Processing))
+    assert processed_module(linear)
+
+
 def _group_bytes(engine) -> list[int]:
     from jax_amem_vllm.layout import ALIGN
 
@@ -358,13 +383,12 @@ def test_a_batch_is_one_commit_and_serves_what_group_by_group_serves(llama, budg
     ({"groups": 3}, r"update_info\['groups'\] must be a non-empty list"),
     ({"group": 0, "groups": [0]}, r"exactly one of update_info\['group'\] and update_info\['groups'\]"),
     ({}, r"exactly one of"),
-    ({"group": 0, "session": "another"}, r"belongs to connect 'another', but the worker was set up again since"),
-    ({"session": "another"}, r"belongs to connect 'another'"),   # the trainer's check before it writes
+    ({"group": 0, "session": "x"}, r"update_info"),   # vLLM's parse: no such field
 ])
 def test_the_worker_refuses_a_commit_it_cannot_make_before_writing(llama, info, match):
     """update_weights with groups of two batches (they share places in staging), a group twice,
-    out of range or not a number, both forms or neither, or another connect's session: refused
-    before anything is written; the engine serves what it served."""
+    out of range or not a number, both forms or neither: refused before anything is written;
+    the engine serves what it served."""
     from jax_amem_vllm.layout import pack
 
     llm = llama["llm"]
@@ -376,9 +400,10 @@ def test_the_worker_refuses_a_commit_it_cannot_make_before_writing(llama, info, 
     worker = engine.worker
     try:
         worker.start_weight_update()
-        with pytest.raises(ValueError, match=match):
-            worker.update_weights(info)
-        assert worker.committed == set()
+        worker.update_weights(info)   # kept for the trainer's failures_of, not raised (engine.py says why)
+        failure = worker.take_failure()
+        assert re.search(match, failure), failure
+        assert worker.take_failure() == "" and worker.committed == set()
         worker.finish_weight_update()
         assert worker.serving_state() == "serving"
     finally:

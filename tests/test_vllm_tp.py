@@ -291,8 +291,7 @@ def test_three_versions_into_two_worker_processes(engine):
 
 def test_an_older_connect_is_refused_by_the_workers_before_it_writes(llama_engine):
     """A second connect sets the workers up again (new staging files): the first handle's update
-    is refused by both workers at its check after start_weight_update, before any staging buffer
-    is written (on a GPU its CUDA IPC mappings would point at memory the worker no longer stages
+    reads each worker's session first and is refused, before any staging buffer is written (on a GPU its CUDA IPC mappings would point at memory the worker no longer stages
     in), and the engine serves what it served, every parameter of both ranks unchanged. The
     newer handle then updates it."""
     llm, trees = llama_engine["llm"], llama_engine["trees"]
@@ -300,8 +299,8 @@ def test_an_older_connect_is_refused_by_the_workers_before_it_writes(llama_engin
     older.update(as_jax(trees[1]))
     newer = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
     before = [state for _, state in ranks_params(llm)]
-    with pytest.raises(jv.VllmUpdateError, match=r"refused to start an update: .*belongs to connect .*but the "
-                                                 r"worker was set up again since.*nothing was written") as caught:
+    with pytest.raises(jv.VllmUpdateError, match=r"the engine's workers \(ranks \[0, 1\]\) were set up again by "
+                                                 r"another connect since this one.*nothing was written") as caught:
         older.update(as_jax(trees[2]))
     assert caught.value.served == "old"
     after = [state for _, state in ranks_params(llm)]
@@ -313,14 +312,56 @@ def test_an_older_connect_is_refused_by_the_workers_before_it_writes(llama_engin
     newer.close()
 
 
+def _break_rank0_commits(worker):
+    """Run in each worker: rank 0's commits raise from now on."""
+    engine = worker.weight_transfer_engine
+    if engine.tp_rank == 0:
+        def broken(group):
+            raise RuntimeError(f"injected: rank 0 cannot commit group {group}")
+        engine._commit = broken
+
+
+def _serving_state(worker):
+    return worker.weight_transfer_engine.serving_state()
+
+
+def _mend_commits(worker):
+    worker.weight_transfer_engine.__dict__.pop("_commit", None)
+    return os.getpid()
+
+
+def test_a_commit_failing_on_one_rank_is_reported_and_the_calls_stay_in_step(llama_engine):
+    """Rank 0's commit raises in its worker process (rank 1's succeeds): the update fails naming
+    rank 0 and both ranks refuse to serve a mix. vLLM's multiprocess executor, had the worker
+    raised, would have left rank 1's answer unread and every later call a call late; the next
+    calls answer in step (each rank's own pid), and a complete update serves the new version."""
+    llm, trees = llama_engine["llm"], llama_engine["trees"]
+    amem = jv.connect(llm, as_jax(trees[3]), family="llama", source="flax", timeout=120, staging_bytes=0)
+    pids = [pid for pid, _ in ranks_params(llm)]
+    llm.collective_rpc(_break_rank0_commits)
+    with pytest.raises(jv.VllmUpdateError, match=r"committing 0 of 4 layer groups: the engine holds a mix.*rank 0's "
+                                                 r"worker: RuntimeError: injected: rank 0 cannot commit group 0") as caught:
+        amem.update(as_jax(trees[3]))
+    assert caught.value.served == "refusing"
+    assert llm.collective_rpc(_mend_commits) == pids
+    assert [pid for pid, _ in ranks_params(llm)] == pids
+    assert llm.collective_rpc(_serving_state) == ["refusing", "refusing"]
+    amem.update(as_jax(trees[3]))
+    hf = vm.hf_model("llama", trees[3])
+    assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS]
+    amem.close()
+
+
 def test_a_worker_dying_during_an_update_fails_it_with_the_rank_named(engine, monkeypatch):
-    """Rank 1's worker is killed while the trainer writes group 1 (group 0 committed): the
-    update fails at once with an error naming the rank and pid and saying to restart, never
-    waiting for its timeout. Last in the module: the engine is dead after it."""
+    """Rank 1's worker is killed while the trainer writes group 1 (group 0 committed; one group
+    per commit, staging_bytes=0): the update fails at once with an error naming the rank and pid
+    and saying to restart, never waiting for its timeout. Last in the module: the engine is dead
+    after it."""
     import jax_amem.vllm.trainer as trainer
 
     llm, trees = engine["llm"], engine["trees"]
-    amem = jv.connect(llm, as_jax(vm.maxtext_tree(trees[1])), family=FAMILY, source=SOURCE, timeout=120)
+    amem = jv.connect(llm, as_jax(vm.maxtext_tree(trees[1])), family=FAMILY, source=SOURCE, timeout=120,
+                      staging_bytes=0)
     victim = amem.ranks[1].note["pid"]
     calls, real_swap = [], trainer.swap
 

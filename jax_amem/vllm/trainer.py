@@ -504,6 +504,7 @@ class VllmEngine:
                     sent = self._send(params, steps, version if version is not None else self.version + 1)
                     info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
                     self._rpc("update_weights", alongside=sent, update_info=info)
+                    self._raise_worker_failures()
                     committed += len(batch)
                     commits += 1
                     send_s = sent.seconds if sent else 0.0
@@ -548,14 +549,11 @@ class VllmEngine:
             if self._dead():
                 raise RuntimeError("a worker process exited")
             # The first update joins the NCCL link: the workers join in start_weight_update.
+            self._check_session()
             join = None if self.link is None or self.link.joined else self.link.join
             self._rpc("start_weight_update", alongside=join)
-            if self.session and self.worker is None:
-                # Workers of other processes, before anything is written: one set up again by
-                # another connect no longer stages where this engine's mappings point (on a GPU
-                # that memory may hold something else now), and refuses. A worker in this
-                # process is written where it stages now (transports.InProcess).
-                self._rpc("update_weights", update_info={"session": self.session})
+        except VllmUpdateError:
+            raise
         except Exception as error:
             if self._dead():
                 raise self._failed(error, 0, 0) from error
@@ -564,6 +562,31 @@ class VllmEngine:
                                       "wait for it to finish; nothing was written", served="updating") from error
             raise VllmUpdateError(f"the engine refused to start an update: {error}; nothing was written",
                                   served="old") from error
+
+    def _raise_worker_failures(self) -> None:
+        """The workers keep an update_weights failure for this call rather than raising it
+        (jax_amem_vllm/engine.py says why): raised here, each rank's named."""
+        from jax_amem_vllm.answers import failures_of
+
+        failures = [(rank, failure) for rank, failure in enumerate(self._rpc(failures_of)) if failure]
+        if failures:
+            raise RuntimeError("; ".join(f"rank {rank}'s worker: {failure}" for rank, failure in failures))
+
+    def _check_session(self) -> None:
+        """Workers of other processes, before anything is written: one set up again by another
+        connect since this one no longer stages where this engine's mappings point (on a GPU that
+        memory may hold something else now). A worker in this process is written where it
+        stages now (transports.InProcess)."""
+        if not self.session or self.worker is not None:
+            return
+        from jax_amem_vllm.answers import session_of
+
+        sessions = self._rpc(session_of)
+        stale = [rank for rank, session in enumerate(sessions) if session != self.session]
+        if stale:
+            raise VllmUpdateError(f"the engine's workers (ranks {stale}) were set up again by another connect since "
+                                  "this one: its staging buffers are not where this handle writes. Update through "
+                                  "the newest connect's handle, or connect again; nothing was written", served="old")
 
     def _failed(self, error: BaseException, attempted: int, committed: int) -> VllmUpdateError:
         """The error for an update stopped by `error`, after `attempted` commits were sent."""

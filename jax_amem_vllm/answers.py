@@ -1,0 +1,32 @@
+"""What the trainer asks every worker with `llm.collective_rpc(function)` (vLLM runs the function
+on each worker and returns each one's answer): plain functions of this module, which a worker
+imports by name, free of vLLM, JAX and jax_amem so that a trainer without vLLM (benchmarks,
+test stand-ins) imports them too.
+
+They answer rather than raise: after one rank raises in a call, vLLM 0.32's multiprocess
+executor leaves the other ranks' answers unread, and every later call reads those ranks'
+answers one call late (returning before they finish). For the same reason the worker keeps an
+update_weights failure for `failures_of` instead of raising it (engine.py).
+"""
+
+from __future__ import annotations
+
+
+def _engine(worker):
+    """The worker's weight-transfer engine when it is jax_amem's, else None."""
+    engine = getattr(worker, "weight_transfer_engine", None)
+    return engine if type(engine).__name__ == "JaxAmemWeightTransferEngine" else None
+
+
+def failures_of(worker) -> str:
+    """The failure of the worker's last update_weights ("" if none), taken: read after each
+    commit call."""
+    engine = _engine(worker)
+    return engine.take_failure() if engine is not None else ""
+
+
+def session_of(worker) -> str:
+    """The connect the worker's engine is set up for ("" when it is not set up): read before an
+    update by a trainer whose workers run in other processes."""
+    engine = _engine(worker)
+    return engine.session if engine is not None else ""
