@@ -18,8 +18,10 @@ so the bytes travel as with a real engine:
 vLLM itself is not installed where this runs: the commit (vLLM's processing) is stood in for by
 the rank process copying each staged tensor into its parameter, which is what vLLM's commit of
 an unquantized GPU model amounts to (docs/vllm.md). Figures: the swaps of one update (every
-group, every rank) through the transport; the same swaps into staging buffers of this process
-(the in-process swap); the ceiling, one device copy of the same bytes, measured in the same run.
+group, every rank) through the transport, and the whole update (the commit calls included); the
+same swaps into staging buffers of this process (the in-process swap); the ceiling, one device
+copy of the same bytes, measured in the same run. --staging-bytes is the workers' staging budget
+(layer groups packed into batches, one commit call per batch; 0: one group per call).
 What every rank holds after the last update is checked bit for bit (digests of its bytes)
 against slices cut by hand from the trainer's arrays.
 """
@@ -332,11 +334,13 @@ def main() -> None:
                     checked += want.nbytes
         swap = {k: statistics.median(r.swap_seconds for r in v) for k, v in reports.items()}
         commit = statistics.median(r.commit_seconds for r in reports["transport"])
+        whole = statistics.median(r.seconds for r in reports["transport"])
         result = {
             "device": jax.devices()[0].device_kind, "transport": engine.transport, "tp": args.tp,
-            "layers": args.layers, "dtype": args.dtype, "mib": engine.bytes / 2**20, "groups": len(engine.plans),
+            "layers": args.layers, "dtype": args.dtype, "mib": engine.bytes / 2**20, "groups": len(notes[0]["groups"]),
+            "commits": len(engine.batches), "staging_bytes": args.staging_bytes,
             "connect_s": connect_s, "swap_s": swap["transport"], "in_process_swap_s": swap["in_process"],
-            "commit_s": commit, "device_copy_s": copy_s,
+            "commit_s": commit, "update_s": whole, "device_copy_s": copy_s,
             "share_of_copy": copy_s / swap["transport"], "in_process_share_of_copy": copy_s / swap["in_process"],
             "transport_vs_in_process": swap["in_process"] / swap["transport"], "bit_exact_bytes": checked,
         }
@@ -344,12 +348,14 @@ def main() -> None:
         print(f"{'figure':48} {'value':>10} {'ceiling':>10} {'ratio':>7}")
         print(f"{'swaps of one update via ' + engine.transport + ' (s)':48} {swap['transport']:10.4f} "
               f"{copy_s:10.4f} {copy_s / swap['transport']:7.2f}")
+        print(f"{'whole update via ' + engine.transport + ' (s)':48} {whole:10.4f} {copy_s:10.4f} {copy_s / whole:7.2f}")
         print(f"{'the same swaps in process (s)':48} {swap['in_process']:10.4f} {copy_s:10.4f} "
               f"{copy_s / swap['in_process']:7.2f}")
         print(f"{engine.transport + ' vs in process':48} {swap['transport']:10.4f} {swap['in_process']:10.4f} "
               f"{swap['in_process'] / swap['transport']:7.2f}")
         print(f"bit-exact: {checked / 2**20:.1f} MiB held by {args.tp} ranks against hand-cut slices; "
-              f"{engine.bytes / 2**20:.1f} MiB per update in {len(engine.plans)} groups; commits (rank copies) "
+              f"{engine.bytes / 2**20:.1f} MiB per update in {len(notes[0]['groups'])} groups, {len(engine.batches)} "
+              f"commits; commits (rank copies) "
               f"{commit:.4f} s; connect {connect_s:.1f} s")
         engine.close()
     finally:

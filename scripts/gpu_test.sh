@@ -35,6 +35,9 @@
 #   swap_scale     benchmarks/swap_scale.py (a fused constant scale against the same swap without it,
 #                  4 x 512 MiB, both launched directly), then the GPU tests of constant steps (the
 #                  direct launch's, transposed ones included, and the custom call's); not in the default list
+#   vllm_ipc       benchmarks/vllm_ipc.py (CUDA IPC into two TP rank processes holding a Qwen3-0.6B's slices):
+#                  the update in batches (the default budget) and one group per commit (--staging-bytes 0),
+#                  then scripts/profile_vllm_update.py (about 3 minutes; not in the default list)
 #   tune_affine    scripts/tune_affine.sh: the affine kernel's compile-time configurations, each against
 #                  cudaMemcpyAsync and bit-checked (about 3 minutes; not in the default list)
 #   tune_transpose scripts/tune_transpose.sh: the same for the fused transpose-and-cast kernel on the
@@ -179,8 +182,12 @@ for name in $STEPS; do
       TAIL=${TAIL:-20} step swap_scale 240 $PY -P benchmarks/swap_scale.py
       step affine_gpu 300 $PY -P -m pytest -q -m gpu tests/test_swap_direct_affine.py tests/test_swap_affine.py \
         tests/test_swap_transpose_steps.py -k "not over_nccl" ;;
+    vllm_ipc)
+      TAIL=${TAIL:-14} step vllm_ipc 240 $PY -P benchmarks/vllm_ipc.py --repeats 5
+      TAIL=${TAIL:-14} step vllm_ipc_groups 240 $PY -P benchmarks/vllm_ipc.py --repeats 5 --staging-bytes 0
+      TAIL=${TAIL:-12} step vllm_profile 120 $PY -P scripts/profile_vllm_update.py --repeats 5 ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale numa multigpu hostile_demo)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale vllm_ipc numa multigpu hostile_demo)"; exit 2 ;;
   esac
 done
 
