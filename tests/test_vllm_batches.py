@@ -137,3 +137,27 @@ def test_a_batch_whose_plan_fails_names_the_group(monkeypatch):
     with pytest.raises(trainer.VllmPlanError, match=rf"the engine's layer group {index} \(.*{victim}"):
         trainer.VllmEngine(Counted(ranks), ranks, params, family="llama", source="flax", rules=None, cast=None,
                            timeout=60)
+
+
+def test_each_update_compares_the_trees_signature_and_reads_layouts_only_when_it_differs(monkeypatch):
+    """A training step's new arrays (same shapes, dtypes and shardings) pass on the tree's
+    structure and leaves' signatures, without reading every leaf's layout (about 60 us a leaf);
+    a leaf with another dtype differs there, its layouts are read, and the update is refused
+    naming it, before anything is written."""
+    from jax_amem import reshard
+    from jax_amem.vllm import VllmPlanError
+
+    params = [jax.tree.map(jnp.asarray, vm.flax_tree("llama", seed)) for seed in (3, 4)]
+    engine, ranks, llm = engine_for("llama", params[0], [1 << 40] * 2, monkeypatch)
+    read, real_layouts_of = [], reshard.layouts_of
+    monkeypatch.setattr(reshard, "layouts_of", lambda tree: read.append(1) or real_layouts_of(tree))
+    engine.update(params[1])
+    assert read == [] and len(llm.calls) == 1
+    changed = jax.tree.map(lambda a: a, params[1])
+    changed["final_norm"]["scale"] = changed["final_norm"]["scale"].astype(jnp.bfloat16)
+    held = {rank.note["tp_rank"]: dict(rank.held) for rank in ranks}
+    with pytest.raises(VllmPlanError, match=r"not the one planned at connect .*final_norm/scale"):
+        engine.update(changed)
+    assert read == [1] and len(llm.calls) == 1
+    assert all(rank.held.keys() == held[rank.note["tp_rank"]].keys() and
+               all(rank.held[n] is t for n, t in held[rank.note["tp_rank"]].items()) for rank in ranks)   # no commit
