@@ -170,8 +170,8 @@ def main():
         ours.append((report.seconds, mem.added))
         split.append((report.swap_seconds, report.commit_seconds))
     print(f"jax-amem: connect {connect_s:.2f} s, first update {first.seconds:.2f} s (plans and compiles); "
-          f"{sum(pick is None for pick in engine.picks)} of {len(engine.picks)} groups read the trainer's "
-          "arrays whole (the rest a layer picked first)")
+          f"{len(engine.batches)} commits per update; {sum(pick is None for pick in engine.picks)} of "
+          f"{len(engine.picks)} swaps per rank read the trainer's arrays whole (the rest a layer picked first)")
 
     today, parts = [], []
     for _ in range(args.repeats):

@@ -25,8 +25,18 @@ def failures_of(worker) -> str:
     return engine.take_failure() if engine is not None else ""
 
 
-def session_of(worker) -> str:
-    """The connect the worker's engine is set up for ("" when it is not set up): read before an
-    update by a trainer whose workers run in other processes."""
+def setup_of(worker) -> str:
+    """The id of the worker engine's current setup ("" when it is not set up): a fresh one per
+    init, carried by the note the trainer planned from. Read before an update by a trainer whose
+    workers run in other processes: another id means the worker was set up again since (another
+    connect, even under the same session name), so its staging is not where that trainer's
+    mappings point."""
     engine = _engine(worker)
-    return engine.session if engine is not None else ""
+    return engine.setup if engine is not None else ""
+
+
+def serving_state_of(worker) -> str:
+    """What the worker's engine serves: "serving", "refusing" (a mix of versions) or "updating";
+    read by a trainer whose update failed, after it ended the update."""
+    engine = _engine(worker)
+    return engine.serving_state() if engine is not None else ""

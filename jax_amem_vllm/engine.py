@@ -35,6 +35,7 @@ that finishes with groups missing keeps refusing: the next complete update recov
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,11 +110,14 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.receiver = None                     # nccl.Receiver when the trainer gave a store
         self.timeout = 300.0
         self.session = ""                        # the connect this worker's staging belongs to
+        self.setup = ""                          # this setup's own id (a fresh one per init), "" when none
         self.failure = ""                        # the last update_weights' failure, until taken
 
     # --- what the trainer reads (same process) ---------------------------------------------
-    def description(self) -> dict[str, Any]:
+    def description(self, setup: str | None = None) -> dict[str, Any]:
+        """`setup`: the id the note carries (the one being set up; default this setup's)."""
         return {"tp_size": self.parallel_config.tensor_parallel_size, "tp_rank": self.tp_rank,
+                "setup": self.setup if setup is None else setup,
                 "head_dim": head_size(self.vllm_config), "device": str(self.device), "groups": self.layout.wire(),
                 "staging_bytes": self.layout.staging_bytes, "batches": self.layout.batches, "staging": self.place}
 
@@ -146,6 +150,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             raise ValueError(f"jax_amem: staging_bytes={budget!r:.60} must be a byte count >= 0 (0: one group "
                              "at a time), or -1 for the default")
         self.shutdown()   # a trainer connecting again: the previous session's buffer and files go
+        setup = uuid.uuid4().hex   # published with the note, taken by the worker once init succeeds
         self.layout = describe(self.model, DEFAULT_STAGING_BYTES if budget == -1 else budget)
         directory = init_info.directory or staging_buffer.default_directory()
         self.staging, self.place = staging_buffer.allocate(self.layout.staging_bytes, self.device, directory,
@@ -159,21 +164,23 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             host, _, port = init_info.store.rpartition(":")
             store = wire.TorchStore.connect(host, int(port), timeout=init_info.timeout)
             store.set(nccl.note_key(init_info.session, self.tp_rank),
-                      json.dumps(staging_buffer.stamped(self.description())).encode())
+                      json.dumps(staging_buffer.stamped(self.description(setup))).encode())
             self.files = (self.place.get("path"),)
             self.receiver, self.timeout = nccl.Receiver(store, init_info.session, self.tp_rank,
                                                         self.device), init_info.timeout
         else:
-            staging_buffer.write_note(note, self.description())
-        self.session = init_info.session
+            staging_buffer.write_note(note, self.description(setup))
+        self.session, self.setup = init_info.session, setup
         publish(init_info.session, self)
 
     def start_weight_update(self) -> None:
         if self.layout is None:
             raise RuntimeError("jax_amem: init_weight_transfer_engine must come before an update")
         # vLLM refuses a start while its own update is active, so an update of ours still open
-        # here is one vLLM dropped after a failed update_weights: end it (refusing if it wrote).
+        # here is one that never reached finish_weight_update (a trainer that stopped, a start
+        # that failed): end it (refusing if it wrote).
         self.abandon()
+        self.failure = ""   # a failure the last trainer never read is not this update's
         if self.receiver is not None and self.receiver.transport(self.timeout) is not None:
             self.receiver.join()   # collective with the trainer, once: it joins during this call
         self.committed = set()
@@ -182,6 +189,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         """A failure is kept for the trainer's next `failures_of`, not raised: after one rank
         raises, vLLM 0.32's multiprocess executor leaves the other ranks' answers unread, and
         every later call would read them out of step (returning before those ranks finish)."""
+        self.failure = ""
         try:
             self.receive_weights(self.parse_update_info(update_info))
             if self.device.type == "cuda":
@@ -246,6 +254,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             self._refuse(f"an update stopped after committing {done} of {total} groups")
 
     def shutdown(self) -> None:
+        self.setup = ""   # first: a trainer of the setup going away must never find it again
         if self.receiver is not None:
             self.receiver.close()
             self.receiver = None

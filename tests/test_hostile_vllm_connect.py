@@ -96,7 +96,7 @@ def test_a_session_that_cannot_name_a_file_is_refused(session):
 @pytest.mark.parametrize("staging_bytes", [-1, -2**70, 1.0, 1e9, "1024", True, False, [1], math.nan, np.float32(8)])
 def test_a_bad_staging_budget_is_refused_before_the_engine_is_touched(staging_bytes):
     """-1 is the wire's own "default" value: a caller's -1 is refused, not taken as it."""
-    _refused(VllmBackendError, r"staging_bytes=.*: give None \(the default, 1 GiB\), 0 \(one layer group at a "
+    _refused(VllmBackendError, r"staging_bytes=.*: give None \(the default, 512 MiB\), 0 \(one layer group at a "
                                r"time\) or the bytes each worker may stage at once.*nothing was started",
              staging_bytes=staging_bytes)
 

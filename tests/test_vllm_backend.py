@@ -411,6 +411,36 @@ def test_the_worker_refuses_a_commit_it_cannot_make_before_writing(llama, info, 
     unchanged(llama, before)
 
 
+def test_a_failure_no_trainer_read_is_not_the_next_updates(llama):
+    """A worker keeps an update_weights failure for the trainer to read; one that no trainer
+    read (its update stopped before asking) is dropped at the next start, not reported as the
+    next update's own."""
+    worker = llama["engine"].worker
+    worker.start_weight_update()
+    worker.update_weights({"group": 99})
+    worker.finish_weight_update()
+    assert worker.failure
+    report = llama["engine"].update(as_jax(llama["trees"][1]))
+    assert report.commits == 4 and worker.failure == ""
+    assert greedy(llama["llm"]) == llama["tokens"]
+
+
+def test_an_older_handle_whose_batches_no_longer_fit_is_refused_by_name(llama):
+    """A handle that planned the model as one batch, after a newer connect staged one group at a
+    time (the groups now share places in staging): its update is refused before anything is
+    committed, saying to update through the newer handle, and the engine serves the old version."""
+    before = params_of(llama["llm"])
+    older = jv.connect(llama["llm"], as_jax(llama["trees"][0]), family="llama")
+    assert older.batches == [[0, 1, 2, 3]]
+    llama["engine"] = jv.connect(llama["llm"], as_jax(llama["trees"][1]), family="llama", staging_bytes=0)
+    with pytest.raises(jv.VllmUpdateError, match=r"committing 0 of 4 layer groups: the engine still serves the "
+                                                 r"previous version.*set up again by another connect, whose staging "
+                                                 r"holds layer groups 0-3 apart") as caught:
+        older.update(as_jax(llama["trees"][0]))
+    assert caught.value.served == "old"
+    unchanged(llama, before)
+
+
 def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(llama, monkeypatch):
     _update_stopping_before_the_last_group(llama, monkeypatch, llama["trees"][0])
     llama["engine"].update(as_jax(llama["trees"][1]))

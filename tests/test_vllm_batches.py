@@ -161,3 +161,16 @@ def test_each_update_compares_the_trees_signature_and_reads_layouts_only_when_it
     assert read == [1] and len(llm.calls) == 1
     assert all(rank.held.keys() == held[rank.note["tp_rank"]].keys() and
                all(rank.held[n] is t for n, t in held[rank.note["tp_rank"]].items()) for rank in ranks)   # no commit
+
+
+def test_a_closed_handle_refuses_to_update_and_writes_nothing(monkeypatch):
+    """engine.close() unmaps the staging buffers: a later update is refused by name before any
+    swap or commit, and the engine still serves the previous version."""
+    from jax_amem.vllm import VllmUpdateError
+
+    params = jax.tree.map(jnp.asarray, vm.flax_tree("llama", 3))
+    engine, ranks, llm = engine_for("llama", params, [1 << 40] * 2, monkeypatch)
+    engine.close()
+    with pytest.raises(VllmUpdateError, match=r"committing 0 of .*this engine handle was closed.*connect again") as caught:
+        engine.update(params)
+    assert caught.value.served == "old" and llm.calls == [] and all(rank.held == {} for rank in ranks)

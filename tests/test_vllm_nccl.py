@@ -154,15 +154,21 @@ def test_auto_reaches_workers_on_another_host_through_the_store(monkeypatch):
     assert [m for m, _ in engine.calls] == ["init_weight_transfer_engine"] * 2
 
 
-def over_nccl(monkeypatch, server, family, source, params, session, *, bucket_bytes=None, llm=None, timeout=60.0):
+def over_nccl(monkeypatch, server, family, source, params, session, *, bucket_bytes=None, llm=None, timeout=60.0,
+              staging_bytes=None):
     """The trainer's half connected to two ranks "on another host" over NCCL, as connect builds
     it: each rank an `Nccl` transport, the engine's plans, each rank's record and schedules
     published in `server`. The trainer's arrays on CPU stand in for its GPU (trainer_owner).
     `llm(rank_notes)`: the engine's workers (default: `Engine`, which only records the calls).
+    `staging_bytes`: the workers' staging budget, their groups packed into batches
+    (test_vllm_batches.batched); None: one group at a time.
     Returns (engine, ranks, the TrainerLink, the ranks' notes)."""
+    from test_vllm_batches import batched
+
     cpu = jax.devices()[0]
     monkeypatch.setattr(nccl, "trainer_owner", lambda p: (Owner(cpu.process_index, cpu.id), 0))
-    rank_notes = [remote(n) for n in notes(family, source, params)]
+    rank_notes = [remote(n if staging_bytes is None else batched(n, staging_bytes))
+                  for n in notes(family, source, params)]
     ranks = [Nccl(note, nccl.rank_owner(j, 1)) for j, note in enumerate(rank_notes)]
     link = nccl.TrainerLink(server, session, "127.0.0.1:1", timeout, bucket_bytes)
     engine = VllmEngine(llm(rank_notes) if llm else Engine(rank_notes), ranks, params, family=family, source=source,
@@ -418,11 +424,14 @@ class Workers:
         receiver, note = self.receivers[rank], self.notes[rank]
         if method == "start_weight_update" and receiver.transport(10.0) is not None:
             receiver.join()
-        elif method == "update_weights":
-            group = kwargs["update_info"]["group"]
-            staged = views(self.buffers[rank], note["groups"][group])
-            receiver.receive(group, staged)
-            self.held[rank].update({n: t.clone() for n, t in staged.items()})
+        elif method == "update_weights":   # as the worker engine: every group received, then committed
+            info = kwargs["update_info"]
+            groups = info["groups"] if "groups" in info else [info["group"]]
+            staged = {group: views(self.buffers[rank], note["groups"][group]) for group in groups}
+            for group in groups:
+                receiver.receive(group, staged[group])
+            for group in groups:
+                self.held[rank].update({n: t.clone() for n, t in staged[group].items()})
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
         import threading
@@ -446,6 +455,74 @@ class Workers:
 
     def reset_prefix_cache(self):
         return True
+
+
+def stopping_at(call: int, fake):
+    """`fake.send`, but its `call`-th call raises before anything is offered (the trainer stopped)."""
+    calls = []
+
+    def send(picked, plan, link, version):
+        calls.append(plan.key)
+        if len(calls) == call:
+            raise KeyboardInterrupt("the trainer stopped")
+        return fake.send(picked, plan, link, version)
+    return send
+
+
+@pytest.mark.parametrize("stop", ["send", "pick"])
+def test_a_batch_whose_send_stops_midway_fails_fast_on_every_rank(server, monkeypatch, stop):
+    """The workers stage the whole model as one batch (one update_weights receives every group,
+    then commits). The trainer stops at group 2: its send to rank 1 fails before the offer, after
+    rank 0 took group 2 and waits for group 3 ("send"), or the group's layer pick fails before
+    any send ("pick", the direct launch off so every group picks). Every rank is told the swap
+    stopped and refuses at once (not after the timeout), nothing is committed, and the next
+    update is complete."""
+    import time
+
+    from jax_amem.swapping import cross_host
+    from jax_amem.vllm import VllmUpdateError
+    from jax_amem.vllm import trainer
+
+    trees = [vm.flax_tree("qwen3", seed) for seed in (12, 13)]
+    params = [jax.tree.map(jnp.asarray, t) for t in trees]
+    engine, ranks, _, _ = over_nccl(monkeypatch, server, "qwen3", "flax", params[0], f"s9{stop}", bucket_bytes=8192,
+                                    timeout=20.0, staging_bytes=1 << 40,
+                                    llm=lambda rank_notes: Workers(server.store.port, f"s9{stop}", rank_notes))
+    workers = engine.llm
+    assert engine.batches == [list(range(len(ranks[0].note["groups"])))]
+    fake = wire_in(monkeypatch, workers.receivers)
+    monkeypatch.setattr(cross_host, "send", fake.send)
+    engine.update(params[0])
+    if stop == "send":
+        monkeypatch.setattr(cross_host, "send", stopping_at(6, fake))   # group 2's send to rank 1: before its offer
+    else:
+        real_call = trainer.Pick.__call__
+        picks = []
+
+        def pick_fails(self, tree):
+            picks.append(1)
+            if len(picks) == 3:
+                raise KeyboardInterrupt("the trainer stopped")
+            return real_call(self, tree)
+        monkeypatch.setattr(trainer.Pick, "__call__", pick_fails)
+    held = [dict(h) for h in workers.held]
+    start = time.perf_counter()
+    with pytest.raises(VllmUpdateError, match=r"after committing 0 of .*KeyboardInterrupt: the trainer stopped"):
+        engine.update(params[1])
+    assert time.perf_counter() - start < 10, "a worker waited out its timeout"
+    assert len(workers.errors) == 2 and all("the trainer stopped the swap before sending" in str(e)
+                                              for e in workers.errors)
+    assert all(h.keys() == before.keys() and all(h[n] is t for n, t in before.items())
+               for h, before in zip(workers.held, held))   # nothing committed
+    monkeypatch.setattr(cross_host, "send", fake.send)
+    if stop == "pick":
+        monkeypatch.setattr(trainer.Pick, "__call__", real_call)
+    engine.update(params[1])
+    for rank, held in zip(ranks, workers.held):
+        for name, tensor in held.items():
+            assert np.array_equal(tensor.numpy(), expected(trees[1], name, rank.note["tp_rank"])), name
+    for receiver in workers.receivers:
+        receiver.close()
 
 
 def test_updates_over_the_link_end_to_end_and_a_stopped_send_fails_fast(server, monkeypatch):
@@ -481,14 +558,7 @@ def test_updates_over_the_link_end_to_end_and_a_stopped_send_fails_fast(server, 
     assert report.version == 1 and report.groups == len(engine.plans) and report.swap_seconds > 0
     assert sorted(c[3] for c in fake.calls if c[0] == "init") == [0, 1, 2]   # trainer and both ranks, once
 
-    calls = []
-
-    def stops_at_group_two(picked, plan, link, version):
-        calls.append(plan.key)
-        if len(calls) == 5:   # group 2's send to rank 0: before its offer
-            raise KeyboardInterrupt("the trainer stopped")
-        return fake.send(picked, plan, link, version)
-    monkeypatch.setattr(cross_host, "send", stops_at_group_two)
+    monkeypatch.setattr(cross_host, "send", stopping_at(5, fake))   # group 2's send to rank 0: before its offer
     start = time.perf_counter()
     with pytest.raises(VllmUpdateError, match=r"after committing 2 of .*KeyboardInterrupt: the trainer stopped") as caught:
         engine.update(params[1])

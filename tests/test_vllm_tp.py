@@ -290,14 +290,15 @@ def test_three_versions_into_two_worker_processes(engine):
 
 
 def test_an_older_connect_is_refused_by_the_workers_before_it_writes(llama_engine):
-    """A second connect sets the workers up again (new staging files): the first handle's update
-    reads each worker's session first and is refused, before any staging buffer is written (on a GPU its CUDA IPC mappings would point at memory the worker no longer stages
+    """A second connect, under the same session name, sets the workers up again (new staging
+    files): the first handle's update reads each worker's setup id first and is refused, before
+    any staging buffer is written (on a GPU its CUDA IPC mappings would point at memory the worker no longer stages
     in), and the engine serves what it served, every parameter of both ranks unchanged. The
     newer handle then updates it."""
     llm, trees = llama_engine["llm"], llama_engine["trees"]
-    older = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
+    older = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120, session="run")
     older.update(as_jax(trees[1]))
-    newer = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120)
+    newer = jv.connect(llm, as_jax(trees[1]), family="llama", source="flax", timeout=120, session="run")
     before = [state for _, state in ranks_params(llm)]
     with pytest.raises(jv.VllmUpdateError, match=r"the engine's workers \(ranks \[0, 1\]\) were set up again by "
                                                  r"another connect since this one.*nothing was written") as caught:

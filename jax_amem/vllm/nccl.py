@@ -165,12 +165,12 @@ class TrainerLink:
                                        owner=self.source, device=self.device, name=self.name,
                                        bucket_bytes=self.bucket_bytes, timeout=self.timeout)
 
-    def send_group(self, picked, sends: list, version: int) -> None:
+    def send_group(self, picked, sends: list, version: int, more: bool = False) -> None:
         """One group's sends, `sends` [(rank, plan)] in rank order, while the workers are in
         update_weights. When one fails, every rank not offered its swap yet is told the swap
-        stopped (wire.abort): it refuses at once instead of waiting out the timeout."""
-        from jax_amem_vllm import wire
-
+        stopped (wire.abort): it refuses at once instead of waiting out the timeout. `more`:
+        later groups of the same batch follow, which the ranks already sent this group now wait
+        for: they are told too."""
         from ..swapping.cross_host import send
 
         for i, (rank, plan) in enumerate(sends):
@@ -179,12 +179,19 @@ class TrainerLink:
             try:
                 send(picked, plan, self.link, version)
             except BaseException as error:
-                reason = f"{type(error).__name__}: {error}"
-                for later, _ in sends[i:]:
-                    other = 1 + self.ranks.index(later)
-                    if later is not rank or self.link.sequence.get(other, 0) == offered:
-                        wire.abort(self.link, other, self.link.next_sequence(other), version, reason)
+                later = [other for other, _ in sends[i:]
+                         if other is not rank or self.link.sequence.get(peer, 0) == offered]
+                self.abort([r for r, _ in sends[:i]] + later if more else later, version, error)
                 raise
+
+    def abort(self, ranks: list, version: int, error: BaseException) -> None:
+        """Tells each of `ranks` (waiting for its next offer) that the swap stopped."""
+        from jax_amem_vllm import wire
+
+        reason = f"{type(error).__name__}: {error}"
+        for rank in ranks:
+            other = 1 + self.ranks.index(rank)
+            wire.abort(self.link, other, self.link.next_sequence(other), version, reason)
 
     def close(self) -> None:
         if self.link is not None:

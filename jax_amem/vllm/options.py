@@ -36,7 +36,7 @@ def checked_staging_bytes(staging_bytes) -> int:
     if staging_bytes is None:
         return -1
     if isinstance(staging_bytes, bool) or not isinstance(staging_bytes, numbers.Integral) or staging_bytes < 0:
-        raise VllmBackendError(f"staging_bytes={staging_bytes!r:.60}: give None (the default, 1 GiB), 0 (one layer "
+        raise VllmBackendError(f"staging_bytes={staging_bytes!r:.60}: give None (the default, 512 MiB), 0 (one layer "
                                "group at a time) or the bytes each worker may stage at once (an int); nothing was "
                                "started")
     return min(int(staging_bytes), 1 << 62)   # more than any model: the same as the whole model; fits the wire

@@ -52,6 +52,10 @@ class VllmUpdateReport:
                 f"commit {self.commit_seconds * 1e3:.1f} ms)")
 
 
+class WorkerFailure(RuntimeError):
+    """A commit the workers refused or failed (their kept failures, each rank's named)."""
+
+
 def _one_layer(rules, sources):
     """A group's rules rewritten to read the one layer they read of each stacked source, and the
     function that picks those layers (jitted; the other sources passed whole) from the tree: a
@@ -257,7 +261,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     `staging_bytes`: each worker's staging budget. Consecutive layer groups are packed into
     batches of at most this many bytes, each batch swapped and committed at once (one call into
     the workers per batch); the buffer is the largest batch, or the largest group where that is
-    larger. 0 stages one group at a time (the least memory); None: 1 GiB (a small model's whole
+    larger. 0 stages one group at a time (the least memory); None: 512 MiB (a small model's whole
     update is one batch).
     Raises VllmBackendError (engine not set up for it) or VllmPlanError (the tree or rules do not
     match the engine's model), before anything is written."""
@@ -313,7 +317,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
             else:
                 ranks.append(open_rank(note))
         return VllmEngine(llm, ranks, params, family=family, source=source, rules=rules, cast=cast, timeout=timeout,
-                          link=link, session=session)
+                          link=link)
     except BaseException:
         for rank in ranks:
             rank.close()
@@ -329,9 +333,8 @@ def _process_count() -> int:
 
 
 class VllmEngine:
-    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout, link=None, session=""):
+    def __init__(self, llm, ranks, params, *, family, source, rules, cast, timeout, link=None):
         self.llm, self.ranks, self.timeout = llm, ranks, timeout
-        self.session = session   # the workers' setup this engine planned against (connect's)
         self.link = link   # nccl.TrainerLink when some rank is written over NCCL
         self.worker = ranks[0].worker   # the worker engine itself when it is in this process
         kinds = sorted({rank.kind for rank in ranks})   # several where ranks sit on this host and elsewhere
@@ -376,6 +379,8 @@ class VllmEngine:
                 if plans is not None and all(_reads_whole_sources(plan, arrays) for plan in plans):
                     self.steps.append(Step(tuple(batch), None, plans))
                     continue
+                for rank in ranks:
+                    rank.release(tuple(batch))   # its destination, opened to plan it
             self.steps.extend(self._group_step(index, params, rules, arrays, over_nccl) for index in batch)
         self.bytes = sum(plan.nbytes for step in self.steps for plan in step.plans)
         # each batch with the steps that write it, in update order
@@ -559,9 +564,14 @@ class VllmEngine:
 
         def sent():
             t0 = time.perf_counter()
-            for step in steps:
+            for index, step in enumerate(steps):
                 sends = [(rank, plan) for rank, plan in zip(self.ranks, step.plans) if rank.kind == "nccl"]
-                self.link.send_group(params if step.pick is None else step.pick(params), sends, version)
+                try:
+                    picked = params if step.pick is None else step.pick(params)
+                except BaseException as error:
+                    self.link.abort([rank for rank, _ in sends], version, error)   # each waits for this offer
+                    raise
+                self.link.send_group(picked, sends, version, more=index + 1 < len(steps))
             sent.seconds = time.perf_counter() - t0
         sent.seconds = 0.0
         return sent
@@ -571,7 +581,7 @@ class VllmEngine:
             if self._dead():
                 raise RuntimeError("a worker process exited")
             # The first update joins the NCCL link: the workers join in start_weight_update.
-            self._check_session()
+            self._check_setup()
             join = None if self.link is None or self.link.joined else self.link.join
             self._rpc("start_weight_update", alongside=join)
         except VllmUpdateError:
@@ -588,23 +598,28 @@ class VllmEngine:
     def _raise_worker_failures(self) -> None:
         """The workers keep an update_weights failure for this call rather than raising it
         (jax_amem_vllm/engine.py says why): raised here, each rank's named."""
+        failures = self._worker_failures()
+        if failures:
+            raise WorkerFailure(failures)
+
+    def _worker_failures(self) -> str:
+        """Each rank's kept update_weights failure, taken, in words ("" when none)."""
         from jax_amem_vllm.answers import failures_of
 
-        failures = [(rank, failure) for rank, failure in enumerate(self._rpc(failures_of)) if failure]
-        if failures:
-            raise RuntimeError("; ".join(f"rank {rank}'s worker: {failure}" for rank, failure in failures))
+        return "; ".join(f"rank {rank}'s worker: {failure}"
+                         for rank, failure in enumerate(self._rpc(failures_of)) if failure)
 
-    def _check_session(self) -> None:
-        """Workers of other processes, before anything is written: one set up again by another
-        connect since this one no longer stages where this engine's mappings point (on a GPU that
-        memory may hold something else now). A worker in this process is written where it
-        stages now (transports.InProcess)."""
-        if not self.session or self.worker is not None:
+    def _check_setup(self) -> None:
+        """Workers of other processes, before anything is written: one set up again since this
+        connect (another connect, a failed one or one under the same session name included) no
+        longer stages where this engine's mappings point (on a GPU that memory may hold something
+        else now). A worker in this process is written where it stages now (transports.InProcess)."""
+        if self.worker is not None or not all(rank.note.get("setup") for rank in self.ranks):
             return
-        from jax_amem_vllm.answers import session_of
+        from jax_amem_vllm.answers import setup_of
 
-        sessions = self._rpc(session_of)
-        stale = [rank for rank, session in enumerate(sessions) if session != self.session]
+        setups = self._rpc(setup_of)
+        stale = [rank.note["tp_rank"] for rank, setup in zip(self.ranks, setups) if setup != rank.note["setup"]]
         if stale:
             raise VllmUpdateError(f"the engine's workers (ranks {stale}) were set up again by another connect since "
                                   "this one: its staging buffers are not where this handle writes. Update through "
@@ -625,18 +640,42 @@ class VllmEngine:
                 + ": vLLM shuts an engine down when one of its workers dies, so it serves nothing now. Restart the "
                 "engine (a new vllm.LLM) and connect to it again; the trainer's weights are intact "
                 f"({type(error).__name__}: {error})", served="dead")
+        kept = "" if isinstance(error, WorkerFailure) else self._quietly(self._worker_failures)
         self._finish_quietly()
-        served = "old" if attempted == 0 else "refusing"
+        served = self._quietly(self._served) or ("old" if attempted == 0 else "refusing")
         return VllmUpdateError(
             f"the update failed after committing {committed} of {total} layer groups: "
             + ("the engine still serves the previous version" if served == "old" else
                "the engine holds a mix of versions and refuses to serve until a complete update")
-            + f" ({type(error).__name__}: {error})", served=served)
+            + f" ({type(error).__name__}: {error}{'; ' + kept if kept else ''})", served=served)
+
+    @staticmethod
+    def _quietly(question) -> str:
+        """`question()`, or "" where asking fails: what a failed update's error adds, never what
+        it depends on."""
+        try:
+            return question()
+        except Exception:  # noqa: BLE001
+            return ""
+
+    def _served(self) -> str:
+        """What the engine serves after a failed update ended: "refusing" where any rank holds a
+        mix, "old" where every rank serves (no group of this update was committed), "" when the
+        workers' answers are not that."""
+        if self.worker is not None:
+            states = [self.worker.serving_state()]
+        else:
+            from jax_amem_vllm.answers import serving_state_of
+
+            states = self._rpc(serving_state_of)
+        if not isinstance(states, list) or not states or not set(states) <= {"serving", "refusing"}:
+            return ""
+        return "refusing" if "refusing" in states else "old"
 
     def _finish_quietly(self) -> None:
         try:
             self._rpc("finish_weight_update")
         except Exception:
-            pass  # vLLM's worker drops an update whose update_weights raised: ours ends at the next start
+            pass  # the engine may be gone; an update left open ends at the next start (abandon)
         if self.worker is not None:
             self.worker.abandon()

@@ -53,12 +53,18 @@ class _TorchStaging:
         self.note, self.buffer, self._steps = note, buffer, {}
 
     def destination(self, groups: tuple[int, ...]) -> dict:
+        if self.buffer is None:
+            raise VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
         if groups not in self._steps:
             self._steps[groups] = {name: t for g in groups for name, t in views(self.buffer, self.note["groups"][g]).items()}
         return self._steps[groups]
 
     def owner(self, groups: tuple[int, ...]):
         return owner_of(next(iter(self.destination(groups).values())))
+
+    def release(self, groups: tuple[int, ...]) -> None:
+        """A step connect planned and dropped (a batch whose groups go one by one)."""
+        self._steps.pop(groups, None)
 
     def close(self) -> None:
         self._steps, self.buffer = {}, None
@@ -69,13 +75,26 @@ class InProcess(_TorchStaging):
 
     def __init__(self, worker, note: dict):
         super().__init__(note, worker.staging)
-        self.worker = worker
+        self.worker, self.closed = worker, False
+
+    def close(self) -> None:
+        super().close()
+        self.closed = True
 
     def destination(self, groups: tuple[int, ...]) -> dict:
         # The worker's own views, of the buffer it stages in now: a connect that failed after
         # the worker staged anew leaves this engine writing where the worker commits from.
+        if self.closed:
+            raise VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
+        if self.worker.staging is None:
+            raise VllmBackendError("the engine's worker has no staging buffer (its weight-transfer engine was shut "
+                                   "down): connect again")
         if self.worker.staging is not self.buffer:
             self.buffer, self._steps = self.worker.staging, {}
+        if len(groups) > 1 and not any(set(groups) <= set(batch) for batch in self.worker.layout.batches):
+            raise VllmBackendError(f"the engine's worker was set up again by another connect, whose staging holds "
+                                   f"layer groups {groups[0]}-{groups[-1]} apart: this handle's batches no longer fit; "
+                                   "update through the newest connect's handle, or connect again")
         if groups not in self._steps:
             self._steps[groups] = {name: t for g in groups for name, t in self.worker.staged(g).items()}
         return self._steps[groups]
@@ -109,11 +128,13 @@ class CudaIpc:
             raise VllmBackendError(f"rank {note['tp_rank']}'s worker could not export its staging buffer through "
                                    f"CUDA IPC ({place['error']}): install jax-amem in the engine's environment and "
                                    "start vLLM without PyTorch's expandable segments")
-        self.note, self.remotes = note, {}
+        self.note, self.remotes, self.closed = note, {}, False
 
     def destination(self, groups: tuple[int, ...]):
         """The step's tensors mapped from the worker's staging (opened at the step's first use:
         connect opens every step's)."""
+        if self.closed:
+            raise VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
         if groups not in self.remotes:
             place = self.note["staging"]
             tensors = {t["name"]: {"handle": place["handle"], "offset": place["offset"] + t["offset"],
@@ -127,10 +148,23 @@ class CudaIpc:
     def owner(self, groups: tuple[int, ...]):
         return next(iter(self.destination(groups).owners.values()))
 
-    def close(self) -> None:
-        for remote in self.remotes.values():
+    def release(self, groups: tuple[int, ...]) -> None:
+        """A step connect planned and dropped (a batch whose groups go one by one): unmapped."""
+        remote = self.remotes.pop(groups, None)
+        if remote is not None:
             remote.close()
-        self.remotes = {}
+
+    def close(self) -> None:
+        """Unmaps every step's tensors (each, even where one fails; the first failure raised)."""
+        remotes, self.remotes, self.closed = list(self.remotes.values()), {}, True
+        failed = None
+        for remote in remotes:
+            try:
+                remote.close()
+            except Exception as error:  # noqa: BLE001 - raised once every remote was tried
+                failed = failed or error
+        if failed is not None:
+            raise failed
 
 
 class Nccl:
@@ -149,6 +183,9 @@ class Nccl:
 
     def owner(self, groups):
         return self._owner
+
+    def release(self, groups) -> None:
+        pass
 
     def destination(self, groups):
         raise VllmBackendError("a rank written over NCCL has no destination here: the engine sends to it")
