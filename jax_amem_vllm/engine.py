@@ -16,9 +16,9 @@ The protocol is vLLM's (`init_weight_transfer_engine`, `start_weight_update`, `u
   its rank and, for NCCL, joins the trainer's link (once).
 * after each update {"group"...}: the trainer reads each worker's failure (answers.py
   `failures_of`): the worker keeps it rather than raising (see `update_weights`).
-* before an update, a trainer whose workers run in other processes reads each worker's
-  session (answers.py `session_of`): another connect sets the worker up again, and an older
-  trainer would write where the worker no longer stages.
+* before an update, a trainer whose workers run in other processes reads each worker's setup
+  id (answers.py `setup_of`: a fresh one per init, carried by the note): another connect sets
+  the worker up again, and an older trainer would write where the worker no longer stages.
 * update {"group": g} or {"groups": [g, ...]} (groups of one batch): the trainer has written
   the groups' new values into the staging buffer (jax_amem.swap, by address), or sends them now
   over NCCL, which the worker receives into the staging buffer first, every group of the call
