@@ -43,6 +43,10 @@ def views(buffer, group: list[dict]) -> dict:
     return out
 
 
+def _closed() -> VllmBackendError:
+    return VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
+
+
 class _TorchStaging:
     """A staging buffer this process holds as PyTorch tensors: a step's destination is the
     views of its groups' tensors, made at the step's first use and kept."""
@@ -50,14 +54,21 @@ class _TorchStaging:
     worker = None   # the worker engine itself, when it is in this process
 
     def __init__(self, note: dict, buffer):
-        self.note, self.buffer, self._steps = note, buffer, {}
+        self.note, self.buffer, self._steps, self.closed = note, buffer, {}, False
 
     def destination(self, groups: tuple[int, ...]) -> dict:
-        if self.buffer is None:
-            raise VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
+        if self.closed:
+            raise _closed()
+        self._follow_worker(groups)
         if groups not in self._steps:
-            self._steps[groups] = {name: t for g in groups for name, t in views(self.buffer, self.note["groups"][g]).items()}
+            self._steps[groups] = {name: t for g in groups for name, t in self._group_views(g).items()}
         return self._steps[groups]
+
+    def _follow_worker(self, groups: tuple[int, ...]) -> None:
+        """Before a step's views are given: nothing here (the buffer is this handle's own)."""
+
+    def _group_views(self, group: int) -> dict:
+        return views(self.buffer, self.note["groups"][group])
 
     def owner(self, groups: tuple[int, ...]):
         return owner_of(next(iter(self.destination(groups).values())))
@@ -67,25 +78,20 @@ class _TorchStaging:
         self._steps.pop(groups, None)
 
     def close(self) -> None:
-        self._steps, self.buffer = {}, None
+        self._steps, self.buffer, self.closed = {}, None, True
 
 
 class InProcess(_TorchStaging):
+    """The worker's own views, of the buffer it stages in now: a connect that failed after the
+    worker staged anew leaves this engine writing where the worker commits from."""
+
     kind = "in_process"
 
     def __init__(self, worker, note: dict):
         super().__init__(note, worker.staging)
-        self.worker, self.closed = worker, False
+        self.worker = worker
 
-    def close(self) -> None:
-        super().close()
-        self.closed = True
-
-    def destination(self, groups: tuple[int, ...]) -> dict:
-        # The worker's own views, of the buffer it stages in now: a connect that failed after
-        # the worker staged anew leaves this engine writing where the worker commits from.
-        if self.closed:
-            raise VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
+    def _follow_worker(self, groups: tuple[int, ...]) -> None:
         if self.worker.staging is None:
             raise VllmBackendError("the engine's worker has no staging buffer (its weight-transfer engine was shut "
                                    "down): connect again")
@@ -95,9 +101,9 @@ class InProcess(_TorchStaging):
             raise VllmBackendError(f"the engine's worker was set up again by another connect, whose staging holds "
                                    f"layer groups {groups[0]}-{groups[-1]} apart: this handle's batches no longer fit; "
                                    "update through the newest connect's handle, or connect again")
-        if groups not in self._steps:
-            self._steps[groups] = {name: t for g in groups for name, t in self.worker.staged(g).items()}
-        return self._steps[groups]
+
+    def _group_views(self, group: int) -> dict:
+        return self.worker.staged(group)
 
 
 class SharedMemory(_TorchStaging):
@@ -134,7 +140,7 @@ class CudaIpc:
         """The step's tensors mapped from the worker's staging (opened at the step's first use:
         connect opens every step's)."""
         if self.closed:
-            raise VllmBackendError("this engine handle was closed (engine.close()): connect again to update")
+            raise _closed()
         if groups not in self.remotes:
             place = self.note["staging"]
             tensors = {t["name"]: {"handle": place["handle"], "offset": place["offset"] + t["offset"],
