@@ -42,10 +42,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")   # the rank proc
 
 import numpy as np
 
-from jax_amem_vllm.layout import DEFAULT_STAGING_BYTES, pack
+from jax_amem_vllm.layout import DEFAULT_STAGING_BYTES, pack, staged_bytes
 
 D, H, KV, HD, F, V = 1024, 16, 8, 128, 3072, 151936   # Qwen3-0.6B (tied head)
-ALIGN = 64
 
 
 def groups(layers: int, tp: int) -> list[list[tuple[str, tuple[int, ...]]]]:
@@ -69,13 +68,12 @@ def description(layers: int, tp: int, rank: int, dtype: str, staging_bytes: int 
     """What the worker half reports at init (layout.Describe.wire and engine.description): the
     groups packed into batches of at most `staging_bytes` as the worker packs them."""
     wire, sizes = [], []
-    itemsize = np.dtype(np.float32).itemsize if dtype == "float32" else 2
     for group in groups(layers, tp):
         offset, tensors = 0, []
         for name, shape in group:
             tensors.append({"name": name, "shape": list(shape), "loaded": list(shape), "dtype": dtype,
                             "offset": offset, "processed": "norm" not in name})
-            offset += -(-int(np.prod(shape)) * itemsize // ALIGN) * ALIGN
+            offset += staged_bytes(shape, dtype)
         wire.append(tensors)
         sizes.append(offset)
     batches, starts, largest = pack(sizes, staging_bytes)

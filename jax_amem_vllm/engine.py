@@ -109,7 +109,6 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.updates = 0                         # complete updates so far
         self.receiver = None                     # nccl.Receiver when the trainer gave a store
         self.timeout = 300.0
-        self.session = ""                        # the connect this worker's staging belongs to
         self.setup = ""                          # this setup's own id (a fresh one per init), "" when none
         self.failure = ""                        # the last update_weights' failure, until taken
 
@@ -170,7 +169,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                                                         self.device), init_info.timeout
         else:
             staging_buffer.write_note(note, self.description(setup))
-        self.session, self.setup = init_info.session, setup
+        self.setup = setup
         publish(init_info.session, self)
 
     def start_weight_update(self) -> None:

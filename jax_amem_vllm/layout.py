@@ -61,6 +61,14 @@ class Describe:
         self.batches = self.batches or [[g] for g in range(len(self.groups))]
 
 
+def staged_bytes(shape, dtype) -> int:
+    """The bytes a tensor of `shape` and `dtype` (a torch dtype or its name, e.g. "bfloat16")
+    takes in the staging buffer: its own, rounded up to ALIGN."""
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    return -(-nbytes // ALIGN) * ALIGN
+
+
 def pack(sizes: list[int], budget: int) -> tuple[list[list[int]], list[int], int]:
     """Consecutive groups of `sizes` bytes packed into batches of at most `budget` bytes (a group
     larger than the budget is a batch alone): the batches, each group's start in the staging
@@ -177,8 +185,7 @@ def describe(model: torch.nn.Module, budget: int = 0) -> Describe:
             for _, other, other_attr in owner_of[id(params[name])]:
                 if other is not module and processed_module(other) and other_attr in recorded(other):
                     followers.setdefault(index, []).append((other, {other_attr: name}))
-            nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-            offset += -(-nbytes // ALIGN) * ALIGN
+            offset += staged_bytes(shape, dtype)
         groups.append(group)
         group_modules.append(modules)
         sizes.append(offset)

@@ -329,10 +329,9 @@ def test_off_cpu_unquantized_linear_layers_and_embeddings_are_copied_in(llama, m
 
 
 def _group_bytes(engine) -> list[int]:
-    from jax_amem_vllm.layout import ALIGN
+    from jax_amem_vllm.layout import staged_bytes
 
-    return [sum(-(-int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize // ALIGN) * ALIGN for t in g)
-            for g in engine.description["groups"]]
+    return [sum(staged_bytes(t["shape"], t["dtype"]) for t in g) for g in engine.description["groups"]]
 
 
 @pytest.mark.parametrize("budget", ["default", "first two groups"])

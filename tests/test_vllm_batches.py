@@ -16,7 +16,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax_amem.vllm import VllmBackendError  # noqa: E402
 from jax_amem.vllm import trainer  # noqa: E402
 from jax_amem.vllm.steps import common_batches  # noqa: E402
-from jax_amem_vllm.layout import ALIGN, pack  # noqa: E402
+from jax_amem_vllm.layout import pack, staged_bytes  # noqa: E402
 import test_vllm_ranks as by_rank  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
@@ -52,8 +52,7 @@ def test_batches_that_do_not_cover_the_groups_in_order_are_refused(batches):
 def batched(note: dict, budget: int) -> dict:
     """The note as a worker with staging budget `budget` writes it: its groups packed, each
     tensor placed in its batch."""
-    sizes = [sum(-(-int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize // ALIGN) * ALIGN for t in g)
-             for g in note["groups"]]
+    sizes = [sum(staged_bytes(t["shape"], t["dtype"]) for t in g) for g in note["groups"]]
     batches, starts, largest = pack(sizes, budget)
     groups = [[{**t, "offset": t["offset"] + start} for t in g] for g, start in zip(note["groups"], starts)]
     return {**note, "groups": groups, "batches": batches, "staging_bytes": largest}
@@ -94,7 +93,7 @@ def test_each_batch_is_one_commit_and_every_rank_holds_its_slice(family, direct,
     monkeypatch.setenv("JAX_AMEM_SWAP_DIRECT", direct)
     trees = [vm.flax_tree(family, seed) for seed in (3, 4)]
     params = [jax.tree.map(jnp.asarray, t) for t in trees]
-    sizes = [sum(-(-int(np.prod(t["shape"])) * 4 // ALIGN) * ALIGN for t in g)
+    sizes = [sum(staged_bytes(t["shape"], t["dtype"]) for t in g)
              for g in by_rank.notes(family, "flax", params[0])[0]["groups"]]
     half = sum(sizes[:len(sizes) // 2])
     budgets = {"whole": [1 << 40] * 2, "two": [half] * 2, "apart": [1 << 40, sizes[0] + sizes[1]]}[budgets]

@@ -367,24 +367,10 @@ class VllmEngine:
         # layer, so no plan against the whole tree is made for them.
         over_nccl = any(rank.kind == "nccl" for rank in ranks)
         self.batches = common_batches([rank.note for rank in ranks], len(groups))
-        self.steps: list[Step] = []
-        for batch in self.batches:
-            if len(batch) > 1 and not over_nccl:
-                # The batch in one swap per rank, where the swap reads every source whole (a
-                # plan that fails is made again group by group, whose error names the group).
-                try:
-                    plans = self._plan(tuple(batch), params, self._source_layouts, rules)
-                except VllmPlanError:
-                    plans = None
-                if plans is not None and all(_reads_whole_sources(plan, arrays) for plan in plans):
-                    self.steps.append(Step(tuple(batch), None, plans))
-                    continue
-                for rank in ranks:
-                    rank.release(tuple(batch))   # its destination, opened to plan it
-            self.steps.extend(self._group_step(index, params, rules, arrays, over_nccl) for index in batch)
+        self._by_batch = [(batch, self._batch_steps(batch, params, rules, arrays, over_nccl))
+                          for batch in self.batches]   # each batch with the steps that write it
+        self.steps: list[Step] = [step for _, steps in self._by_batch for step in steps]
         self.bytes = sum(plan.nbytes for step in self.steps for plan in step.plans)
-        # each batch with the steps that write it, in update order
-        self._by_batch = [(batch, [step for step in self.steps if step.groups[0] in batch]) for batch in self.batches]
         for step in self.steps:   # every destination opened now: a rank that cannot be reached fails connect
             for rank in ranks:
                 if rank.kind != "nccl":
@@ -404,6 +390,21 @@ class VllmEngine:
     def picks(self) -> list:
         """Each step's layer pick (None: the swap reads the tree whole)."""
         return [step.pick for step in self.steps]
+
+    def _batch_steps(self, batch: list[int], params, rules, arrays, over_nccl: bool) -> list[Step]:
+        """The batch in one step (one swap per rank) where the swap reads every source whole,
+        else one step per group; a batch plan that fails is made again group by group, whose
+        error names the group."""
+        if len(batch) > 1 and not over_nccl:
+            try:
+                plans = self._plan(tuple(batch), params, self._source_layouts, rules)
+            except VllmPlanError:
+                plans = None
+            if plans is not None and all(_reads_whole_sources(plan, arrays) for plan in plans):
+                return [Step(tuple(batch), None, plans)]
+            for rank in self.ranks:
+                rank.release(tuple(batch))   # its destination, opened to plan it
+        return [self._group_step(index, params, rules, arrays, over_nccl) for index in batch]
 
     def _group_step(self, index: int, params, rules, arrays, over_nccl: bool) -> Step:
         """Layer group `index` alone: read from the whole tree where the swap reads every source

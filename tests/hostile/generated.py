@@ -628,15 +628,14 @@ class _EngineWorker:
 
     def __init__(self, groups, tp):
         import torch
-        from jax_amem_vllm.layout import ALIGN, Describe, Tensor
+        from jax_amem_vllm.layout import Describe, Tensor, staged_bytes
 
         offset, described = 0, []
         for group in groups:
             described.append([])
             for name, shape, dtype in group:
                 described[-1].append(Tensor(name, tuple(shape), dtype, offset, processed=False))
-                nbytes = int(np.prod(shape)) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-                offset += -(-nbytes // ALIGN) * ALIGN
+                offset += staged_bytes(shape, dtype)
         self.layout, self.tp, self.committed = Describe(described, offset), tp, None
         self.staging = torch.zeros(offset, dtype=torch.uint8)
 
