@@ -13,7 +13,8 @@ and 64 x 4 MiB cases of benchmarks/swap.py with tiny bytes), medians in microsec
   walked, every leaf's and tensor's facts compared, new arrays awaited and their addresses
   read), `written` (the counters the next check expects) and the launch (the direct launch
   with the addresses the check read, and its wait), of which `before_launch` (PyTorch's current
-  stream read, version counters bumped) is also timed alone; "rest" is the whole swap less the
+  stream read) and `while_launched` (version counters bumped, while the copies run) are also
+  timed alone; "rest" is the whole swap less the
   check, `written` and the launch (the front door, `describe`, the report);
 - per tensor: the whole swap / COUNT.
 Each count is measured with the destination's facts read both ways (--facts): "layout", each
@@ -107,6 +108,7 @@ def measure_facts(count: int, nbytes: int, repeats: int, profile: bool, facts: s
     row["check_new_arrays_us"] = new_arrays_us(src, repeats, sync, lambda tree: repeat.find(tree, destination, how))
     ordinals = sorted({d.local_hardware_id for d in entry.devices if d.platform == "gpu"})
     row["before_launch_us"] = median_us(lambda: destination.before_launch(ordinals), repeats, lambda: None)
+    row["while_launched_us"] = median_us(destination.while_launched, repeats, lambda: None)
     row["written_us"] = median_us(entry.table.written, repeats, lambda: None)
     repeat.find(src, destination, how)  # the pointer arrays hold `src`'s addresses again
     row["launch_us"] = median_us(lambda: launch.launch(entry.pointers, destination), repeats, sync)
@@ -132,7 +134,8 @@ def measure_facts(count: int, nbytes: int, repeats: int, profile: bool, facts: s
 PIECES = [("swap_us", "whole repeat swap"), ("new_arrays_us", "  with new arrays"),
           ("check_us", "native check (repeat.find)"), ("check_new_arrays_us", "  with new arrays"),
           ("written_us", "written (versions)"), ("launch_us", "launch and its wait"),
-          ("before_launch_us", "  of which before_launch"), ("rest_us", "rest (front door, describe, report)"),
+          ("before_launch_us", "  of which before_launch"),
+          ("while_launched_us", "  and while_launched (overlaps the copy)"), ("rest_us", "rest (front door, describe, report)"),
           ("per_tensor_us", "whole swap per tensor"), ("copy_us", "copy of the same bytes (copy_)")]
 
 

@@ -9,7 +9,8 @@ arrays, and new arrays from a jitted step: only the swap timed), the device copy
 bytes (one torch copy_), and the pieces of the swap's host work: describing the destination,
 the repeat check (one native pass: the tree walked, every leaf's and tensor's facts compared;
 the same arrays, and new arrays it awaits and reads), before_launch (PyTorch's current stream
-read and the version bump), the launch, and the wait for the stream.
+read), while_launched (the version bump, done while the copies run), the launch, and the wait
+for the stream.
 """
 import argparse
 import sys
@@ -53,7 +54,8 @@ def profile(count: int, mib: float, repeats: int) -> None:
         ("repeat check (native pass)", median_us(lambda: repeat.find(src, d, how), repeats)),
         ("  with new arrays", new_arrays_us(src, repeats, sync, lambda tree: repeat.find(tree, d, how))),
         ("written (versions)", median_us(entry.table.written, repeats)),
-        ("before_launch (streams, versions)", median_us(lambda: launch._streams(d), repeats)),
+        ("before_launch (streams)", median_us(lambda: launch._streams(d), repeats)),
+        ("while_launched (versions)", median_us(d.while_launched, repeats)),
     ]
     repeat.find(src, d, how)  # the addresses of `src` in the pointer arrays again
     if launch:

@@ -194,8 +194,9 @@ def test_a_repeated_swap_does_no_python_work_per_tensor():
 def test_the_launch_takes_its_streams_from_the_destination_and_never_waits_on_the_host(monkeypatch):
     """A direct launch into PyTorch tensors asks the destination for its streams
     (`before_launch`: PyTorch's current stream, where the copy is ordered after PyTorch's work
-    with no host wait) and bumps the tensors' versions as copy_ would, on the first swap and on
-    repeats; the host wait of the XLA route (`wait_for_torch`) is never called."""
+    with no host wait) and bumps the tensors' versions as copy_ would (`while_launched`: after
+    the launch, before the wait), on the first swap and on repeats; the host wait of the XLA
+    route (`wait_for_torch`) is never called."""
     from jax_amem.swapping import destinations, torch_bridge
 
     def no_host_wait(devices):
@@ -209,10 +210,20 @@ def test_the_launch_takes_its_streams_from_the_destination_and_never_waits_on_th
     src = sources(3)
     dst = empty_like(src)
     versions = [t._version for t in dst.values()]
+    # The versions move on once every copy is queued, before the wait for them (so the bump
+    # overlaps the device's copy): never before the launch, never after the wait.
+    order = []
+    synchronize = direct._synchronize
+    monkeypatch.setattr(direct, "_synchronize", lambda launched: (order.append("wait"), synchronize(launched)))
+    while_launched = destinations.TorchDestination.while_launched
+    monkeypatch.setattr(destinations.TorchDestination, "while_launched",
+                        lambda self: (order.append(("bump", [t._version for t in dst.values()])), while_launched(self)))
     for swaps in (1, 2, 3):  # the full path, then repeats
+        order.clear()
         jax_amem.swap(src, dst, progress=False)
         assert the_program().direct is not None
         assert len(asked) == swaps and asked[-1] == []  # no CUDA ordinal on the CPU
+        assert order == [("bump", [v + swaps - 1 for v in versions]), "wait"]
         assert [t._version for t in dst.values()] == [v + swaps for v in versions]
         assert_holds(dst, src)
 
@@ -261,9 +272,12 @@ def test_a_failing_group_leaves_after_the_launched_ones_finished(monkeypatch):
     copies = list(launch.copies)
     monkeypatch.setattr(launch, "copies", [copies[0], Failing(), copies[2]])
     fresh = {k: v + 1 for k, v in src.items()}
+    versions = [t._version for t in dst.values()]
     with pytest.raises(RuntimeError, match="injected"):
         jax_amem.swap(fresh, dst, progress=False)
     assert waited == [[(-1, 0)]]  # the first group's launch, waited for before the error left
+    # a tensor may be written: every version moved on all the same, as copy_ would
+    assert [t._version for t in dst.values()] == [v + 1 for v in versions]
     assert np.array_equal(raw(dst["t0000"]), np.asarray(fresh["t0000"]).reshape(-1).view(np.uint8))
     assert np.array_equal(raw(dst["t0002"]), np.asarray(src["t0002"]).reshape(-1).view(np.uint8))
 

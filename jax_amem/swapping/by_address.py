@@ -55,8 +55,11 @@ class ByAddress(Protocol):
     def before_writing(self, devices) -> None: ...  # what must finish before the first write
     # The same for the direct launch (in_process/direct.py), which runs its copies on a CUDA stream
     # of its own choosing: per CUDA ordinal, the stream to queue them on, after what must finish
-    # first, with before_writing's bookkeeping done (no host wait where the stream orders it).
+    # first (no host wait where the stream orders it). before_writing's bookkeeping is
+    # `while_launched`'s: called once every copy is queued (or one failed to launch), before the
+    # swap waits for them, so that it runs while the device copies.
     def before_launch(self, ordinals) -> dict[int, int]: ...
+    def while_launched(self) -> None: ...
     def host_bytes(self, name: str, owner) -> np.ndarray: ...  # uint8, for verify=True
 
 

@@ -247,11 +247,14 @@ class TorchDestination(WrittenHere):
 
     def before_launch(self, ordinals) -> dict[int, int]:
         """The direct launch's copies go on PyTorch's current stream of each device, as copy_'s
-        would: work queued there first (no host wait for it), the rollout's next kernels after;
-        the versions move on as in before_writing."""
-        streams = torch_bridge.current_raw_streams(ordinals)
+        would: work queued there first (no host wait for it), the rollout's next kernels after."""
+        return torch_bridge.current_raw_streams(ordinals)
+
+    def while_launched(self) -> None:
+        """The versions move on as in before_writing, while the launched copies run: no one reads
+        them between the launch and the swap's return, and a launch that failed midway still
+        moves them (some tensors may be written)."""
         checks.mark_written(self.tensors.values())
-        return streams
 
     def host_bytes(self, name: str, owner=None) -> np.ndarray:
         tensor = self.tensors[name].detach()

@@ -186,19 +186,22 @@ class DirectProgram:
     def launch(self, pointers: list, destination, show_progress: bool = False) -> None:
         """Copies every group with `pointers[k]`, group k's source addresses (int64, one per
         operand, read after the sources were awaited), on the streams the destination names
-        (`before_launch`: what must finish first is ordered there, and its bookkeeping done);
-        returns as run() does."""
+        (`before_launch`: what must finish first is ordered there), its bookkeeping
+        (`while_launched`) done while the copies run; returns as run() does."""
         streams = self._streams(destination)
         bar = _progress(sum(self.nbytes)) if show_progress else None
         launched = []
         try:
-            for copy, addresses, ordinal, nbytes in zip(self.copies, pointers, self.ordinals, self.nbytes):
-                stream = streams.get(ordinal, 0)
-                copy.run(addresses, stream)
-                launched.append((ordinal, stream))
-                if bar is not None:
-                    _synchronize([(ordinal, stream)])
-                    bar.update(nbytes)
+            try:
+                for copy, addresses, ordinal, nbytes in zip(self.copies, pointers, self.ordinals, self.nbytes):
+                    stream = streams.get(ordinal, 0)
+                    copy.run(addresses, stream)
+                    launched.append((ordinal, stream))
+                    if bar is not None:
+                        _synchronize([(ordinal, stream)])
+                        bar.update(nbytes)
+            finally:
+                destination.while_launched()
         except BaseException:
             try:
                 _synchronize(launched)

@@ -214,7 +214,7 @@ def run(entry: Repeat, leaves, destination) -> None:
         try:
             program.direct.launch(entry.pointers, destination)
         finally:
-            # The launch's before_launch moved the tensors' version counters on (as copy_ does):
+            # The launch's while_launched moved the tensors' version counters on (as copy_ does):
             # the next repeat compares against these (the addresses are as find() read them).
             entry.table.written()
         return

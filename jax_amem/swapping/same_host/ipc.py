@@ -307,6 +307,9 @@ class RemoteTensors(WrittenHere):
         """A stream of this process per device (the rollout is idle: nothing to follow)."""
         return {o: core.copy.direct_stream(o) for o in ordinals}
 
+    def while_launched(self) -> None:
+        """No bookkeeping: the tensors are another process's."""
+
     def host_bytes(self, name: str, owner=None) -> np.ndarray:
         """The remote tensor's bytes, read with a driver copy (verify=True)."""
         self._require_open()
