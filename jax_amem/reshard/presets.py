@@ -5,7 +5,7 @@
 
 Families: llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek (MoE with shared experts,
 first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2, qwen2
-(Llama's tensors and q/k/v biases).
+(Llama's tensors and q/k/v biases); "mistral" reads as "llama" (ALIASES).
 
 Sources (the trainer's tree, named by `tree_names`; layers stacked on `scan_axis`, found from
 the shapes when not given):
