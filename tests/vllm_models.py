@@ -12,6 +12,9 @@ Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma2 
 pre/post feed-forward norms, soft-capping from transformers' defaults), gpt2 (tied; biases,
 LayerNorms, learned positions, a plain fc/down MLP, a padded vocabulary) and deepseek (MLA, a
 dense stack then an MoE stack with shared experts).
+
+Variants (hf_variant, flax_of): a transformers Llama-style class with config options (tied, KV
+heads, head_dim, rope_scaling, biases), its weights drawn here and its trainer tree read back.
 """
 
 from __future__ import annotations
@@ -346,9 +349,80 @@ def greedy(llm, logprobs: int = 0):
     """The engine's greedy tokens for PROMPTS, and with `logprobs` its top ones at each step."""
     import vllm
 
-    params = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, detokenize=False, logprobs=logprobs or None)
+    # ignore_eos: transformers' generate (hf_greedy) runs without an end token; a random model's
+    # greedy path may pass through the config's eos_token_id (2 in Llama's), where vLLM would stop.
+    params = vllm.SamplingParams(max_tokens=NEW_TOKENS, temperature=0, detokenize=False, logprobs=logprobs or None,
+                                 ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     if not logprobs:
         return tokens
     return tokens, [[{k: v.logprob for k, v in step.items()} for step in o.outputs[0].logprobs] for o in outs]
+
+
+# ----------------------------------------------------------------------------- variants from a config
+
+# Checkpoint variants of the Llama-style families as users' checkpoints have them (tests/
+# test_vllm_variants.py): each a transformers class and config options; the weights are drawn
+# here (random_weights) and the trainer's Flax-style tree read back from the model (flax_of).
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32, "rope_theta": 500000.0}
+
+
+def hf_variant(cls_name: str, seed: int, *, tied: bool, head_dim: int = HD, kv: int = KV, heads: int = H, **extra):
+    """A transformers `cls_name` (e.g. "MistralForCausalLM") of this module's sizes with `extra`
+    config options, its weights drawn from `seed` (random_weights)."""
+    import transformers as T
+    config = getattr(T, cls_name.replace("ForCausalLM", "Config"))(
+        vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=head_dim, max_position_embeddings=P, tie_word_embeddings=tied, **extra)
+    return random_weights(getattr(T, cls_name)(config).eval(), seed)
+
+
+def random_weights(model, seed: int):
+    """`model` with weights of the scales flax_tree draws: kernels of unit-variance outputs, norms
+    near 1, biases near 0, a tied embedding small (embedding_scale says why)."""
+    import torch
+    rng = np.random.default_rng(seed)
+    tied_head = model.config.tie_word_embeddings
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                value = 1 + 0.1 * rng.standard_normal(p.shape)
+            elif name.endswith("bias"):
+                value = 0.1 * rng.standard_normal(p.shape)
+            elif "embed_tokens" in name:
+                value = rng.standard_normal(p.shape) * (0.05 if tied_head else 1.0)
+            else:
+                value = rng.standard_normal(p.shape) * p.shape[1] ** -0.5
+            p.copy_(torch.from_numpy(value.astype(np.float32)))
+    return model
+
+
+def flax_of(model) -> dict:
+    """The Flax-style tree (flax_tree's naming) of a transformers Llama-style model: kernels (in, out),
+    layers stacked; its q/k/v/o and MLP biases and q/k norms where it has them, lm_head where untied."""
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    layers = range(model.config.num_hidden_layers)
+
+    def stack(name: str, kernel: bool):
+        return np.stack([state[f"model.layers.{i}.{name}"].T if kernel else state[f"model.layers.{i}.{name}"]
+                         for i in layers])
+
+    def linear(module: str) -> dict:
+        out = {"kernel": stack(f"{module}.weight", True)}
+        if f"model.layers.0.{module}.bias" in state:
+            out["bias"] = stack(f"{module}.bias", False)
+        return out
+
+    attn = {x: linear(f"self_attn.{x}_proj") for x in "qkvo"}
+    attn.update({x: {"scale": stack(f"self_attn.{x}.weight", False)} for x in ("q_norm", "k_norm")
+                 if f"model.layers.0.self_attn.{x}.weight" in state})
+    tree = {"embed": {"embedding": state["model.embed_tokens.weight"]},
+            "layers": {"attn": attn, "mlp": {x: linear(f"mlp.{x}_proj") for x in ("gate", "up", "down")},
+                       "input_norm": {"scale": stack("input_layernorm.weight", False)},
+                       "post_attn_norm": {"scale": stack("post_attention_layernorm.weight", False)}},
+            "final_norm": {"scale": state["model.norm.weight"]}}
+    if not model.config.tie_word_embeddings:
+        tree["lm_head"] = {"kernel": state["lm_head.weight"].T}
+    return tree

@@ -5,7 +5,7 @@
 
 Families: llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek (MoE with shared experts,
 first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2, qwen2
-(Llama's tensors and q/k/v biases).
+(Llama's tensors and q/k/v biases); "mistral" reads as "llama" (ALIASES).
 
 Sources (the trainer's tree, named by `tree_names`; layers stacked on `scan_axis`, found from
 the shapes when not given):
@@ -225,6 +225,11 @@ REFUSED = {
 }
 
 FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2", "qwen2")
+# Names a user may type for a family whose tensors are another's: Mistral's are Llama's (names and
+# shapes; transformers' MistralForCausalLM and vLLM's hold the same tensors as their Llama), so
+# "mistral" reads as "llama". Only from the 'flax' naming: the presets follow no MaxText exporter
+# for Mistral (`resolved_family`).
+ALIASES = {"mistral": "llama"}
 # Per kind: (rank of one layer's tensor in the flax naming, in the maxtext naming).
 RANKS = {"in_heads": (2, 3), "out_heads": (2, 3), "linear": (2, 2), "experts": (3, 3), "vector": (1, 1),
          "head_vector": (1, 2)}
@@ -401,6 +406,16 @@ def _scaled_query(who: str, family: str, path: str, dtype: str, one: tuple) -> A
     return query_scale(family, dtype, one[-1])
 
 
+def weight_paths(family: str, source: str) -> dict[str, str]:
+    """Every tree path the presets know as a weight in `source` naming ({path: logical weight}),
+    whether or not `family`'s tables read it (an attention bias, a head of its own, a router):
+    connect refuses a tree that holds one its rules leave unread (jax_amem/vllm/unread.py)."""
+    paths = {_source_path(family, source, logical): logical for logical in GLOBAL_WEIGHTS}
+    for stack in STACKS[source].values():
+        paths.update({stack + _source_path(family, source, logical): logical for logical in LAYER_WEIGHTS})
+    return paths
+
+
 def _source_path(family: str, source: str, logical: str) -> str:
     table = LAYER_WEIGHTS if logical in LAYER_WEIGHTS else GLOBAL_WEIGHTS
     if source == "maxtext":
@@ -459,10 +474,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     requires) one KV head, rank r head r // (tp // kv_heads), as vLLM's QKVParallelLinear loads it.
     Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder,
     the query scaling)."""
-    if not isinstance(family, str) or family not in FAMILIES:
-        near = difflib.get_close_matches(family, FAMILIES, 1) if isinstance(family, str) else []
-        raise RuleError(f"preset: unknown family {family!r}; known: {', '.join(FAMILIES)}"
-                        + (f" (did you mean {near[0]!r}?)" if near else ""))
+    family = resolved_family(family, source)
     if source not in SOURCES or layout not in LAYOUTS:
         raise RuleError(f"preset {family!r}: source must be one of {SOURCES} and layout one of {LAYOUTS}, "
                         f"got source={source!r}, layout={layout!r}")
@@ -606,6 +618,25 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
             continue
         out.extend(rules_for(name, entry, None, None, 0))
     return out
+
+
+def resolved_family(family, source: str = "flax") -> str:
+    """`family` as the presets name it (an alias, ALIASES, resolved); RuleError naming the known
+    families otherwise."""
+    if isinstance(family, str) and family in ALIASES:
+        if source == "maxtext":
+            raise RuleError(f"preset {family!r} reads as {ALIASES[family]!r} from a 'flax' tree (its tensors are "
+                            f"{ALIASES[family]!r}'s), but the presets follow no MaxText exporter for {family!r}: "
+                            f"pass family={ALIASES[family]!r} if your MaxText tree was converted as "
+                            f"{ALIASES[family]!r}'s (its rotary reorder and query scaling then apply), or write "
+                            "rules with from_function")
+        return ALIASES[family]
+    if not isinstance(family, str) or family not in FAMILIES:
+        near = difflib.get_close_matches(family, FAMILIES, 1) if isinstance(family, str) else []
+        raise RuleError(f"preset: unknown family {family!r}; known: {', '.join(FAMILIES)}, and "
+                        + ", ".join(f"{a!r} (read as {f!r})" for a, f in ALIASES.items())
+                        + (f" (did you mean {near[0]!r}?)" if near else ""))
+    return family
 
 
 def _logicals(table: dict):

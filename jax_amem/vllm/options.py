@@ -9,7 +9,7 @@ import numbers
 import re
 
 from .. import reshard
-from ..reshard.presets import FAMILIES, SOURCES
+from ..reshard.presets import ALIASES, FAMILIES, SOURCES, resolved_family
 from ..reshard.rule_checks import checked_cast
 from .errors import VllmBackendError, VllmPlanError
 
@@ -53,12 +53,17 @@ def checked_rules(family, source, rules, cast) -> None:
     """`family` / `source` / `cast` as the preset reads them, or `rules` a sequence of Rule and
     Piece: VllmPlanError naming the option otherwise."""
     if family is not None:
-        if not isinstance(family, str) or family not in FAMILIES:
-            raise VllmPlanError(f"family={family!r:.60} is not a preset family: give one of {', '.join(FAMILIES)}, "
+        if not isinstance(family, str) or family not in FAMILIES + tuple(ALIASES):
+            raise VllmPlanError(f"family={family!r:.60} is not a preset family: give one of {', '.join(FAMILIES)} "
+                                f"(or {', '.join(f'{a!r}, read as {f!r}' for a, f in ALIASES.items())}), "
                                 "or rules= of your own; nothing was started")
         if source not in SOURCES:
             raise VllmPlanError(f"source={source!r:.60}: give the trainer tree's naming, one of {SOURCES}; nothing "
                                 "was started")
+        try:
+            resolved_family(family, source)
+        except reshard.RuleError as error:
+            raise VllmPlanError(f"{error}; nothing was started") from None
         try:
             checked_cast(cast, "connect", floating=True)
         except reshard.RuleError as error:

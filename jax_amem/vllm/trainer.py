@@ -23,11 +23,13 @@ import numpy as np
 
 from .. import reshard
 from ..reshard import Layout
+from ..reshard.presets import resolved_family
 from ..swapping import swap
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
 from .steps import Step, common_batches
+from .unread import check_all_read
 from . import nccl, options
 from .transports import InProcess, Nccl, alive, checked_transport, open_rank, placement
 
@@ -356,6 +358,8 @@ class VllmEngine:
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
+        if family is not None:
+            check_all_read(resolved_family(family, source), source, params, rules, names)
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "

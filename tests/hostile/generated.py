@@ -712,8 +712,9 @@ def generated_vllm_layout():
         name, shape, kind = tensors[index]
         if flaw == "engine_missing":
             del tensors[index]
-            # an engine without lm_head.weight is a tied model: connect plans it tied (no refusal)
-            named = None if name == "lm_head.weight" else name
+            # an engine without lm_head.weight is a tied model: the tree's own lm_head/kernel would go
+            # unserved, and connect refuses naming it
+            named = "lm_head/kernel" if name == "lm_head.weight" else name
         elif flaw == "engine_extra":
             named = "model.layers.0.mlp.extra_proj.weight"
             tensors.append((named, (2, 2), dtype))
