@@ -58,9 +58,24 @@ def test_biases_the_engine_has_no_tensor_for_are_refused(family):
     Llama engine without them: the biases would be dropped."""
     tree = vm.flax_tree("qwen2", 3)
     params = jax.tree.map(jnp.asarray, tree)
-    with pytest.raises(VllmPlanError, match=r"3 weight\(s\).*'llama' preset.*does not read: layers/attn/k/bias, "
-                                            r"layers/attn/q/bias, layers/attn/v/bias.*attention_bias"):
-        _engine(_ranks(params, tie_embeddings=False), params, family=family)
+    attn = {n: {"kernel": params["layers"]["attn"][n]["kernel"]} for n in ("q", "k", "v", "o")}
+    llama = {**params, "layers": {**params["layers"], "attn": attn}}    # the engine's: no biases
+    with pytest.raises(VllmPlanError, match=rf"3 weight\(s\).*'llama' preset.*does not read: layers/attn/k/bias "
+                                            rf"\({vm.L} layers\), layers/attn/q/bias \({vm.L} layers\), "
+                                            rf"layers/attn/v/bias \({vm.L} layers\); .*attention_bias.*nothing was "
+                                            r"written$"):
+        _engine(_ranks(llama, tie_embeddings=False), params, family=family)
+
+
+def test_biases_into_an_engine_that_holds_them_name_the_engine_tensors_first():
+    """A Qwen2 engine (q/k/v biases) connected with family='llama': the engine's tensors that no
+    rule of the preset writes are said first, with the family that writes them."""
+    params = jax.tree.map(jnp.asarray, vm.flax_tree("qwen2", 3))
+    with pytest.raises(VllmPlanError, match=rf"{vm.L} engine tensor\(s\) no rule writes: model\.layers\.\*\."
+                                            rf"self_attn\.qkv_proj\.bias \({vm.L} layers\);.*family='qwen2' writes "
+                                            r"q/k/v biases.*nothing was written$"):
+        _engine(_ranks(params, tie_embeddings=False, family="qwen2"), params, family="llama")
+    _engine(_ranks(params, tie_embeddings=False, family="qwen2"), params, family="qwen2")   # planned
 
 
 def test_engine_tensors_no_rule_writes_are_named_once_per_kind():

@@ -92,8 +92,9 @@ def test_the_variant_is_served_or_refused_by_name(engine):
         attn = {x: {**k, "bias": np.zeros(k["kernel"].shape[::2], np.float32)} if x in "qkv" else k
                 for x, k in trees[1]["layers"]["attn"].items()}
         biased = {**trees[1], "layers": {**trees[1]["layers"], "attn": attn}}
-        _refused_and_untouched(engine, biased, r"does not read: layers/attn/k/bias, layers/attn/q/bias, "
-                                               r"layers/attn/v/bias;.*attention_bias")
+        _refused_and_untouched(engine, biased, rf"does not read: layers/attn/k/bias \({vm.L} layers\), "
+                                               rf"layers/attn/q/bias \({vm.L} layers\), "
+                                               rf"layers/attn/v/bias \({vm.L} layers\);.*attention_bias")
     amem = jv.connect(llm, as_jax(trees[1]), family=family, timeout=120)
     staged = {t["name"]: t["shape"] for g in amem.description["groups"] for t in g}
     assert ("lm_head.weight" in staged) == (not models[0].config.tie_word_embeddings)

@@ -48,9 +48,11 @@ import numpy as np
 from . import fragments as F
 from .affine import FLOATS, Affine, Step, step_for
 from .from_jax import tree_names
+from .listing import few
 from .lowering import RuleError, closest
 from .rule_checks import checked_cast
 from .rule_types import Part, Piece, Rule
+from .unread import UnreadWeightsError, unread_weights
 
 # logical weight -> (kind, flax path, maxtext path). Paths are under the layer stack.
 # kinds: in_heads (D, N, hd) | out_heads (N, hd, D) | linear (in, out) | experts (E, in, out)
@@ -409,11 +411,55 @@ def _scaled_query(who: str, family: str, path: str, dtype: str, one: tuple) -> A
 def weight_paths(family: str, source: str) -> dict[str, str]:
     """Every tree path the presets know as a weight in `source` naming ({path: logical weight}),
     whether or not `family`'s tables read it (an attention bias, a head of its own, a router):
-    connect refuses a tree that holds one its rules leave unread (jax_amem/vllm/unread.py)."""
+    `preset` refuses a tree that holds one its rules leave unread (`check_all_read`)."""
     paths = {_source_path(family, source, logical): logical for logical in GLOBAL_WEIGHTS}
     for stack in STACKS[source].values():
         paths.update({stack + _source_path(family, source, logical): logical for logical in LAYER_WEIGHTS})
     return paths
+
+
+def check_all_read(who: str, family: str, source: str, names, rules, tie_embeddings: bool,
+                   layers: dict[str, int]) -> None:
+    """UnreadWeightsError naming every leaf of the tree (`names`: its paths) at a path the presets
+    know as a weight (`weight_paths`) that `rules` do not read, with what to do: the rollout would
+    serve a model without it. `layers`: the layer count of each layer stack the rules read."""
+    unread = unread_weights(names, weight_paths(family, source), rules)
+    if not unread:
+        return
+    listed = few(list(unread), {path: count for path in unread for stack, count in layers.items()
+                                if path.startswith(stack)})
+    advice = {}
+    head = next((path for path, logical in unread.items() if logical == "lm_head"), None)
+    if head is not None and tie_embeddings:
+        advice["head"] = (f"{head!r} is a head of its own, and tie_embeddings=True writes the embedding as the "
+                          "rollout's head: pass tie_embeddings=False into a rollout model with a head of its own "
+                          "(lm_head.weight, tie_word_embeddings=False), or leave the head out of the tree if the "
+                          "trainer ties it")
+    elif head is not None:
+        advice["head"] = (f"the {family!r} preset writes no head of its own (the model ties it to the embedding): "
+                          f"leave {head!r} out of the tree if the trainer ties it, or write the rules with "
+                          "rules.from_function")
+    others = list(dict.fromkeys(logical for logical in unread.values() if logical != "lm_head"))
+    if others:
+        writers = _writers(family, source, set(others))
+        advice["weights"] = (f"the {family!r} preset writes no {', '.join(others)}: "
+                             + (" or ".join(f"family={w!r}" for w in writers) + " writes them, if the tree is that "
+                                "family's; or write the rules with rules.from_function" if writers else
+                                f"no preset from the {source!r} naming writes them with the rest of {family!r}'s "
+                                "weights: check that family= is the tree's, or write the rules with "
+                                "rules.from_function"))
+    raise UnreadWeightsError(f"{who}: the tree holds {len(unread)} weight(s) that the rules would not read: {listed}; "
+                             "the rollout would serve a model without them, not the trainer's: "
+                             + "; ".join(advice.values()), unread, listed, advice, rules)
+
+
+def _writers(family: str, source: str, missing: set[str]) -> list[str]:
+    """The families whose presets (from `source`) write every weight `family`'s does and `missing`."""
+    def written(f: str) -> set[str]:
+        tables = [table for moe in (False, True) for table in family_tables(f, "hf", moe)[:2]]
+        return {logical for table in tables for logical in _logicals(table)}
+    wanted = written(family) | missing
+    return [f for f in FAMILIES if f != family and not (source == "maxtext" and f in REFUSED) and written(f) >= wanted]
 
 
 def _source_path(family: str, source: str, logical: str) -> str:
@@ -473,7 +519,14 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     rank gets whole query heads, and where tp exceeds the KV heads (a multiple of them, as vLLM
     requires) one KV head, rank r head r // (tp // kv_heads), as vLLM's QKVParallelLinear loads it.
     Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder,
-    the query scaling)."""
+    the query scaling).
+
+    A leaf at a path the presets know as a weight (`weight_paths`: a head of its own with
+    tie_embeddings=True, q/k/v biases into a family whose preset writes none, another family's
+    norms or router) that the rules would not read is refused (`UnreadWeightsError`, a
+    RuleError naming each such path and what to do): the rollout would serve a model without
+    it. Leaves at other paths are not weights the presets know (optimizer state, a value head
+    under a name of its own) and are left out without a word."""
     family = resolved_family(family, source)
     if source not in SOURCES or layout not in LAYOUTS:
         raise RuleError(f"preset {family!r}: source must be one of {SOURCES} and layout one of {LAYOUTS}, "
@@ -583,7 +636,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
             specs = [replace(s, replicas=r) for s, r in zip(specs, replicas_in(dst, logicals, specs))]
         return _emit(dst, specs, concat, groups, shapes, who)
 
-    out = []
+    out, layers = [], {}   # layers: each stack's layer count
     stacks = STACKS[source]
     runs = [(stacks["dense"], False), (stacks["moe"], True)] if family == "deepseek" else [(stacks["layers"], True)]
     first = 0
@@ -600,6 +653,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         leaves = {n: shapes[n] for n in leaves if n in shapes}
         norm = stack + _source_path(family, source, "attn_norm")
         axis, count = _layer_axis(who, stack.rstrip("/"), leaves, norm, width, scan_axis)
+        layers[stack] = count
         # Layer 0's pieces are cut once and moved to each layer (the cut is the same, only the
         # source's layer coordinate differs): a RoPE reorder is one piece per rotary row.
         templates = {name: rules_for(prefix.format(first) + name, entry, stack, 0, axis)
@@ -617,6 +671,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         if name == "lm_head.weight" and tie_embeddings:
             continue
         out.extend(rules_for(name, entry, None, None, 0))
+    check_all_read(who, family, source, shapes, out, tie_embeddings, layers)
     return out
 
 

@@ -9,8 +9,8 @@ by such inserted path segments; anything else left over is reported, both ways, 
 from __future__ import annotations
 
 import dataclasses
-import re
 
+from ..reshard.listing import few
 from .errors import VllmPlanError
 
 
@@ -47,8 +47,8 @@ def match(rules: list, engine_names: list[str]) -> list:
     if unknown or unwritten:
         raise VllmPlanError(
             "the rules do not match the engine's model: "
-            + (f"{len(unwritten)} engine tensor(s) no rule writes: {_few(unwritten)}; " if unwritten else "")
-            + (f"{len(unknown)} rule(s) for tensors the engine does not have: {_few(unknown)}; " if unknown else "")
+            + (f"{len(unwritten)} engine tensor(s) no rule writes: {few(unwritten)}; " if unwritten else "")
+            + (f"{len(unknown)} rule(s) for tensors the engine does not have: {few(unknown)}; " if unknown else "")
             + ("the preset writes no such bias (family='qwen2' writes q/k/v biases; a config with attention_bias or "
                "mlp_bias has biases no preset writes): write the rules for this model with "
                "reshard.rules.from_function, or serve a checkpoint without them; "
@@ -57,15 +57,3 @@ def match(rules: list, engine_names: list[str]) -> list:
               "or write the rules for this model with reshard.rules.from_function; nothing was written")
     return renamed
 
-
-def _few(names: list[str]) -> str:
-    """Up to six names; a tensor of every layer said once (`model.layers.*.self_attn.qkv_proj.bias
-    (32 layers)`), so a kind of tensor the rules miss is named however many layers hold it."""
-    by_pattern: dict[str, list[str]] = {}
-    for name in names:
-        by_pattern.setdefault(_LAYER.sub(r"\1*\2", name), []).append(name)
-    said = [f"{pattern} ({len(same)} layers)" if len(same) > 1 else same[0] for pattern, same in by_pattern.items()]
-    return ", ".join(said[:6]) + (" ..." if len(said) > 6 else "")
-
-
-_LAYER = re.compile(r"(\.(?:layers|h)\.)\d+(\.)")

@@ -24,12 +24,13 @@ import numpy as np
 from .. import reshard
 from ..reshard import Layout
 from ..reshard.presets import resolved_family
+from ..reshard.unread import UnreadWeightsError
 from ..swapping import swap
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
 from .steps import Step, common_batches
-from .unread import check_all_read
+from .unread import refusal
 from . import nccl, options
 from .transports import InProcess, Nccl, alive, checked_transport, open_rank, placement
 
@@ -355,11 +356,12 @@ class VllmEngine:
                 rules = reshard.rules.preset(family, params, source=source, layout="vllm", tp=tp, cast=cast,
                                              tie_embeddings="lm_head.weight" not in names,
                                              head_dim=self.description.get("head_dim") if tp > 1 else None)
+            except UnreadWeightsError as error:
+                match(error.rules, names)   # an engine tensor no rule writes is said first
+                raise refusal(error, resolved_family(family, source), names) from error
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
         rules = match(list(rules), names)
-        if family is not None:
-            check_all_read(resolved_family(family, source), source, params, rules, names)
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "

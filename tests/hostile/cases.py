@@ -731,16 +731,17 @@ def to_torch_inference_mode_alone_writes_then_refuses():
 # (issues 23 and 24: preset options and tree layouts refused at preset(), from_function outputs)
 
 
-def _maxtext_llama(scan_axis=1, layers=2, d=16, heads=4, kv=2, hd=4, f=24, vocab=32):
-    """A MaxText Llama tree, every layer tensor stacked on `scan_axis` (MaxText's param_scan_axis)."""
+def _maxtext_llama(scan_axis=1, layers=2, d=16, heads=4, kv=2, hd=4, f=24, vocab=32, qk_norm=False):
+    """A MaxText Llama tree, every layer tensor stacked on `scan_axis` (MaxText's param_scan_axis);
+    `qk_norm`: with Qwen3's query and key norms (a Qwen3 tree)."""
     from jax_amem.reshard import names_tree
 
     def stacked(*shape):
         return np.moveaxis(np.ones((layers, *shape), np.float32), 0, scan_axis)
     a, m = "decoder/layers/self_attention/", "decoder/layers/mlp/"
+    norms = {a + "query_norm/scale": stacked(hd), a + "key_norm/scale": stacked(hd)} if qk_norm else {}
     return names_tree({a + "query/kernel": stacked(d, heads, hd), a + "key/kernel": stacked(d, kv, hd),
-                       a + "value/kernel": stacked(d, kv, hd), a + "out/kernel": stacked(heads, hd, d),
-                       a + "query_norm/scale": stacked(hd), a + "key_norm/scale": stacked(hd),
+                       a + "value/kernel": stacked(d, kv, hd), a + "out/kernel": stacked(heads, hd, d), **norms,
                        "decoder/layers/pre_self_attention_layer_norm/scale": stacked(d),
                        "decoder/layers/post_self_attention_layer_norm/scale": stacked(d),
                        m + "wi_0/kernel": stacked(d, f), m + "wi_1/kernel": stacked(d, f), m + "wo/kernel": stacked(f, d),
@@ -786,7 +787,7 @@ def preset_qwen3_layers_on_axis_1():
     """MaxText's default layout: the preset plans 2 layers (it read d_model=16 as the count before)."""
     from jax_amem import rules
 
-    got = rules.qwen3(_maxtext_llama(scan_axis=1), source="maxtext")
+    got = rules.qwen3(_maxtext_llama(scan_axis=1, qk_norm=True), source="maxtext")
     layers = {r.dst.split(".")[2] for r in got if r.dst.startswith("model.layers.")}
     assert layers == {"0", "1"}, layers
     return None
@@ -1013,7 +1014,7 @@ def nccl_process_pause_whose_destroy_fails():
 
 @case
 def preset_layer_axis_not_found():
-    tree = _maxtext_llama(scan_axis=1)
+    tree = _maxtext_llama(scan_axis=1, qk_norm=True)
     tree["decoder"]["layers"]["mlp"]["wo"]["kernel"] = np.ones((24, 3, 16), np.float32)
     return _preset("qwen3", tree)
 
