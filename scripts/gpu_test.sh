@@ -6,7 +6,10 @@
 #   make gpu-test STEPS="build nccl nccl_new"
 #
 # Steps:
-#   build          pip install . (the image's compilers; see below)
+#   build          pip install . (the image's compilers; see below). A kernel configuration measured by
+#                  tune_affine / tune_transpose is built into the library, for a measurement before its
+#                  defaults change, with its flags in both CMake flag variables (transpose.cc plans the
+#                  tiles the kernel runs): CUDAFLAGS="$F" CXXFLAGS="$F" bash scripts/gpu_test.sh build ...
 #   gpu            the in-process GPU tests (one pytest process; no multi-process test in it)
 #   swap_ipc       tests/test_swap_ipc.py          (two processes: a pytest process of its own)
 #   swap_nccl      tests/test_swap_nccl.py -m gpu  (two processes)

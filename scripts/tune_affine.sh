@@ -151,4 +151,5 @@ printf 'cudaMemcpyAsync of the destination bytes (the plain swap of same-type pa
 for entry in "${CONFIGS[@]}"; do printf '  %-14s %s\n' "${entry%%|*}" "${entry#*|}"; done
 for run in "${EXTRA_RUNS[@]}"; do printf '  %-14s %s\n' "${run%%|*}" "the build of $(cut -d'|' -f2 <<< "$run"), run with $(cut -d'|' -f3 <<< "$run")"; done
 echo "== total $((SECONDS - start)) s"
+echo "a configuration into the library (its flags, quoted): CUDAFLAGS=\"FLAGS\" CXXFLAGS=\"FLAGS\" bash scripts/gpu_test.sh build"
 exit $failed

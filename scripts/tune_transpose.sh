@@ -91,3 +91,4 @@ for c in "${chosen[@]}"; do
     "$(field tiles_ms "$log")" "$(field tiles_pct "$log")" "$(field casts_ms "$log")" "$(field casts_pct "$log")" "$bits"
 done
 echo "total $((SECONDS - start)) s; per-configuration output: $O/NAME.run.log"
+echo "a configuration into the library (its flags, quoted): CUDAFLAGS=\"FLAGS\" CXXFLAGS=\"FLAGS\" bash scripts/gpu_test.sh build"
