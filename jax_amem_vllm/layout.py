@@ -65,7 +65,7 @@ def staged_bytes(shape, dtype) -> int:
     """The bytes a tensor of `shape` and `dtype` (a torch dtype or its name, e.g. "bfloat16")
     takes in the staging buffer: its own, rounded up to ALIGN."""
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    nbytes = torch.Size(shape).numel() * dtype.itemsize  # (no tensor made per parameter)
     return -(-nbytes // ALIGN) * ALIGN
 
 
