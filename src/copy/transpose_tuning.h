@@ -3,7 +3,10 @@
 // several configurations in one run. Each default is what the library builds; a build that
 // sets one must give the same -D flags to every file of the copy (transpose.cc plans the tiles
 // the kernel runs). Every configuration writes the same bits: they change only which thread
-// moves which element, and when, never the conversion.
+// moves which element, and when, never the conversion. The defaults are the configuration
+// scripts/tune_transpose.sh measured fastest on an H100 (vector_y4_b8: the real-size swap's 310
+// rows at 102% of memcpy's rate, against 90% with 8 warps, 4 blocks, no hint, no vectors; 56
+// registers, nothing spilled; docs/benchmarks.md).
 #pragma once
 
 // Edge of the square tile (transpose.h's kTransposeTile): 32 or 64 (the tile's shared memory,
@@ -15,13 +18,13 @@
 // Warps of a block (threads are 32 x this): one warp spans a tile row, so that each access is
 // coalesced; fewer warps give each thread more of the tile to keep in flight.
 #ifndef AMEM_TRANSPOSE_THREADS_Y
-#define AMEM_TRANSPOSE_THREADS_Y 8
+#define AMEM_TRANSPOSE_THREADS_Y 4
 #endif
 
 // Blocks each multiprocessor must keep resident (__launch_bounds__: registers are capped to
 // 65536 / (threads * this)); more blocks keep more loads in flight if the cap spills nothing.
 #ifndef AMEM_TRANSPOSE_BLOCKS_PER_SM
-#define AMEM_TRANSPOSE_BLOCKS_PER_SM 4
+#define AMEM_TRANSPOSE_BLOCKS_PER_SM 8
 #endif
 
 // Blocks launched per multiprocessor (each loops over the units); 0: one block per unit, the
@@ -39,12 +42,12 @@
 // 1: a block starts the search for its next unit's row at its last unit's row (one load, where a
 // table of 310 rows costs nine dependent loads a unit); the same row is found either way.
 #ifndef AMEM_TRANSPOSE_ROW_HINT
-#define AMEM_TRANSPOSE_ROW_HINT 0
+#define AMEM_TRANSPOSE_ROW_HINT 1
 #endif
 
 // 1: whole, aligned tiles of the plain conversions move four elements a thread per access
 // (16-byte loads of f32 rows, 8-byte stores of bf16 ones) through shared memory of one word an
 // element; cut or misaligned tiles, and rows with programs, stay on the element path.
 #ifndef AMEM_TRANSPOSE_VECTOR
-#define AMEM_TRANSPOSE_VECTOR 0
+#define AMEM_TRANSPOSE_VECTOR 1
 #endif

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._native import core
+from . import fused_blocks
 
 ROW_COLUMNS = 10  # (src_index, dst_index, dst_offset, first, count, batch, rows, cols, kind, program or -1)
 # The dtypes a row with a program may read and write (affine DTYPE_CODES the kernel's kinds have).
@@ -116,4 +117,4 @@ def rows(plan, view: int, table: np.ndarray, program: int = -1) -> np.ndarray | 
     out[:, 5], out[:, 6], out[:, 7] = batch, rows_, cols
     out[:, 8] = kind(layout.dtype, dtype)
     out[:, 9] = program
-    return out
+    return fused_blocks.merged(out, item)  # a tensor-parallel column slice: whole blocks, not strided rows
