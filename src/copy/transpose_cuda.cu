@@ -28,8 +28,12 @@ constexpr int kThreadsX = 32, kThreadsY = AMEM_TRANSPOSE_THREADS_Y, kThreads = k
 // flight, enough bytes in flight to keep HBM busy.
 constexpr int kBlocksPerMultiprocessor = AMEM_TRANSPOSE_BLOCKS_PER_SM;
 constexpr int kGridPerMultiprocessor = AMEM_TRANSPOSE_GRID_PER_SM;
+// A kernel's resident blocks: the stepped ones' apart (transpose_tuning.h).
+template <typename K>
+constexpr int kResidentBlocks = K::kSteps ? AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM : kBlocksPerMultiprocessor;
 static_assert(kTile == 32 || kTile == 64, "the tile is 32 or 64 elements square");
-static_assert(kThreads <= 1024 && kBlocksPerMultiprocessor >= 1 && kGridPerMultiprocessor >= 0,
+static_assert(kThreads <= 1024 && kBlocksPerMultiprocessor >= 1 && kGridPerMultiprocessor >= 0 &&
+                  AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM >= 1,
               "a block of at most 1024 threads, at least one resident");
 
 struct Same2 {
@@ -416,7 +420,7 @@ int Blocks(int64_t units) {
 // they belong to. One kernel per conversion: a kernel holding all six needed twice the
 // registers of one (ptxas: 145 against 64), and half the blocks per multiprocessor.
 template <typename K>
-__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
+__global__ void __launch_bounds__(kThreads, kResidentBlocks<K>)
     TransposeKernel(const BufferPointers pointers, const TransposeRow* __restrict__ rows, int64_t count,
                     int64_t first_unit, int64_t units, const AffineTable table) {
   __shared__ __align__(16) unsigned char shared[kTile * (kTile + 1) * 4];  // the largest tile: 4-byte elements

@@ -27,6 +27,14 @@
 #define AMEM_TRANSPOSE_BLOCKS_PER_SM 8
 #endif
 
+// The same for the kernels of rows with a program of constant steps (the stepped pairs): they
+// compute per element and spill at the plain kernels' cap (ptxas: 64 registers, 136 bytes of
+// spill stores at 8 blocks); fewer blocks give them more registers. Measured by
+// benchmarks/swap_scale.py on a library built with it (scripts/gpu_test.sh build, CUDAFLAGS).
+#ifndef AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM
+#define AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM AMEM_TRANSPOSE_BLOCKS_PER_SM
+#endif
+
 // Blocks launched per multiprocessor (each loops over the units); 0: one block per unit, the
 // hardware's block scheduler balancing them.
 #ifndef AMEM_TRANSPOSE_GRID_PER_SM
