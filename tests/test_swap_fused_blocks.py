@@ -143,3 +143,24 @@ def test_row_parallel_slices_of_every_rank_are_written_bit_for_bit_in_whole_bloc
     blocks = transpose_rows(fused_blocks.merged)
     strided = transpose_rows(lambda table, item: table)
     assert blocks < strided // 4, (blocks, strided)
+
+
+def test_random_tables_map_the_same_elements_to_the_same_bytes():
+    """Random rank slices, widths down to one element (a block of one source row: read as a cast),
+    cut into random pieces and shuffled with whole rows and other buffers' rows."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        batch, cols = int(rng.integers(1, 4)), int(rng.integers(2, 9))
+        parts = int(rng.choice([1, 2, 3, 4, 6]))
+        rows = parts * int(rng.integers(1, 5))
+        part = int(rng.integers(0, parts))
+        table = column_slices(batch, rows, cols, parts, part, item=4)
+        start = int(rng.integers(0, len(table)))
+        table = table[start:start + int(rng.integers(1, len(table) + 1))]
+        if rng.random() < 0.3:  # a whole-row run of another buffer after it
+            extra = np.array([row(j * rows, rows, batch, rows, cols, 4 * rows * j, dst=1) for j in range(cols)],
+                             np.int64)
+            table = np.concatenate([table, extra])
+        merged = fused_blocks.merged(table, 4)
+        assert len(merged) <= len(table)
+        assert mapping(merged, 4) == mapping(table, 4)
