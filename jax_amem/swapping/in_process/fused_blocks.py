@@ -30,7 +30,7 @@ def merged(rows: np.ndarray, item: int) -> np.ndarray:
     of column-slice rows described above replaced by one row of whole blocks."""
     if len(rows) < 2:
         return rows
-    view_row, matrix = rows[:, ROWS], rows[:, ROWS] * rows[:, COLS]
+    view_row, matrix = rows[:, ROWS], np.maximum(rows[:, ROWS] * rows[:, COLS], 1)  # (never 0: checked again in C++)
     count, first = rows[:, COUNT], rows[:, FIRST]
     column = first % np.maximum(view_row, 1)
     slice_row = ((view_row > 1) & (rows[:, COLS] > 1) & (rows[:, PROGRAM] == -1) & (count > 0) & (count < view_row)
