@@ -403,15 +403,25 @@ __device__ bool LoadProgram(int64_t index, const AffineTable& table, AffineProgr
   return sane;
 }
 
-int Blocks(int64_t units) {
-  static int count = [] {
-    int device = 0, multiprocessors = 0;
+// The device's multiprocessors (read once).
+int Multiprocessors() {
+  static const int multiprocessors = [] {
+    int device = 0, count = 0;
     cudaGetDevice(&device);
-    if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      multiprocessors = 132;
-    }
-    return multiprocessors * kGridPerMultiprocessor;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) count = 132;
+    return count;
   }();
+  return multiprocessors;
+}
+
+// Blocks of one launch of kernel K: AMEM_TRANSPOSE_GRID_PER_SM a multiprocessor (0: one block a
+// unit), a stepped kernel's no more than it keeps resident (it may keep fewer: transpose_tuning.h).
+template <typename K>
+int Blocks(int64_t units) {
+  constexpr int kPerMultiprocessor = K::kSteps && kResidentBlocks<K> < kGridPerMultiprocessor
+                                         ? kResidentBlocks<K>
+                                         : kGridPerMultiprocessor;
+  const int64_t count = int64_t{Multiprocessors()} * kPerMultiprocessor;
   if (count == 0) return static_cast<int>(units);  // one block a unit (units < 2^31: checked)
   return static_cast<int>(units < count ? units : count);
 }
@@ -464,7 +474,7 @@ template <typename K>
 Status Launch(CUstream stream, const BufferPointers& pointers, const TransposeRow* device_rows, int64_t count,
               int64_t first_unit, int64_t units, const AffineTable& table) {
   if (units == 0) return Status::Ok();
-  AMEM_LAUNCH(TransposeKernel<K>, Blocks(units), dim3(kThreadsX, kThreadsY), reinterpret_cast<cudaStream_t>(stream))(
+  AMEM_LAUNCH(TransposeKernel<K>, Blocks<K>(units), dim3(kThreadsX, kThreadsY), reinterpret_cast<cudaStream_t>(stream))(
       pointers, device_rows, count, first_unit, units, table);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {

@@ -29,8 +29,9 @@
 
 // The same for the kernels of rows with a program of constant steps (the stepped pairs): they
 // compute per element and spill at the plain kernels' cap (ptxas: 64 registers, 136 bytes of
-// spill stores at 8 blocks); fewer blocks give them more registers. Measured by
-// benchmarks/swap_scale.py on a library built with it (scripts/gpu_test.sh build, CUDAFLAGS).
+// spill stores at 8 blocks); fewer blocks give them more registers, and their grid is capped to
+// as many. Measured by benchmarks/swap_scale.py on a library built with it (scripts/gpu_test.sh
+// build, CUDAFLAGS).
 #ifndef AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM
 #define AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM AMEM_TRANSPOSE_BLOCKS_PER_SM
 #endif
