@@ -32,6 +32,8 @@ NVCC=(nvcc "${HOST[@]}" -O3 -std=c++17 -arch=sm_90 -Isrc -Xcompiler -ffp-contrac
 CONFIGS=(
   "default|"
   "pack|-DAMEM_AFFINE_PACK=1"
+  "integer_bf16|-DAMEM_BF16_CVT=0"
+  "bf16_mul|-DAMEM_BF16_MUL=1"
   "reuse|-DAMEM_AFFINE_REUSE=1"
   "warp_runs|-DAMEM_AFFINE_PATTERN=1"
   "pipelined|-DAMEM_AFFINE_PATTERN=2"

@@ -204,6 +204,7 @@ struct DeviceRow {
   const double* constants;
   const float* scalars;          // Fast: step k's constant, converted once (shared memory)
   uint4* staged;                 // Fast, pattern 3: the block's staging slots (shared memory)
+  bool bf16_product = false;     // Fast, AMEM_BF16_MUL: bfloat16 in and out, one exact scale (affine_math.h)
 
   // The steps on N values of the compute type (the first is view element `first`).
   template <typename C, int N>
@@ -237,6 +238,15 @@ struct DeviceRow {
   template <typename S, typename D, typename C, int N>
   __device__ __forceinline__ void Convert(const uint4& a, char* to) const {
     const uint32_t in[4] = {a.x, a.y, a.z, a.w};
+    if constexpr (AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> && std::is_same_v<D, affine_math::Bf16>) {
+      if (bf16_product) {
+        uint32_t out[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) out[w] = affine_math::MulBf16Pair(in[w], scalars[0]);
+        StoreWords<4>(to, out);
+        return;
+      }
+    }
     C v[N];
 #pragma unroll
     for (int u = 0; u < N; ++u) v[u] = affine_math::Load<C>(FromWord<S>(in[u * sizeof(S) / 4], u));
@@ -248,6 +258,9 @@ struct DeviceRow {
       for (int w = 0; w < kWords; ++w) {
         out[w] = Bf16Pack::Halves(Bf16Pack::High(v[2 * w]), Bf16Pack::High(v[2 * w + 1]));
       }
+    } else if constexpr (AMEM_BF16_CVT && std::is_same_v<D, affine_math::Bf16>) {
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) out[w] = affine_math::ToBf16Pair(v[2 * w], v[2 * w + 1]);
     } else {
 #pragma unroll
       for (int u = 0; u < N; ++u) out[u * sizeof(D) / 4] |= ToWord<D>(affine_math::Store<D, C>::Of(v[u]), u);
@@ -455,7 +468,11 @@ __global__ void __launch_bounds__(kThreads, AMEM_AFFINE_MIN_BLOCKS)
         }
         __syncthreads();
       }
-      const DeviceRow<true> run{from, to, r.src_element, r.dst_element, r.count, &program, constants, scalars, staged};
+      const bool bf16_product = AMEM_BF16_MUL && program.steps == 1 && program.step[0].op == kAffineMul &&
+                                program.step[0].rounding == 0 && program.src_dtype == kAffineBf16 &&
+                                program.dst_dtype == kAffineBf16 && affine_math::HeldByBf16(scalars[0]);
+      const DeviceRow<true> run{from,      to,      r.src_element, r.dst_element, r.count, &program,
+                                constants, scalars, staged,        bf16_product};
       affine_kernel::Dispatch(program, run);
     } else {
       RunGeneral(from, to, r, &program, constants);

@@ -37,11 +37,46 @@ AMEM_HD float FloatOf(uint32_t u) {
 
 AMEM_HD float ToFloat(Bf16 x) { return FloatOf(static_cast<uint32_t>(x.bits) << 16); }
 
+// AMEM_BF16_CVT 1 (the default): on sm_80 and later the GPU rounds with its conversion
+// instruction (cvt.rn.bf16.f32: round to nearest even, subnormals kept, overflow to infinity:
+// the same bits as the integer rounding below for every number), two values a word where they
+// are stored in pairs; a NaN still takes the integer path, since the instruction writes the
+// canonical NaN where ml_dtypes keeps the sign and the payload. Fewer instructions for the
+// bfloat16 destinations of the affine and stepped transpose kernels (H100: bf16 -> bf16 scaled
+// swaps 2-7% faster, docs/benchmarks.md); 0 builds the integer rounding alone.
+#ifndef AMEM_BF16_CVT
+#define AMEM_BF16_CVT 1
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && AMEM_BF16_CVT
+#define AMEM_BF16_CVT_ON_DEVICE 1
+#else
+#define AMEM_BF16_CVT_ON_DEVICE 0
+#endif
+
 AMEM_HD Bf16 ToBf16(float f) {
   uint32_t u = BitsOf(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
+#if AMEM_BF16_CVT_ON_DEVICE
+  uint16_t bits;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+  return Bf16{bits};
+#else
   u += 0x7fffu + ((u >> 16) & 1u);
   return Bf16{static_cast<uint16_t>(u >> 16)};
+#endif
+}
+
+// Two values as bfloat16 in one word (`low` in the low half), as ToBf16 rounds each: on the GPU
+// with AMEM_BF16_CVT one instruction for the pair unless either is a NaN.
+AMEM_HD uint32_t ToBf16Pair(float low, float high) {
+#if AMEM_BF16_CVT_ON_DEVICE
+  if (!(low != low) && !(high != high)) {
+    uint32_t word;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(word) : "f"(high), "f"(low));  // d.hi = high, d.lo = low
+    return word;
+  }
+#endif
+  return static_cast<uint32_t>(ToBf16(low).bits) | static_cast<uint32_t>(ToBf16(high).bits) << 16;
 }
 
 AMEM_HD float ToFloat(F16 x) {
@@ -75,6 +110,35 @@ AMEM_HD F16 ToF16(float f) {
   uint32_t v = x - (112u << 23);  // exponent rebased from 127 to 15
   v += 0xfffu + ((v >> 13) & 1u);
   return F16{static_cast<uint16_t>(sign | (v >> 13))};
+}
+
+// AMEM_BF16_MUL 1 (a tunable, off until measured): a bfloat16 row whose one step is a
+// multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a pair on
+// sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
+// product of two bfloat16 values (8 significant bits each) is exact in float32 wherever it is
+// a normal float32, and in float32's subnormal range a first rounding could only move it onto a
+// bfloat16 midpoint if its significant bits spanned 17 or more; NaNs are the canonical NaN both
+// ways (the GPU's float32 multiply writes it, and ToBf16 keeps it 0x7fff).
+#ifndef AMEM_BF16_MUL
+#define AMEM_BF16_MUL 0
+#endif
+
+// Whether `scale` is a bfloat16 value (not a NaN): the condition for MulBf16Pair.
+AMEM_HD bool HeldByBf16(float scale) { return scale == scale && ToFloat(ToBf16(scale)) == scale; }
+
+// Two bfloat16 values in a word (the first in the low half) each times `scale` (HeldByBf16),
+// rounded to bfloat16: the bits of a float32 multiply and ToBf16.
+AMEM_HD uint32_t MulBf16Pair(uint32_t pair, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t both = static_cast<uint32_t>(ToBf16(scale).bits) * 0x10001u;
+  uint32_t product;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(product) : "r"(pair), "r"(both));
+  return product;
+#else
+  const float low = ToFloat(Bf16{static_cast<uint16_t>(pair & 0xffffu)}) * scale;
+  const float high = ToFloat(Bf16{static_cast<uint16_t>(pair >> 16)}) * scale;
+  return static_cast<uint32_t>(ToBf16(low).bits) | static_cast<uint32_t>(ToBf16(high).bits) << 16;
+#endif
 }
 
 // Element type -> compute type C (float or double), and back with one rounding.
