@@ -468,9 +468,7 @@ __global__ void __launch_bounds__(kThreads, AMEM_AFFINE_MIN_BLOCKS)
         }
         __syncthreads();
       }
-      const bool bf16_product = AMEM_BF16_MUL && program.steps == 1 && program.step[0].op == kAffineMul &&
-                                program.step[0].rounding == 0 && program.src_dtype == kAffineBf16 &&
-                                program.dst_dtype == kAffineBf16 && affine_math::HeldByBf16(scalars[0]);
+      const bool bf16_product = affine_math::IsBf16Product(program, scalars[0]);
       const DeviceRow<true> run{from,      to,      r.src_element, r.dst_element, r.count, &program,
                                 constants, scalars, staged,        bf16_product};
       affine_kernel::Dispatch(program, run);

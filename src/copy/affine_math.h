@@ -141,6 +141,26 @@ AMEM_HD uint32_t MulBf16Pair(uint32_t pair, float scale) {
 #endif
 }
 
+// One bfloat16 value times `scale` (HeldByBf16), rounded to bfloat16: MulBf16Pair's single form.
+AMEM_HD Bf16 MulBf16(Bf16 x, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint16_t product;
+  asm("mul.rn.bf16 %0, %1, %2;" : "=h"(product) : "h"(x.bits), "h"(ToBf16(scale).bits));
+  return Bf16{product};
+#else
+  return ToBf16(ToFloat(x) * scale);
+#endif
+}
+
+// Whether a program runs as MulBf16 / MulBf16Pair (AMEM_BF16_MUL): bfloat16 in and out, one
+// multiplication with no rounding of its own, by `scale` (its constant as float32) that
+// bfloat16 holds exactly.
+AMEM_HD bool IsBf16Product(const AffineProgram& program, float scale) {
+  return AMEM_BF16_MUL && program.steps == 1 && program.step[0].op == kAffineMul && program.step[0].stride <= 0 &&
+         program.step[0].rounding == 0 && program.src_dtype == kAffineBf16 && program.dst_dtype == kAffineBf16 &&
+         HeldByBf16(scale);
+}
+
 // Element type -> compute type C (float or double), and back with one rounding.
 template <typename C> AMEM_HD C Load(float x) { return static_cast<C>(x); }
 template <typename C> AMEM_HD C Load(double x) { return static_cast<C>(x); }

@@ -87,6 +87,7 @@ struct Steps {
   const double* constants;
   const float* scalars;  // each step's constant, when `plain`
   bool plain;            // every step a scalar and none a division: no per-element lookup
+  bool bf16_product;     // bfloat16 in and out, one exact scale: affine_math::MulBf16 (AMEM_BF16_MUL)
 };
 
 // The general path (vector constants, a division): in a function of its own, so that its
@@ -187,7 +188,26 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
       if (r * kThreadsY < down && c * kThreadsX < across) loaded[r][c] = src[r * src_step + c * kThreadsX];
     }
   }
-  if constexpr (K::kSteps) {
+  // A bfloat16 tile times its exact scale: one multiply an element (AMEM_BF16_MUL, affine_math.h).
+  bool multiplied = false;
+  if constexpr (K::kSteps && AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> &&
+                std::is_same_v<D, affine_math::Bf16>) {
+    if (steps.bf16_product) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+        for (int c = 0; c < kColsPerThread; ++c) {
+          if (r * kThreadsY < down && c * kThreadsX < across) {
+            tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::MulBf16(loaded[r][c], steps.scalars[0]);
+          }
+        }
+      }
+      multiplied = true;
+    }
+  }
+  if (multiplied) {
+    // the tile is written
+  } else if constexpr (K::kSteps) {
     // All of this thread's elements through the program at once; element (r, c) is view element
     // (b, j0 + tx + c * 32, i0 + ty + r * 8), whose number looks up vector constants.
     constexpr int kEach = kRowsPerThread * kColsPerThread;
@@ -375,7 +395,7 @@ struct LoadedProgram {
   bool runs = false;
 };
 __device__ bool LoadProgram(int64_t index, const AffineTable& table, AffineProgram* program, float* scalars,
-                            LoadedProgram* loaded, bool* plain) {
+                            LoadedProgram* loaded, Steps* steps) {
   if (index < 0 || index >= table.program_count) return false;
   if (index == loaded->index) return loaded->runs;
   __syncthreads();  // every thread is done with the previous program and scalars
@@ -397,7 +417,8 @@ __device__ bool LoadProgram(int64_t index, const AffineTable& table, AffineProgr
     scalars[thread] = static_cast<float>(table.constants[program->step[thread].constant]);
   }
   __syncthreads();
-  *plain = scalar_steps;
+  steps->plain = scalar_steps;
+  steps->bf16_product = sane && scalar_steps && affine_math::IsBf16Product(*program, scalars[0]);
   loaded->index = index;
   loaded->runs = sane;
   return sane;
@@ -437,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocks<K>)
   __shared__ AffineProgram program;  // Stepped rows: the row's program
   __shared__ float scalars[kMaxAffineSteps];
   LoadedProgram loaded;  // the program in `program` (the same in every thread)
-  Steps steps{&program, table.constants, scalars, false};
+  Steps steps{&program, table.constants, scalars, false, false};
   int64_t lo = 0;  // the row of the block's last unit (rows[0] starts at first_unit)
   for (int64_t v = blockIdx.x; v < units; v += gridDim.x) {
     const int64_t u = first_unit + v;
@@ -464,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocks<K>)
     char* destination = pointers.destinations[row.dst_index];
     if (source == nullptr || destination == nullptr) continue;
     if constexpr (K::kSteps) {
-      if (!LoadProgram(row.program, table, &program, scalars, &loaded, &steps.plain)) continue;
+      if (!LoadProgram(row.program, table, &program, scalars, &loaded, &steps)) continue;
     }
     RunUnit<K>(row, u - row.units, source, destination, shared, steps);
   }

@@ -161,19 +161,21 @@ struct Programs {
                        static_cast<int64_t>(constants.size())};
   }
 
-  // A random program from `src` to `dst` (AffineDtype codes): 1 to 3 steps, scalars and vectors.
+  // A random program from `src` to `dst` (AffineDtype codes): 1 to 3 steps, scalars and vectors;
+  // one in four a lone scale with no rounding of its own (a query scale: the kernels' fast forms).
   int64_t Add(int64_t src, int64_t dst) {
     AffineProgram program{};
     program.src_dtype = src;
     program.dst_dtype = dst;
     program.wide = (src == kAffineF64 || dst == kAffineF64) ? 1 : 0;
-    program.steps = Uniform(1, 3);
+    const bool scale = Uniform(0, 3) == 0;
+    program.steps = scale ? 1 : Uniform(1, 3);
     for (int64_t k = 0; k < program.steps; ++k) {
       AffineStep& step = program.step[k];
-      step.op = Uniform(kAffineMul, kAffineRsub);
+      step.op = scale ? kAffineMul : Uniform(kAffineMul, kAffineRsub);
       step.dtype = program.wide ? Uniform(0, 3) : Uniform(0, 2);
-      step.rounding = Uniform(0, kRoundInput | kRoundResult);
-      const bool vector = Uniform(0, 2) == 0;
+      step.rounding = scale ? 0 : Uniform(0, kRoundInput | kRoundResult);
+      const bool vector = !scale && Uniform(0, 2) == 0;
       step.stride = vector ? (Uniform(0, 1) ? 1 : Uniform(2, 100)) : 0;
       step.extent = vector ? Uniform(1, 9) : 1;
       step.constant = static_cast<int64_t>(constants.size());
@@ -249,11 +251,13 @@ struct Scene {
   // Rows through random programs, between sources and destinations of random dtypes.
   void AddAffines(int64_t count) {
     std::vector<int64_t> srcs, dsts, source_dtype, destination_dtype, next;
+    // Half the cases have a bfloat16 -> bfloat16 pair (buffers 0), as a bf16 trainer's scaled query has.
+    const bool bf16_pair = Uniform(0, 1) == 0;
     for (int k = 0; k < 3; ++k) {
-      source_dtype.push_back(Uniform(0, 3));
+      source_dtype.push_back(k == 0 && bf16_pair ? kAffineBf16 : Uniform(0, 3));
       const int64_t item = AffineDtypeBytes(source_dtype.back());
       srcs.push_back(AddSource(Elements(item * Uniform(1, 150000), item)));
-      destination_dtype.push_back(Uniform(0, 3));
+      destination_dtype.push_back(k == 0 && bf16_pair ? kAffineBf16 : Uniform(0, 3));
       dsts.push_back(AddDestination(Noise(AffineDtypeBytes(destination_dtype.back()) * Uniform(1, 150000))));
       next.push_back(0);
     }
@@ -263,7 +267,11 @@ struct Scene {
       const int64_t src_item = AffineDtypeBytes(source_dtype[s]), dst_item = AffineDtypeBytes(destination_dtype[d]);
       const int64_t src_elements = static_cast<int64_t>(buffers.sources[src].size()) / src_item;
       const int64_t dst_elements = static_cast<int64_t>(buffers.destinations[dst].size()) / dst_item;
-      const int64_t dst_element = next[d] + Uniform(0, 9);
+      // Half the rows start both sides on a 16-byte boundary (whole tensors do): the kernel's
+      // 16-byte loads from the first element.
+      const bool aligned = Uniform(0, 1) == 0;
+      int64_t dst_element = next[d] + Uniform(0, 9);
+      if (aligned) dst_element += (16 / dst_item - dst_element % (16 / dst_item)) % (16 / dst_item);
       if (dst_element >= dst_elements) continue;
       const int64_t n = Uniform(1, std::min({src_elements, dst_elements - dst_element, kMaxPieceElements}));
       // Half the rows share the program of an earlier row between the same buffers (as a row's
@@ -271,7 +279,9 @@ struct Scene {
       int64_t& shared = program_of[s * 3 + d];
       if (shared < 0 || Uniform(0, 1)) shared = programs.Add(source_dtype[s], destination_dtype[d]);
       const int64_t program = shared;
-      affines.push_back({src, dst, Uniform(0, src_elements - n), dst_element, n, program});
+      int64_t src_element = Uniform(0, src_elements - n);
+      if (aligned) src_element -= src_element % (16 / src_item);
+      affines.push_back({src, dst, src_element, dst_element, n, program});
       runs.push_back({dst, dst_element * dst_item, n * dst_item, destination_dtype[d]});
       next[d] = dst_element + n;
     }
