@@ -80,9 +80,11 @@ def test_fused_and_sliced_destinations_with_bulk_and_kernel_rows(monkeypatch):
         monkeypatch.setattr(amem_copy, "BULK_BYTES", bulk)  # read when a program first runs
         forget()
         dst = {name: torch.full(w.shape, float("nan")) for name, w in want.items()}
-        jax_amem.swap(src, dst, rules=rules, progress=False)
+        report = jax_amem.swap(src, dst, rules=rules, progress=False)
         copies = the_program().direct.copies
         assert (sum(c.bulk_rows for c in copies) > 0, sum(c.rows for c in copies) > 0) == (bulk == 1, bulk != 1)
+        # The report counts what the launch runs: 3 + 2 * 4 + 3 driver copies, or one kernel.
+        assert report.launches == sum(c.launches for c in copies) == (14 if bulk == 1 else 1)
         for name, w in want.items():
             assert np.array_equal(raw(dst[name]), w.reshape(-1).view(np.uint8)), (bulk, name)
 

@@ -24,7 +24,8 @@ class SwapReport:
     seconds: float
     segments: int                   # (src_offset, dst_offset, bytes) rows copied
     launches: int                   # copy custom calls: one segment_copy_many / segment_copy_to_addresses
-                                    # per chunk, and one per copy PyTorch makes
+                                    # per chunk, and one per copy PyTorch makes; launched directly
+                                    # (outside XLA): its driver copies and kernels (DirectCopy.launches)
     calls: int                      # jitted calls dispatched (groups of destination buffers)
     buffers: int                    # destination buffers written
     transports: dict[str, int] = field(default_factory=dict)  # bytes per transport

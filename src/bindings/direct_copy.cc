@@ -136,6 +136,8 @@ void BindDirectCopy(nb::module_& m) {
       .def_prop_ro("stepped_transpose_rows",
                    [](const DirectCopyHandle& h) { return h.copy->stepped_transpose_rows(); })
       .def_prop_ro("affine_rows", [](const DirectCopyHandle& h) { return h.copy->affine_rows(); })
+      .def_prop_ro("launches", [](const DirectCopyHandle& h) { return h.copy->launches(); },
+                   "Driver copies and kernel launches that one run enqueues on a GPU.")
       .def(
           "run",
           [](const DirectCopyHandle& h, PointerArray pointers, uint64_t stream) {

@@ -250,6 +250,18 @@ int64_t DirectCopy::affine_rows() const {
   return count;
 }
 
+int64_t DirectCopy::launches() const {
+  int64_t count = 0;
+  for (const DirectChunk& chunk : chunks_) {
+    count += static_cast<int64_t>(chunk.bulk.size()) + (chunk.rows.empty() ? 0 : 1) + (chunk.affines.empty() ? 0 : 1);
+    // Transpose rows come sorted by launch (LaunchTransposeRows runs one kernel per run of them).
+    for (size_t k = 0; k < chunk.transposes.size(); ++k) {
+      count += k == 0 || chunk.transposes[k].launch != chunk.transposes[k - 1].launch ? 1 : 0;
+    }
+  }
+  return count;
+}
+
 int64_t DirectCopy::bulk_rows() const {
   int64_t count = 0;
   for (const DirectChunk& chunk : chunks_) count += static_cast<int64_t>(chunk.bulk.size());

@@ -74,6 +74,9 @@ class DirectCopy {
   int64_t transpose_rows() const;
   int64_t stepped_transpose_rows() const;  // transpose rows that run a program of constant steps
   int64_t affine_rows() const;
+  // What one Run enqueues on a GPU: a driver copy per bulk row and, per chunk, one kernel for
+  // its split rows, one per conversion of its transpose rows, one for its affine rows.
+  int64_t launches() const;
 
   // Every chunk, in order: on CUDA enqueued on `stream` (the device's context current), on the
   // host copied before returning. `source_pointers`: one address per source slot. Every

@@ -82,6 +82,8 @@ def plan_for(program):
     in XLA (module docstring). A refusal of its rows raises before anything is written."""
     if program.direct is None:
         program.direct = DirectProgram.make(program) if eligible(program) else False
+        if program.direct:  # its reports count what this launch runs, not what XLA's route would
+            program.launches = sum(c.launches for c in program.direct.copies)
     return program.direct or None
 
 
