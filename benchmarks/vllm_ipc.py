@@ -16,8 +16,9 @@ so the bytes travel as with a real engine:
     python -P benchmarks/vllm_ipc.py [--layers 28] [--repeats 5] [--tp 2] [--transport nccl]
 
 vLLM itself is not installed where this runs: the commit (vLLM's processing) is stood in for by
-the rank process copying each staged tensor into its parameter, which is what vLLM's commit of
-an unquantized GPU model amounts to (docs/vllm.md). Figures: the swaps of one update (every
+the rank process copying each staged tensor into its parameter with the worker engine's own
+batched copy (jax_amem_vllm/copies.py), which is what vLLM's commit of an unquantized GPU model
+amounts to (docs/vllm.md). Figures: the swaps of one update (every
 group, every rank) through the transport, and the whole update (the commit calls included); the
 same swaps into staging buffers of this process (the in-process swap); the ceiling, one device
 copy of the same bytes, measured in the same run. --staging-bytes is the workers' staging budget
@@ -90,6 +91,7 @@ def rank_process(args) -> None:
     import torch
 
     from jax_amem_vllm import staging as staging_buffer
+    from jax_amem_vllm.copies import copy_all
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     note = description(args.layers, args.tp, args.rank, args.dtype, args.staging_bytes)
@@ -125,9 +127,8 @@ def rank_process(args) -> None:
             if receiver is not None and receiver.active:
                 for group in batch:
                     receiver.receive(group, dict(staged(note["groups"][group])))
-            for group in batch:
-                for name, tensor in staged(note["groups"][group]):
-                    params[name].copy_(tensor)
+            pairs = [(params[name], tensor) for group in batch for name, tensor in staged(note["groups"][group])]
+            copy_all([p for p, _ in pairs], [t for _, t in pairs])   # as the worker engine's commit copies
             if device.type == "cuda":
                 torch.cuda.synchronize()
             print("ok", flush=True)

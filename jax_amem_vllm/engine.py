@@ -48,6 +48,7 @@ from vllm.distributed.weight_transfer.base import (
 
 from . import staging as staging_buffer
 from .layout import DEFAULT_STAGING_BYTES, describe
+from .copies import copy_all
 from .registry import publish
 from .reprocess import reprocess
 
@@ -101,6 +102,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.layout = None
         self.tp_rank = 0
         self.staging: torch.Tensor | None = None
+        self.views: dict = {}                    # (group, whole) -> its staged views (staged())
         self.place: dict | None = None            # where another process finds the staging buffer
         self.files: tuple[str, ...] = ()         # the note and the shared file, until the trainer takes them
         self.committed: set[int] | None = None   # None: no update in flight
@@ -124,14 +126,16 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
         every update, so the trainer's swap program is built once per group). The trainer's view
         leaves out a vocabulary's padding rows (the commit zeroes them); `whole` includes them."""
-        out = {}
-        for t in self.layout.groups[group]:
-            dtype = getattr(torch, t.dtype)
-            count = torch.Size(t.shape).numel()
-            nbytes = count * torch.empty((), dtype=dtype).element_size()
-            tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
-            out[t.name] = tensor if whole or t.rows is None else tensor[:t.rows]
-        return out
+        key = (group, whole)
+        if key not in self.views:   # made once per buffer: a commit makes no views
+            out = {}
+            for t in self.layout.groups[group]:
+                dtype = getattr(torch, t.dtype)
+                nbytes = torch.Size(t.shape).numel() * dtype.itemsize
+                tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+                out[t.name] = tensor if whole or t.rows is None else tensor[:t.rows]
+            self.views[key] = out
+        return dict(self.views[key])   # the same tensors; the caller's dict its own
 
     def serving_state(self) -> str:
         return "refusing" if self.refusal is not None else ("updating" if self.committed is not None else "serving")
@@ -152,6 +156,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         setup = uuid.uuid4().hex   # published with the note, taken by the worker once init succeeds
         self.layout = describe(self.model, DEFAULT_STAGING_BYTES if budget == -1 else budget)
         directory = init_info.directory or staging_buffer.default_directory()
+        self.views = {}
         self.staging, self.place = staging_buffer.allocate(self.layout.staging_bytes, self.device, directory,
                                                            init_info.session, self.tp_rank)
         note = staging_buffer.note_path(directory, init_info.session, self.tp_rank)
@@ -260,6 +265,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         staging_buffer.remove(*self.files)
         self.files = ()
         self.staging = None
+        self.views = {}
 
     # --- inside -------------------------------------------------------------------------------
     def _commit(self, group: int) -> None:
@@ -272,10 +278,8 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                     # buffer is shared by every group: the padding rows hold what the previous
                     # update's later groups left there. vLLM loads zeros into them.
                     staged[t.name][t.rows:].zero_()
-            for t in layout.groups[group]:
-                if not t.processed:
-                    module, attr = layout.owners[t.name]
-                    getattr(module, attr).data.copy_(staged[t.name])
+            loaded = [t for t in layout.groups[group] if not t.processed]
+            copy_all([getattr(*layout.owners[t.name]).data for t in loaded], [staged[t.name] for t in loaded])
             for module in layout.group_modules[group]:
                 reprocess(module, {attr: staged[name] for name, (m, attr) in layout.owners.items()
                                    if m is module and name in staged})

