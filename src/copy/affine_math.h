@@ -112,55 +112,6 @@ AMEM_HD F16 ToF16(float f) {
   return F16{static_cast<uint16_t>(sign | (v >> 13))};
 }
 
-// AMEM_BF16_MUL 1 (a tunable, off until measured): a bfloat16 row whose one step is a
-// multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a pair on
-// sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
-// product of two bfloat16 values (8 significant bits each) is exact in float32 wherever it is
-// a normal float32, and in float32's subnormal range a first rounding could only move it onto a
-// bfloat16 midpoint if its significant bits spanned 17 or more; NaNs are the canonical NaN both
-// ways (the GPU's float32 multiply writes it, and ToBf16 keeps it 0x7fff).
-#ifndef AMEM_BF16_MUL
-#define AMEM_BF16_MUL 0
-#endif
-
-// Whether `scale` is a bfloat16 value (not a NaN): the condition for MulBf16Pair.
-AMEM_HD bool HeldByBf16(float scale) { return scale == scale && ToFloat(ToBf16(scale)) == scale; }
-
-// Two bfloat16 values in a word (the first in the low half) each times `scale` (HeldByBf16),
-// rounded to bfloat16: the bits of a float32 multiply and ToBf16.
-AMEM_HD uint32_t MulBf16Pair(uint32_t pair, float scale) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t both = static_cast<uint32_t>(ToBf16(scale).bits) * 0x10001u;
-  uint32_t product;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(product) : "r"(pair), "r"(both));
-  return product;
-#else
-  const float low = ToFloat(Bf16{static_cast<uint16_t>(pair & 0xffffu)}) * scale;
-  const float high = ToFloat(Bf16{static_cast<uint16_t>(pair >> 16)}) * scale;
-  return static_cast<uint32_t>(ToBf16(low).bits) | static_cast<uint32_t>(ToBf16(high).bits) << 16;
-#endif
-}
-
-// One bfloat16 value times `scale` (HeldByBf16), rounded to bfloat16: MulBf16Pair's single form.
-AMEM_HD Bf16 MulBf16(Bf16 x, float scale) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint16_t product;
-  asm("mul.rn.bf16 %0, %1, %2;" : "=h"(product) : "h"(x.bits), "h"(ToBf16(scale).bits));
-  return Bf16{product};
-#else
-  return ToBf16(ToFloat(x) * scale);
-#endif
-}
-
-// Whether a program runs as MulBf16 / MulBf16Pair (AMEM_BF16_MUL): bfloat16 in and out, one
-// multiplication with no rounding of its own, by `scale` (its constant as float32) that
-// bfloat16 holds exactly.
-AMEM_HD bool IsBf16Product(const AffineProgram& program, float scale) {
-  return AMEM_BF16_MUL && program.steps == 1 && program.step[0].op == kAffineMul && program.step[0].stride <= 0 &&
-         program.step[0].rounding == 0 && program.src_dtype == kAffineBf16 && program.dst_dtype == kAffineBf16 &&
-         HeldByBf16(scale);
-}
-
 // Element type -> compute type C (float or double), and back with one rounding.
 template <typename C> AMEM_HD C Load(float x) { return static_cast<C>(x); }
 template <typename C> AMEM_HD C Load(double x) { return static_cast<C>(x); }
@@ -195,6 +146,55 @@ AMEM_HD T Operate(int64_t op, T a, T b) {
     default: return b - a;  // kAffineRsub
   }
 #endif
+}
+
+// AMEM_BF16_MUL 1 (a tunable, off until measured): a bfloat16 row whose one step is a
+// multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a pair on
+// sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
+// product of two bfloat16 values (8 significant bits each) is exact in float32 wherever it is
+// a normal float32, and in float32's subnormal range a first rounding could only move it onto a
+// bfloat16 midpoint if its significant bits spanned 17 or more; NaNs are the canonical NaN both
+// ways (the GPU's float32 multiply writes it, and ToBf16 keeps it 0x7fff).
+#ifndef AMEM_BF16_MUL
+#define AMEM_BF16_MUL 0
+#endif
+
+// Whether `scale` is a bfloat16 value (not a NaN): the condition for MulBf16Pair.
+AMEM_HD bool HeldByBf16(float scale) { return scale == scale && ToFloat(ToBf16(scale)) == scale; }
+
+// One bfloat16 value times `scale` (HeldByBf16), rounded to bfloat16: the bits of the steps'
+// float32 multiply (Operate) and ToBf16, which is what it runs where the instruction is not.
+AMEM_HD Bf16 MulBf16(Bf16 x, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint16_t product;
+  asm("mul.rn.bf16 %0, %1, %2;" : "=h"(product) : "h"(x.bits), "h"(ToBf16(scale).bits));
+  return Bf16{product};
+#else
+  return ToBf16(Operate<float>(kAffineMul, ToFloat(x), scale));
+#endif
+}
+
+// Two bfloat16 values in a word (the first in the low half) each times `scale` (HeldByBf16), as
+// MulBf16 multiplies each.
+AMEM_HD uint32_t MulBf16Pair(uint32_t pair, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t both = static_cast<uint32_t>(ToBf16(scale).bits) * 0x10001u;
+  uint32_t product;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(product) : "r"(pair), "r"(both));
+  return product;
+#else
+  return static_cast<uint32_t>(MulBf16(Bf16{static_cast<uint16_t>(pair & 0xffffu)}, scale).bits) |
+         static_cast<uint32_t>(MulBf16(Bf16{static_cast<uint16_t>(pair >> 16)}, scale).bits) << 16;
+#endif
+}
+
+// Whether a program runs as MulBf16 / MulBf16Pair (AMEM_BF16_MUL): bfloat16 in and out, one
+// multiplication with no rounding of its own, by `scale` (its constant as float32) that
+// bfloat16 holds exactly.
+AMEM_HD bool IsBf16Product(const AffineProgram& program, float scale) {
+  return AMEM_BF16_MUL && program.steps == 1 && program.step[0].op == kAffineMul && program.step[0].stride <= 0 &&
+         program.step[0].rounding == 0 && program.src_dtype == kAffineBf16 && program.dst_dtype == kAffineBf16 &&
+         HeldByBf16(scale);
 }
 
 }  // namespace amem::copy::affine_math
