@@ -37,9 +37,9 @@ VARIANTS = {
     "default": [],
     "vector": [f"{T}VECTOR=1", f"{T}ROW_HINT=1", f"{T}BLOCKS_PER_SM=6", f"{T}CAST_WORDS=4"],
     "tile32": [f"{T}VECTOR=1", f"{T}TILE=32", f"{T}THREADS_Y=4", f"{T}GRID_PER_SM=0", f"{T}CAST_WORDS=2"],
-    # A bfloat16 tile times an exact scale as one multiply an element (src/copy/affine_math.h;
-    # here its float32 form: the gating, the tile and its bounds are what this checks).
-    "bf16_mul": ["-DAMEM_BF16_MUL=1"],
+    # A bfloat16 tile times an exact scale by the float32 multiply and rounding, not the default's
+    # one bfloat16 multiply an element (src/copy/affine_math.h).
+    "float_mul_bf16": ["-DAMEM_BF16_MUL=0"],
 }
 # The affine kernel's (the AMEM_AFFINE_* macros of src/copy/affine_cuda.cu, seen by that file
 # alone): every load pattern, thread count, loads in flight, grid and packing, each run on the
@@ -48,11 +48,12 @@ A = "-DAMEM_AFFINE_"
 AFFINE_VARIANTS = {
     "warp runs, 128 threads, 8 in flight, a block per piece":
         [f"{A}PATTERN=1", f"{A}THREADS=128", f"{A}IN_FLIGHT=8", f"{A}GRID=0"],
-    "pipelined, 2 in flight, balanced grid, packed bfloat16, programs kept":
-        [f"{A}PATTERN=2", f"{A}IN_FLIGHT=2", f"{A}BALANCE=1", f"{A}PACK=1", f"{A}REUSE=1"],
-    "staged in shared memory, 3 stages, 2 blocks a slot, streaming hints":
-        [f"{A}PATTERN=3", f"{A}IN_FLIGHT=2", f"{A}STAGES=3", f"{A}GRID=2", f"{A}LOAD=1", f"{A}STORE=1"],
-    "bfloat16 pairs times an exact scale as one multiply (its float32 form here)": ["-DAMEM_BF16_MUL=1"],
+    "pipelined, 2 in flight, a balanced grid of the resident blocks, packed bfloat16, programs kept":
+        [f"{A}PATTERN=2", f"{A}IN_FLIGHT=2", f"{A}GRID=1", f"{A}BALANCE=1", f"{A}PACK=1", f"{A}REUSE=1"],
+    "staged in shared memory, 256 threads, 3 stages, 2 blocks a slot, streaming hints":
+        [f"{A}PATTERN=3", f"{A}THREADS=256", f"{A}MIN_BLOCKS=4", f"{A}IN_FLIGHT=2", f"{A}STAGES=3", f"{A}GRID=2",
+         f"{A}LOAD=1", f"{A}STORE=1"],
+    "bfloat16 pairs times an exact scale by the float32 multiply and rounding": ["-DAMEM_BF16_MUL=0"],
 }
 CASES, SEEDS = 20, (1, 2)
 

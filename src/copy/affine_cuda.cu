@@ -1,7 +1,7 @@
 // The CUDA kernel of affine rows (affine.h), laid out as the byte copy kernel (copy_cuda.cu)
 // is, since it has to move bytes as fast: one block per row piece (the host splits rows into
-// pieces of at most kMaxPieceElements), the row's program in shared memory, and as many blocks
-// as the multiprocessors hold at once. Rows computed in float32 whose steps are all scalars
+// pieces of at most kMaxPieceElements), the row's program in shared memory, a block of 512
+// threads per piece. Rows computed in float32 whose steps are all scalars
 // and none a division (a scale, an offset: the common case) take the hot path: 16-byte loads
 // of the source (4 float32 or 8 bfloat16 values), four in flight per thread before the first
 // is used (the tunables below), each step's constant converted once per row, no index
@@ -25,17 +25,20 @@ namespace {
 
 // Tunables, each overridable at compile time (-D...) to measure variants of the hot path
 // (benchmarks/affine_kernel.cu, scripts/tune_affine.sh); the library builds with these values.
+// 512 threads, 2 blocks a multiprocessor and a block per piece: on an H200 the kernel went from
+// 89-90% of cudaMemcpyAsync's rate to 95-96% (256 threads, 4 blocks, a grid of the resident
+// blocks looping over the pieces; docs/benchmarks.md).
 #ifndef AMEM_AFFINE_THREADS
-#define AMEM_AFFINE_THREADS 256  // threads per block
+#define AMEM_AFFINE_THREADS 512  // threads per block
 #endif
 #ifndef AMEM_AFFINE_IN_FLIGHT
 #define AMEM_AFFINE_IN_FLIGHT 4  // 16-byte loads per thread issued before the first is used
 #endif
 #ifndef AMEM_AFFINE_MIN_BLOCKS
-#define AMEM_AFFINE_MIN_BLOCKS 4  // __launch_bounds__' blocks per multiprocessor: the register cap
+#define AMEM_AFFINE_MIN_BLOCKS 2  // __launch_bounds__' blocks per multiprocessor: the register cap
 #endif
 #ifndef AMEM_AFFINE_GRID
-#define AMEM_AFFINE_GRID 1  // blocks per resident block slot; 0: one block per row piece
+#define AMEM_AFFINE_GRID 0  // blocks per resident block slot; 0: one block per row piece
 #endif
 #ifndef AMEM_AFFINE_BALANCE
 #define AMEM_AFFINE_BALANCE 0  // 1: grid trimmed so that every block runs the same number of pieces

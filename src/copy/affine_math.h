@@ -148,7 +148,7 @@ AMEM_HD T Operate(int64_t op, T a, T b) {
 #endif
 }
 
-// AMEM_BF16_MUL 1 (a tunable, off until measured): a bfloat16 row whose one step is a
+// AMEM_BF16_MUL 1 (the default; 0 builds the float32 multiply alone): a bfloat16 row whose one step is a
 // multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a pair on
 // sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
 // product of two bfloat16 values (8 significant bits each) is exact in float32 wherever it is
@@ -156,7 +156,7 @@ AMEM_HD T Operate(int64_t op, T a, T b) {
 // bfloat16 midpoint if its significant bits spanned 17 or more; NaNs are the canonical NaN both
 // ways (the GPU's float32 multiply writes it, and ToBf16 keeps it 0x7fff).
 #ifndef AMEM_BF16_MUL
-#define AMEM_BF16_MUL 0
+#define AMEM_BF16_MUL 1
 #endif
 
 // Whether `scale` is a bfloat16 value (not a NaN): the condition for MulBf16Pair.
