@@ -148,9 +148,9 @@ AMEM_HD T Operate(int64_t op, T a, T b) {
 #endif
 }
 
-// AMEM_BF16_MUL 1 (the default; 0 builds the float32 multiply alone): a bfloat16 row whose one step is a
-// multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a pair on
-// sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
+// AMEM_BF16_MUL 1 (the default; 0 builds the float32 multiply alone): a bfloat16 row whose one
+// step is a multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a
+// pair on sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
 // product of two bfloat16 values (8 significant bits each) is exact in float32 wherever it is
 // a normal float32, and in float32's subnormal range a first rounding could only move it onto a
 // bfloat16 midpoint if its significant bits spanned 17 or more; NaNs are the canonical NaN both
