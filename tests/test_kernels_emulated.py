@@ -40,6 +40,8 @@ VARIANTS = {
     # A bfloat16 tile times an exact scale by the float32 multiply and rounding, not the default's
     # one bfloat16 multiply an element (src/copy/affine_math.h).
     "float_mul_bf16": ["-DAMEM_BF16_MUL=0"],
+    # Rows with a program of scalar steps on the vector tiles too (transpose_tuning.h).
+    "stepped_vector": [f"{T}STEPPED_VECTOR=1"],
 }
 # The affine kernel's (the AMEM_AFFINE_* macros of src/copy/affine_cuda.cu, seen by that file
 # alone): every load pattern, thread count, loads in flight, grid and packing, each run on the

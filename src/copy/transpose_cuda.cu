@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "copy/affine_kernel.h"
 #include "copy/kernel_launch.h"
@@ -296,12 +297,42 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
 }
 
 #if AMEM_TRANSPOSE_VECTOR
+constexpr int kVector = 4;
+
+// A vector of source elements as the destination holds them: the plain conversion, or the row's
+// program of scalar steps (Steps::plain) on all of them at once, which is what the element path
+// runs on each (the same bits: each element's arithmetic does not depend on its neighbours).
+template <typename K>
+__device__ __forceinline__ void ConvertVector(const typename K::Source (&in)[kVector],
+                                              typename K::Destination (&out)[kVector], const Steps& steps) {
+  if constexpr (!K::kSteps) {
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) out[e] = K::Convert(in[e]);
+  } else {
+    using S = typename K::Source;
+    using D = typename K::Destination;
+    if constexpr (AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> && std::is_same_v<D, affine_math::Bf16>) {
+      if (steps.bf16_product) {
+#pragma unroll
+        for (int e = 0; e < kVector; ++e) out[e] = affine_math::MulBf16(in[e], steps.scalars[0]);
+        return;
+      }
+    }
+    float v[kVector];
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) v[e] = affine_math::Load<float>(in[e]);
+    RunProgram<kVector>(v, steps, [](int) { return int64_t{0}; });  // scalar steps: no element numbers
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) out[e] = affine_math::Store<D, float>::Of(v[e]);
+  }
+}
+
 // A tile four elements a thread per access. A warp spans 8 four-element chunks of 4 lines (one
 // 128-byte segment of each of 4 f32 source rows; 64 bytes of each of 4 bf16 view rows): each
 // access fills whole sectors. Shared memory holds one element a word, rows T + 1 words apart, so
 // that the warp's 32 word accesses, (line + 4 * chunk + element) mod 32, meet 32 banks both when
-// it writes a chunk of a source row and when it reads a chunk down a tile column.
-constexpr int kVector = 4;
+// it writes a chunk of a source row and when it reads a chunk down a tile column. Rows with a
+// program of scalar steps come here too where AMEM_TRANSPOSE_STEPPED_VECTOR is on (ConvertVector).
 constexpr int kChunkGroups = kTile / kVector / 8;  // warps across a tile row
 constexpr int kVectorLines = kThreads / 32 / kChunkGroups * 4;  // tile rows the block covers at once
 constexpr int kVectorPasses = kTile / kVectorLines;
@@ -311,7 +342,7 @@ static_assert(kThreads / 32 % kChunkGroups == 0 && kTile % kVectorLines == 0, "t
 // vector; false (nothing done) otherwise: the element path takes it.
 template <typename K>
 __device__ bool VectorTile(const TransposeRow& row, int64_t unit, const char* source, char* destination,
-                           unsigned char* shared) {
+                           unsigned char* shared, const Steps& steps) {
   using S = typename K::Source;
   using D = typename K::Destination;
   struct alignas(kVector * sizeof(S)) Loaded { S v[kVector]; };
@@ -339,9 +370,11 @@ __device__ bool VectorTile(const TransposeRow& row, int64_t unit, const char* so
   }
 #pragma unroll
   for (int p = 0; p < kVectorPasses; ++p) {
+    D converted[kVector];
+    ConvertVector<K>(loaded[p].v, converted, steps);
 #pragma unroll
     for (int e = 0; e < kVector; ++e) {
-      tile[((line + p * kVectorLines) * kPitch + chunk * kVector + e) * kSpread] = K::Convert(loaded[p].v[e]);
+      tile[((line + p * kVectorLines) * kPitch + chunk * kVector + e) * kSpread] = converted[e];
     }
   }
   __syncthreads();
@@ -376,8 +409,11 @@ __device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* sourc
                         unsigned char* shared, const Steps& steps) {
   if (row.rows > 1 && row.cols > 1) {
 #if AMEM_TRANSPOSE_VECTOR
-    if constexpr (!K::kSteps) {
-      if (VectorTile<K>(row, unit, source, destination, shared)) return;
+    if constexpr (!K::kSteps || AMEM_TRANSPOSE_STEPPED_VECTOR) {
+      // A program with vector constants or a division looks up element numbers: the element path.
+      if (!K::kSteps || steps.plain) {
+        if (VectorTile<K>(row, unit, source, destination, shared, steps)) return;
+      }
     }
 #endif
     TransposeTile<K>(row, unit, source, destination, shared, steps);

@@ -60,3 +60,12 @@
 #ifndef AMEM_TRANSPOSE_VECTOR
 #define AMEM_TRANSPOSE_VECTOR 1
 #endif
+
+// 1 (with AMEM_TRANSPOSE_VECTOR): rows with a program of scalar steps and no division (a query
+// scale, a norm offset) take the vector tiles too, the program run on each four-element vector
+// (same bits as the element path). Off until timed on a GPU: the scaled transposed swaps run
+// 1.14-1.19x the plain ones on the element path (docs/limits.md); measure with
+// F=-DAMEM_TRANSPOSE_STEPPED_VECTOR=1; CUDAFLAGS="$F" CXXFLAGS="$F" bash scripts/gpu_test.sh build swap_scale
+#ifndef AMEM_TRANSPOSE_STEPPED_VECTOR
+#define AMEM_TRANSPOSE_STEPPED_VECTOR 0
+#endif
