@@ -130,6 +130,30 @@ __device__ __forceinline__ typename K::Destination Apply(const Steps& steps, typ
   }
 }
 
+// N source elements of a row with a program as the destination holds them: the program on all N
+// at once, or, for a bfloat16 row times its exact scale, one bfloat16 multiply an element
+// (AMEM_BF16_MUL, affine_math.h). `n(e)` is element e's view element number, which vector
+// constants look up. The element tiles and the vector tiles both convert through here.
+template <typename K, int N, typename Numbers>
+__device__ __forceinline__ void StepElements(const typename K::Source (&in)[N], typename K::Destination (&out)[N],
+                                             const Steps& steps, Numbers n) {
+  using S = typename K::Source;
+  using D = typename K::Destination;
+  if constexpr (AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> && std::is_same_v<D, affine_math::Bf16>) {
+    if (steps.bf16_product) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) out[e] = affine_math::MulBf16(in[e], steps.scalars[0]);
+      return;
+    }
+  }
+  float v[N];  // the pairs of this kernel all compute in float32
+#pragma unroll
+  for (int e = 0; e < N; ++e) v[e] = affine_math::Load<float>(in[e]);
+  RunProgram<N>(v, steps, n);
+#pragma unroll
+  for (int e = 0; e < N; ++e) out[e] = affine_math::Store<D, float>::Of(v[e]);
+}
+
 // Padding of a tile row, in elements: a word stride that is odd, so the threads of a warp reading
 // down a column of the tile hit every bank once.
 template <typename D>
@@ -180,50 +204,31 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
   const int across = static_cast<int>(view_rows_left < kTile ? view_rows_left : kTile) - tx;
   const S* src = reinterpret_cast<const S*>(source) + b * matrix + (i0 + ty) * view_rows + j0 + tx;
   const int64_t src_step = kThreadsY * view_rows;
-  // Read: source rows i (the view's columns), along j (the view's rows): coalesced.
-  S loaded[kRowsPerThread][kColsPerThread] = {};
+  // Read: source rows i (the view's columns), along j (the view's rows): coalesced. This thread's
+  // element (r, c), loaded[r * kColsPerThread + c], is view element (b, j0 + tx + c * 32, i0 + ty + r * 8).
+  constexpr int kEach = kRowsPerThread * kColsPerThread;
+  S loaded[kEach] = {};
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
     for (int c = 0; c < kColsPerThread; ++c) {
-      if (r * kThreadsY < down && c * kThreadsX < across) loaded[r][c] = src[r * src_step + c * kThreadsX];
-    }
-  }
-  // A bfloat16 tile times its exact scale: one multiply an element (AMEM_BF16_MUL, affine_math.h).
-  bool multiplied = false;
-  if constexpr (K::kSteps && AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> &&
-                std::is_same_v<D, affine_math::Bf16>) {
-    if (steps.bf16_product) {
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-#pragma unroll
-        for (int c = 0; c < kColsPerThread; ++c) {
-          if (r * kThreadsY < down && c * kThreadsX < across) {
-            tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::MulBf16(loaded[r][c], steps.scalars[0]);
-          }
-        }
+      if (r * kThreadsY < down && c * kThreadsX < across) {
+        loaded[r * kColsPerThread + c] = src[r * src_step + c * kThreadsX];
       }
-      multiplied = true;
     }
   }
-  if (multiplied) {
-    // the tile is written
-  } else if constexpr (K::kSteps) {
-    // All of this thread's elements through the program at once; element (r, c) is view element
-    // (b, j0 + tx + c * 32, i0 + ty + r * 8), whose number looks up vector constants.
-    constexpr int kEach = kRowsPerThread * kColsPerThread;
-    float v[kEach];
-#pragma unroll
-    for (int e = 0; e < kEach; ++e) v[e] = affine_math::Load<float>(loaded[e / kColsPerThread][e % kColsPerThread]);
+  if constexpr (K::kSteps) {
+    // All of this thread's elements through the program at once (its steps chosen once for all).
+    D converted[kEach];
     const int64_t n0 = b * matrix + (j0 + tx) * view_cols + i0 + ty;
-    RunProgram<kEach>(v, steps, [&](int e) {
+    StepElements<K, kEach>(loaded, converted, steps, [&](int e) {
       return n0 + (e % kColsPerThread) * kThreadsX * view_cols + (e / kColsPerThread) * kThreadsY;
     });
 #pragma unroll
     for (int e = 0; e < kEach; ++e) {
       const int r = e / kColsPerThread, c = e % kColsPerThread;
       if (r * kThreadsY < down && c * kThreadsX < across) {
-        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = affine_math::Store<D, float>::Of(v[e]);
+        tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = converted[e];
       }
     }
   } else {
@@ -232,7 +237,7 @@ __device__ void TransposeTile(const TransposeRow& row, int64_t unit, const char*
 #pragma unroll
       for (int c = 0; c < kColsPerThread; ++c) {
         if (r * kThreadsY < down && c * kThreadsX < across) {
-          tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r][c]);
+          tile[(ty + r * kThreadsY) * kPitch + tx + c * kThreadsX] = K::Convert(loaded[r * kColsPerThread + c]);
         }
       }
     }
@@ -300,30 +305,15 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
 constexpr int kVector = 4;
 
 // A vector of source elements as the destination holds them: the plain conversion, or the row's
-// program of scalar steps (Steps::plain) on all of them at once, which is what the element path
-// runs on each (the same bits: each element's arithmetic does not depend on its neighbours).
+// program of scalar steps (Steps::plain: no element numbers to look up) as the element tiles run it.
 template <typename K>
 __device__ __forceinline__ void ConvertVector(const typename K::Source (&in)[kVector],
                                               typename K::Destination (&out)[kVector], const Steps& steps) {
-  if constexpr (!K::kSteps) {
+  if constexpr (K::kSteps) {
+    StepElements<K, kVector>(in, out, steps, [](int) { return int64_t{0}; });
+  } else {
 #pragma unroll
     for (int e = 0; e < kVector; ++e) out[e] = K::Convert(in[e]);
-  } else {
-    using S = typename K::Source;
-    using D = typename K::Destination;
-    if constexpr (AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> && std::is_same_v<D, affine_math::Bf16>) {
-      if (steps.bf16_product) {
-#pragma unroll
-        for (int e = 0; e < kVector; ++e) out[e] = affine_math::MulBf16(in[e], steps.scalars[0]);
-        return;
-      }
-    }
-    float v[kVector];
-#pragma unroll
-    for (int e = 0; e < kVector; ++e) v[e] = affine_math::Load<float>(in[e]);
-    RunProgram<kVector>(v, steps, [](int) { return int64_t{0}; });  // scalar steps: no element numbers
-#pragma unroll
-    for (int e = 0; e < kVector; ++e) out[e] = affine_math::Store<D, float>::Of(v[e]);
   }
 }
 
