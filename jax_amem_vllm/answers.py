@@ -40,3 +40,11 @@ def serving_state_of(worker) -> str:
     read by a trainer whose update failed, after it ended the update."""
     engine = _engine(worker)
     return engine.serving_state() if engine is not None else ""
+
+
+def asleep_of(worker) -> list[str]:
+    """The vLLM memory tags asleep in the worker's process ("weights", "kv_cache"): read before
+    an update and by a colocated loop before it wakes the KV cache."""
+    from .sleep import asleep_tags
+
+    return asleep_tags()

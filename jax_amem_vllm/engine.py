@@ -51,6 +51,8 @@ from .layout import DEFAULT_STAGING_BYTES, describe
 from .copies import copy_all
 from .registry import publish
 from .reprocess import reprocess
+from .sleep import asleep_tags
+from .versions import check_supported
 
 
 @dataclass
@@ -98,6 +100,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     supports_draft_weight_update = False
 
     def __init__(self, config, vllm_config, device, model) -> None:
+        check_supported()   # an engine on an untested vLLM fails at start, naming the range
         super().__init__(config, vllm_config, device, model)
         self.layout = None
         self.tp_rank = 0
@@ -113,6 +116,14 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.timeout = 300.0
         self.setup = ""                          # this setup's own id (a fresh one per init), "" when none
         self.failure = ""                        # the last update_weights' failure, until taken
+
+    @staticmethod
+    def trainer_send_weights(iterator, trainer_args) -> None:
+        """vLLM's trainer-side entry of a backend (abstract in vLLM 0.26). A jax-amem trainer
+        writes the workers' buffers itself, planned from their description: there is no
+        stream of (name, tensor) pairs to send."""
+        raise NotImplementedError("jax_amem: a trainer updates the engine with jax_amem.vllm.connect(llm, params, "
+                                  "...).update(params), not trainer_send_weights (docs/vllm.md)")
 
     # --- what the trainer reads (same process) ---------------------------------------------
     def description(self, setup: str | None = None) -> dict[str, Any]:
@@ -180,6 +191,10 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def start_weight_update(self) -> None:
         if self.layout is None:
             raise RuntimeError("jax_amem: init_weight_transfer_engine must come before an update")
+        if "weights" in asleep_tags():
+            # Its parameters are unmapped: a write would fault the GPU. Refused before anything.
+            raise RuntimeError("jax_amem: the engine sleeps and its weights are not mapped: call "
+                               "llm.wake_up(tags=['weights']) before an update; nothing was written")
         # vLLM refuses a start while its own update is active, so an update of ours still open
         # here is one that never reached finish_weight_update (a trainer that stopped, a start
         # that failed): end it (refusing if it wrote).

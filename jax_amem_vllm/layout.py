@@ -126,7 +126,7 @@ def derived(module: torch.nn.Module, attr: str) -> bool:
     attention's W_UK_T and W_UV, cut from kv_b_proj by the attention layer's
     `process_weights_after_loading`. Nothing stages it; that processing makes it again (as at
     load, and as vLLM's own reload does) once the tensors it reads are committed."""
-    from vllm.model_executor.layers.attention import is_deferred_attention_layer
+    from .versions import is_deferred_attention_layer
 
     return is_deferred_attention_layer(module) and attr not in recorded(module)
 
@@ -156,7 +156,7 @@ def processing_is_identity(method) -> bool:
 
 def describe(model: torch.nn.Module, budget: int = 0) -> Describe:
     """The model's groups, packed into batches of at most `budget` staging bytes."""
-    from vllm.distributed.weight_transfer.base import layerwise_groups
+    from .versions import layer_groups
 
     params = dict(model.named_parameters())           # tied parameters appear once
     owner_of: dict[int, list[tuple[str, torch.nn.Module, str]]] = {}
@@ -166,7 +166,7 @@ def describe(model: torch.nn.Module, budget: int = 0) -> Describe:
 
     groups, owners, group_modules, followers, derivers = [], {}, [], {}, {}
     sizes = []
-    for index, names in enumerate(layerwise_groups(list(params))):
+    for index, names in enumerate(layer_groups(list(params))):
         offset, group, modules = 0, [], []
         for name in names:
             module_name, module, attr = next(o for o in owner_of[id(params[name])]

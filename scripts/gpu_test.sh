@@ -43,6 +43,11 @@
 #                  then scripts/profile_vllm_update.py (about 3 minutes; not in the default list)
 #   tune_affine    scripts/tune_affine.sh: the affine kernel's compile-time configurations, each against
 #                  cudaMemcpyAsync and bit-checked (about 3 minutes; not in the default list)
+#   vllm_payload   scripts/vllm_gpu_install.sh: the vLLM 0.26 payload carried in .vllm-payload (made here by
+#                  scripts/vllm_gpu_payload.sh), checked and unpacked into $VLLM_SITE (/tmp/vllm-site); the
+#                  vLLM steps below put it first on PYTHONPATH; not in the default list
+#   vllm_gpu       tests/test_vllm_gpu.py: real vLLM GPU engines updated by the backend (in process, in vLLM's
+#                  engine-core process over CUDA IPC, the colocated loop with sleep mode); not in the default list
 #   tune_transpose scripts/tune_transpose.sh: the same for the fused transpose-and-cast kernel on the
 #                  real-size preset's rows (about 3 minutes; not in the default list)
 #
@@ -65,6 +70,7 @@ for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
   command -v nvcc >/dev/null || { [ -x $d/nvcc ] && export PATH=$PATH:$d; }
 done
 export JAX_AMEM_CUDA=${JAX_AMEM_CUDA:-ON}
+export VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}   # the vLLM payload, unpacked by the vllm_payload step
 ALL="build gpu swap_ipc swap_nccl vllm_nccl swap_multigpu nccl nccl_new bench"
 STEPS=${*:-${STEPS:-$ALL}}
 MULTI_PROCESS="tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py tests/test_swap_ipc.py tests/test_swap_nccl.py tests/test_swap_multigpu.py tests/test_vllm_nccl.py"
@@ -152,6 +158,11 @@ for name in $STEPS; do
       fi
       TAIL=16 step nccl_scale 220 env -u JAX_AMEM_NCCL_LIBRARY $SCALE --methods recreate:2
       TAIL=16 step nccl_cycles 110 env -u JAX_AMEM_NCCL_LIBRARY $CYCLES --methods recreate:20 ;;
+    vllm_payload)
+      step vllm_payload 240 bash scripts/vllm_gpu_install.sh .vllm-payload ;;
+    vllm_gpu)
+      TAIL=${TAIL:-40} step vllm_gpu ${VLLM_LIMIT:-560} env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
+        $PY -P -m pytest -v -rs ${VLLM_TESTS:-tests/test_vllm_gpu.py} ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)
@@ -190,7 +201,7 @@ for name in $STEPS; do
       TAIL=${TAIL:-14} step vllm_ipc_groups 240 $PY -P benchmarks/vllm_ipc.py --repeats 5 --staging-bytes 0
       TAIL=${TAIL:-12} step vllm_profile 120 $PY -P scripts/profile_vllm_update.py --repeats 5 ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale vllm_ipc numa multigpu hostile_demo)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale vllm_ipc vllm_payload vllm_gpu numa multigpu hostile_demo)"; exit 2 ;;
   esac
 done
 

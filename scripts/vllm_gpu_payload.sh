@@ -10,22 +10,23 @@
 # What is left out of vLLM's wheel, and why (the GPU machines are Hopper, sm_90):
 #   vllm_flash_attn/_vllm_fa2_C   FlashAttention 2, imported behind a guard; Hopper runs FA3
 #   vllm-rs                       the opt-in Rust frontend
-#   deep_gemm/_C for Pythons other than 3.12
+#   deep_gemm/_C for Pythons other than 3.12, and the CUTLASS headers of deep_gemm and fmha_sm100
+#   (compiled at run time for FP8 and Blackwell kernels only)
 #   other architectures' GPU code in _C and _moe_C: zeroed by scripts/prune_fatbin.py, so xz
 #   removes it (the files keep their size and layout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.vllm-payload}
 VLLM=0.26.0
-PIECE=${PIECE:-56M}   # a device call carries 64 MiB with the working tree
+PIECE=${PIECE:-56M}   # a device call carries 64 MiB with the working tree (one piece today)
 # Beyond the GPU image (Python 3.12, torch 2.11.0+cu130, transformers 5.17): what vLLM's engine
 # imports on the way to serving a model with load_format="dummy" and no tokenizer.
-SMALL="annotated-types==0.7.0 apache-tvm-ffi==0.1.10 blake3 cachetools cbor2 fastapi==0.136.1 jiter
-llguidance==1.7.3 msgspec openai openai-harmony partial-json-parser pybase64 pydantic==2.12.5
-pydantic-core==2.41.5 pyzmq setproctitle sniffio starlette typing-inspection xgrammar==0.2.1 ijson
+SMALL="annotated-types==0.7.0 apache-tvm-ffi==0.1.10 blake3 cachetools cbor2 fastapi<0.137 jiter
+llguidance msgspec openai openai-harmony partial-json-parser pybase64 pydantic>=2.12,<2.13
+pydantic-core==2.41.5 pyzmq setproctitle sniffio starlette typing-inspection xgrammar<1 ijson
 depyf==0.20.0 astor dill lark==1.2.2 python-json-logger diskcache gguf prometheus-client
 prometheus-fastapi-instrumentator watchfiles anyio h11 httpcore httpx distro py-cpuinfo cloudpickle
-einops compressed-tensors==0.17.0 lm-format-enforcer==0.11.3 interegular msgpack uvloop"
+einops compressed-tensors==0.17.0 lm-format-enforcer==0.11.3 interegular msgpack"
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_5_x86_64"
 work=$(mktemp -d)
@@ -46,6 +47,7 @@ echo "== unpacking vLLM, less what Hopper does not run"
 unzip -q "$work"/vllm/vllm-*.whl -d "$site"
 rm -f "$site"/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$site"/vllm/vllm-rs \
       "$site"/vllm/third_party/deep_gemm/_C.cpython-3{10,11,13,14}-*.so
+rm -rf "$site"/vllm/third_party/fmha_sm100 "$site"/vllm/third_party/deep_gemm/include
 python3 scripts/prune_fatbin.py --arch 90 "$site"/vllm/_C_stable_libtorch.abi3.so "$site"/vllm/_moe_C_stable_libtorch.abi3.so
 for wheel in "$work"/small/*.whl; do unzip -q -o "$wheel" -d "$site"; done
 echo "== compressing (a few minutes)"

@@ -6,10 +6,16 @@ vLLM's weight-transfer API (the worker's half is the `jax_amem_vllm` package, wh
     report = engine.update(params)                                # every training step
     print(report)
 
+    loop = jax_amem.vllm.Colocated(engine)   # an engine with sleep mode, sharing the GPU with the trainer
+    loop.to_rollout(params, keep=state)      # wake weights, update, pause the trainer, wake the KV cache
+    loop.to_trainer()                        # the engine sleeps, the trainer resumes
+
 See docs/vllm.md.
 """
 
+from .colocated import Colocated, SwitchReport
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .trainer import VllmEngine, VllmUpdateReport, connect
 
-__all__ = ["VllmBackendError", "VllmEngine", "VllmPlanError", "VllmUpdateError", "VllmUpdateReport", "connect"]
+__all__ = ["Colocated", "SwitchReport", "VllmBackendError", "VllmEngine", "VllmPlanError", "VllmUpdateError",
+           "VllmUpdateReport", "connect"]

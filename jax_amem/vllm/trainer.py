@@ -31,7 +31,7 @@ from .names import match
 from .ranks import rank_pieces
 from .steps import Step, common_batches
 from .unread import refusal
-from . import nccl, options
+from . import nccl, options, readiness
 from .transports import InProcess, Nccl, alive, checked_transport, open_rank, placement
 
 BACKEND = "jax_amem"
@@ -588,6 +588,7 @@ class VllmEngine:
             if self._dead():
                 raise RuntimeError("a worker process exited")
             # The first update joins the NCCL link: the workers join in start_weight_update.
+            self._check_ready()
             self._check_setup()
             join = None if self.link is None or self.link.joined else self.link.join
             self._rpc("start_weight_update", alongside=join)
@@ -601,6 +602,17 @@ class VllmEngine:
                                       "wait for it to finish; nothing was written", served="updating") from error
             raise VllmUpdateError(f"the engine refused to start an update: {error}; nothing was written",
                                   served="old") from error
+
+    def _check_ready(self) -> None:
+        """A generate in flight or weights asleep: refused before anything is written (readiness.py)."""
+        asleep = []
+        if readiness.sleep_mode(self.llm):
+            from jax_amem_vllm.answers import asleep_of
+
+            asleep = sorted({tag for tags in self._rpc(asleep_of) for tag in tags})
+        why = readiness.refusal(self.llm, asleep)
+        if why is not None:
+            raise VllmUpdateError(f"{why}; nothing was written", served="old")
 
     def _raise_worker_failures(self) -> None:
         """The workers keep an update_weights failure for this call rather than raising it

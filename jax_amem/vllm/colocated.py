@@ -1,0 +1,129 @@
+"""A JAX trainer and a vLLM engine taking turns on the same GPUs (`jax_amem.vllm.Colocated`).
+
+The engine runs with vLLM's sleep mode (`vllm.LLM(..., enable_sleep_mode=True)`): its weights
+and KV cache live in vLLM's own pool, which `llm.sleep()` unmaps and `llm.wake_up(tags=...)`
+maps back. The trainer's memory is paused by jax-amem (`jax_amem.pause`: the arrays to pinned
+host memory, XLA's pool and NCCL's buffers freed). One step of the loop:
+
+    trainer phase   engine asleep (weights and KV cache unmapped), trainer on the GPU
+    to_rollout      wake the weights -> update them from the trainer -> pause the trainer
+                    -> wake the KV cache
+    rollout phase   trainer paused, engine serving
+    to_trainer      engine sleeps -> resume the trainer
+
+Each switch checks its state first and refuses, with nothing changed, what would fault or
+serve wrong weights: an update while the weights sleep (vLLM faults there), an update during a
+generate, the KV cache woken while the weights sleep, a switch out of order, an engine started
+without sleep mode.
+
+Sleep level: every parameter the engine serves is written by the update, so the weights need
+not be kept while the engine sleeps; `level=2` discards them (no copy to host at sleep, none
+back at wake), `level=1` (vLLM's default) backs them up to host memory and copies them back
+before the update overwrites them. A failed update leaves the engine refusing to serve
+(docs/vllm.md, "Versions") either way; with level 2 the next complete update is the only way
+back, as it is with level 1 once a group was written.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .errors import VllmBackendError, VllmUpdateError
+from . import readiness
+
+TRAINER, ROLLOUT = "trainer", "rollout"
+
+
+@dataclass
+class SwitchReport:
+    """What one switch did and how long each part took (seconds)."""
+
+    direction: str
+    seconds: float
+    parts: dict = field(default_factory=dict)   # part -> seconds, in the order they ran
+    update: object = None                        # the VllmUpdateReport (to_rollout)
+    pause: object = None                         # jax_amem.pause's PauseInfo (to_rollout)
+    restored: object = None                      # jax_amem.resume's Restored (to_trainer)
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{name} {seconds * 1e3:.1f} ms" for name, seconds in self.parts.items())
+        return f"switch to {self.direction} in {self.seconds * 1e3:.1f} ms ({parts})"
+
+
+class Colocated:
+    """A connected engine (`jax_amem.vllm.connect`) and the trainer of this process, switched.
+
+    Starts in the trainer phase: the engine is put to sleep here if it is awake. `level` is the
+    engine's sleep level (1 or 2, module docstring). `to_rollout(params, keep=..., drop=...)`
+    updates the engine from `params` and pauses the trainer (`keep`/`drop` as jax_amem.pause
+    takes them; the trainer's arrays are deleted); `to_trainer()` puts the engine to sleep and
+    resumes the trainer, returning `jax_amem.resume`'s Restored (the new arrays in `.keep`)."""
+
+    def __init__(self, engine, *, level: int = 1):
+        llm = engine.llm
+        if not readiness.sleep_mode(llm):
+            raise VllmBackendError("Colocated needs an engine started with sleep mode: vllm.LLM(..., "
+                                   "enable_sleep_mode=True); this one was started without it, so its memory "
+                                   "cannot be freed for the trainer")
+        if isinstance(level, bool) or level not in (1, 2):
+            raise VllmBackendError(f"Colocated(level={level!r:.40}): vLLM's sleep level is 1 (weights backed up "
+                                   "to host memory) or 2 (weights discarded: every one is written by the update)")
+        self.engine, self.llm, self.level = engine, llm, level
+        self.phase = TRAINER
+        if "weights" not in self.asleep():
+            self.llm.sleep(level=level)
+
+    def asleep(self) -> list[str]:
+        """The engine's memory tags asleep now ("weights", "kv_cache"), as its workers say."""
+        from jax_amem_vllm.answers import asleep_of
+
+        return sorted({tag for tags in self.engine._rpc(asleep_of) for tag in tags})
+
+    def to_rollout(self, params, *, keep=None, drop=None) -> SwitchReport:
+        import jax_amem
+
+        self._expect(TRAINER, "to_rollout")
+        if readiness.generating(self.llm):
+            raise VllmUpdateError("the engine has requests in flight: a switch to the rollout waits for them; "
+                                  "nothing was changed", served="old")
+        parts, start = {}, time.perf_counter()
+        self._timed(parts, "wake weights", lambda: self.llm.wake_up(tags=["weights"]))
+        update = self._timed(parts, "update", lambda: self.engine.update(params))
+        pause = self._timed(parts, "pause trainer", lambda: jax_amem.pause(keep=keep, drop=drop))
+        self.wake_kv_cache(parts)
+        self.phase = ROLLOUT
+        return SwitchReport("rollout", time.perf_counter() - start, parts, update=update, pause=pause)
+
+    def wake_kv_cache(self, parts: dict | None = None) -> None:
+        """Maps the engine's KV cache back; refused while its weights sleep (a generate would
+        read unmapped weights)."""
+        if "weights" in self.asleep():
+            raise VllmBackendError("the engine's weights sleep: wake them (and update them) before the KV cache, "
+                                   "llm.wake_up(tags=['weights']); nothing was woken")
+        self._timed(parts if parts is not None else {}, "wake kv cache", lambda: self.llm.wake_up(tags=["kv_cache"]))
+
+    def to_trainer(self) -> SwitchReport:
+        import jax_amem
+
+        self._expect(ROLLOUT, "to_trainer")
+        if readiness.generating(self.llm):
+            raise VllmBackendError("the engine has requests in flight: it sleeps once they finish; nothing was "
+                                   "changed")
+        parts, start = {}, time.perf_counter()
+        self._timed(parts, "engine sleep", lambda: self.llm.sleep(level=self.level))
+        restored = self._timed(parts, "resume trainer", jax_amem.resume)
+        self.phase = TRAINER
+        return SwitchReport("trainer", time.perf_counter() - start, parts, restored=restored)
+
+    def _expect(self, phase: str, call: str) -> None:
+        if self.phase != phase:
+            other = "to_trainer()" if phase == TRAINER else "to_rollout(params)"
+            raise VllmBackendError(f"Colocated.{call}: the loop is in its {self.phase} phase; {other} comes first")
+
+    @staticmethod
+    def _timed(parts: dict, name: str, run):
+        t0 = time.perf_counter()
+        result = run()
+        parts[name] = time.perf_counter() - t0
+        return result
