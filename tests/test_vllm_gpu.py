@@ -93,6 +93,11 @@ def test_in_process_engine_three_versions_equal_vllms_own_load(tmp_root, family,
             report = engine.update(on_gpu(tree))
             assert report.version == version and report.groups == vm.L + 2
             check_version(llm, tmp_root, family, kv, version, eager)
+        # A mix of versions is refused by the model's forward, also where CUDA graphs replay (last:
+        # vLLM keeps the refused requests, so the engine serves nothing after).
+        engine.worker._refuse("a test's mix")
+        with pytest.raises(Exception, match="mix of two versions"):
+            vm.greedy(llm)
     finally:
         vm.shut(llm)
 

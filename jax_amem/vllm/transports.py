@@ -90,6 +90,7 @@ class InProcess(_TorchStaging):
     def __init__(self, worker, note: dict):
         super().__init__(note, worker.staging)
         self.worker = worker
+        worker.write_in_place()   # a GPU worker's as-loaded parameters: written by address, no staging copy
 
     def _follow_worker(self, groups: tuple[int, ...]) -> None:
         if self.worker.staging is None:
