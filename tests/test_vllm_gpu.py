@@ -180,7 +180,7 @@ def test_colocated_loop_with_sleep_mode(tmp_root):
         with pytest.raises(jv.VllmBackendError, match="weights sleep"):
             loop.wake_kv_cache()
         assert loop.asleep() == ["kv_cache", "weights"]
-        with pytest.raises(jv.VllmBackendError, match="trainer phase"):
+        with pytest.raises(jv.VllmBackendError, match="trainer is not paused"):
             loop.to_trainer()
         for version, tree in enumerate(versions, 1):
             params = on_gpu(tree)

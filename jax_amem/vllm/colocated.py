@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from .errors import VllmBackendError, VllmUpdateError
 from . import readiness
 
-TRAINER, ROLLOUT = "trainer", "rollout"
-
 
 @dataclass
 class SwitchReport:
@@ -54,11 +52,16 @@ class SwitchReport:
 class Colocated:
     """A connected engine (`jax_amem.vllm.connect`) and the trainer of this process, switched.
 
-    Starts in the trainer phase: the engine is put to sleep here if it is awake. `level` is the
-    engine's sleep level (1 or 2, module docstring). `to_rollout(params, keep=..., drop=...)`
-    updates the engine from `params` and pauses the trainer (`keep`/`drop` as jax_amem.pause
-    takes them; the trainer's arrays are deleted); `to_trainer()` puts the engine to sleep and
-    resumes the trainer, returning `jax_amem.resume`'s Restored (the new arrays in `.keep`)."""
+    The engine is put to sleep here if it is awake (the loop starts in the trainer phase).
+    `level` is its sleep level (1 or 2, module docstring).
+
+    `to_rollout(params, keep=..., drop=...)` wakes the weights, updates them from `params`,
+    pauses the trainer (`keep`/`drop` as jax_amem.pause takes them: the arrays are deleted) and
+    wakes the KV cache; `to_trainer()` puts the engine to sleep and resumes the trainer, its
+    report's `.restored` holding jax_amem.resume's new arrays (`.keep`). The steps are also
+    methods of their own, for a loop that orders them itself (the demo's rollout updates before
+    it pauses, and generates, then sleeps, inside its pause): `wake_weights`, `update`,
+    `wake_kv_cache`, `sleep`."""
 
     def __init__(self, engine, *, level: int = 1):
         llm = engine.llm
@@ -70,9 +73,8 @@ class Colocated:
             raise VllmBackendError(f"Colocated(level={level!r:.40}): vLLM's sleep level is 1 (weights backed up "
                                    "to host memory) or 2 (weights discarded: every one is written by the update)")
         self.engine, self.llm, self.level = engine, llm, level
-        self.phase = TRAINER
-        if "weights" not in self.asleep():
-            self.llm.sleep(level=level)
+        if self.asleep() != ["kv_cache", "weights"]:
+            self.sleep()
 
     def asleep(self) -> list[str]:
         """The engine's memory tags asleep now ("weights", "kv_cache"), as its workers say."""
@@ -80,46 +82,59 @@ class Colocated:
 
         return sorted({tag for tags in self.engine._rpc(asleep_of) for tag in tags})
 
+    # --- the steps ----------------------------------------------------------------------------
+    def sleep(self) -> None:
+        """The engine's weights and KV cache unmapped (refused while it has requests in flight)."""
+        if readiness.generating(self.llm):
+            raise VllmBackendError("the engine has requests in flight: it sleeps once they finish; nothing was "
+                                   "changed")
+        self.llm.sleep(level=self.level)
+
+    def wake_weights(self) -> None:
+        if "weights" in self.asleep():
+            self.llm.wake_up(tags=["weights"])
+
+    def update(self, params):
+        """The engine's weights from `params` (VllmEngine.update; refused while they sleep)."""
+        return self.engine.update(params)
+
+    def wake_kv_cache(self) -> None:
+        """The KV cache mapped back; refused while the weights sleep (a generate would read
+        unmapped weights)."""
+        asleep = self.asleep()
+        if "weights" in asleep:
+            raise VllmBackendError("the engine's weights sleep: wake them (and update them) before the KV cache, "
+                                   "llm.wake_up(tags=['weights']); nothing was woken")
+        if "kv_cache" in asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+
+    # --- the two switches -----------------------------------------------------------------------
     def to_rollout(self, params, *, keep=None, drop=None) -> SwitchReport:
         import jax_amem
 
-        self._expect(TRAINER, "to_rollout")
+        if jax_amem.is_paused():
+            raise VllmBackendError("Colocated.to_rollout: the trainer is paused already (the loop is in its "
+                                   "rollout phase); to_trainer() comes first")
         if readiness.generating(self.llm):
             raise VllmUpdateError("the engine has requests in flight: a switch to the rollout waits for them; "
                                   "nothing was changed", served="old")
         parts, start = {}, time.perf_counter()
-        self._timed(parts, "wake weights", lambda: self.llm.wake_up(tags=["weights"]))
-        update = self._timed(parts, "update", lambda: self.engine.update(params))
+        self._timed(parts, "wake weights", self.wake_weights)
+        update = self._timed(parts, "update", lambda: self.update(params))
         pause = self._timed(parts, "pause trainer", lambda: jax_amem.pause(keep=keep, drop=drop))
-        self.wake_kv_cache(parts)
-        self.phase = ROLLOUT
+        self._timed(parts, "wake kv cache", self.wake_kv_cache)
         return SwitchReport("rollout", time.perf_counter() - start, parts, update=update, pause=pause)
-
-    def wake_kv_cache(self, parts: dict | None = None) -> None:
-        """Maps the engine's KV cache back; refused while its weights sleep (a generate would
-        read unmapped weights)."""
-        if "weights" in self.asleep():
-            raise VllmBackendError("the engine's weights sleep: wake them (and update them) before the KV cache, "
-                                   "llm.wake_up(tags=['weights']); nothing was woken")
-        self._timed(parts if parts is not None else {}, "wake kv cache", lambda: self.llm.wake_up(tags=["kv_cache"]))
 
     def to_trainer(self) -> SwitchReport:
         import jax_amem
 
-        self._expect(ROLLOUT, "to_trainer")
-        if readiness.generating(self.llm):
-            raise VllmBackendError("the engine has requests in flight: it sleeps once they finish; nothing was "
-                                   "changed")
+        if not jax_amem.is_paused():
+            raise VllmBackendError("Colocated.to_trainer: the trainer is not paused (the loop is in its trainer "
+                                   "phase); to_rollout(params) comes first")
         parts, start = {}, time.perf_counter()
-        self._timed(parts, "engine sleep", lambda: self.llm.sleep(level=self.level))
+        self._timed(parts, "engine sleep", self.sleep)
         restored = self._timed(parts, "resume trainer", jax_amem.resume)
-        self.phase = TRAINER
         return SwitchReport("trainer", time.perf_counter() - start, parts, restored=restored)
-
-    def _expect(self, phase: str, call: str) -> None:
-        if self.phase != phase:
-            other = "to_trainer()" if phase == TRAINER else "to_rollout(params)"
-            raise VllmBackendError(f"Colocated.{call}: the loop is in its {self.phase} phase; {other} comes first")
 
     @staticmethod
     def _timed(parts: dict, name: str, run):
