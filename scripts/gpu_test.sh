@@ -48,6 +48,9 @@
 #                  vLLM steps below put it first on PYTHONPATH; not in the default list
 #   vllm_gpu       tests/test_vllm_gpu.py: real vLLM GPU engines updated by the backend (in process, in vLLM's
 #                  engine-core process over CUDA IPC, the colocated loop with sleep mode); not in the default list
+#   vllm_bench     benchmarks/vllm_update.py on the GPU (a Qwen3-0.6B-shaped bf16 engine, the update against one
+#                  device copy of its bytes and against device_get + vLLM's reload), in process and with the
+#                  engine core in its own process; needs vllm_payload; not in the default list
 #   tune_transpose scripts/tune_transpose.sh: the same for the fused transpose-and-cast kernel on the
 #                  real-size preset's rows (about 3 minutes; not in the default list)
 #
@@ -163,6 +166,11 @@ for name in $STEPS; do
     vllm_gpu)
       TAIL=${TAIL:-40} step vllm_gpu ${VLLM_LIMIT:-560} env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
         $PY -P -m pytest -v -rs ${VLLM_TESTS:-tests/test_vllm_gpu.py} ;;
+    vllm_bench)
+      TAIL=${TAIL:-12} step vllm_bench 240 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
+        $PY -P benchmarks/vllm_update.py --repeats 5
+      TAIL=${TAIL:-12} step vllm_bench_process 240 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
+        $PY -P benchmarks/vllm_update.py --repeats 5 --engine-process ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)

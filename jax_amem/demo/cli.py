@@ -209,7 +209,11 @@ def main(args) -> int:
     policy, loop = _configs(args)
     make_rollout = None
     if getattr(args, "rollout", "transformers") == "vllm":
+        from ..memory import allocator
         from .vllm_rollout import VllmRollout, vllm_policy
+
+        if not allocator.backends_started():   # on a GPU the engine shares it: XLA must not take 75% first
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
         made = []   # the rollout, for the check after the run
 
