@@ -27,9 +27,10 @@ def _is_deeper(engine_name: str, rule_name: str) -> bool:
     return all(segment in it for segment in want)
 
 
-def match(rules: list, engine_names: list[str]) -> list:
+def match(rules: list, engine_names: list[str], from_preset: bool = True) -> list:
     """`rules` (Rules or Pieces) with destinations renamed to the engine's names; VllmPlanError
-    listing every engine tensor no rule writes and every rule the engine has no tensor for."""
+    listing every engine tensor no rule writes and every rule the engine has no tensor for, with
+    advice for a preset's rules (`from_preset`) or for the user's own (connect's rules=)."""
     names = set(engine_names)
     spare = sorted(names - {r.dst for r in rules})
     rename, unknown = {}, []
@@ -49,11 +50,25 @@ def match(rules: list, engine_names: list[str]) -> list:
             "the rules do not match the engine's model: "
             + (f"{len(unwritten)} engine tensor(s) no rule writes: {few(unwritten)}; " if unwritten else "")
             + (f"{len(unknown)} rule(s) for tensors the engine does not have: {few(unknown)}; " if unknown else "")
-            + ("the preset writes no such bias (family='qwen2' writes q/k/v biases; a config with attention_bias or "
-               "mlp_bias has biases no preset writes): write the rules for this model with "
-               "reshard.rules.from_function, or serve a checkpoint without them; "
-               if any(n.endswith(".bias") for n in unwritten) else "")
-            + "check the family, the source naming and tie_embeddings (a tied model has no lm_head.weight), "
-              "or write the rules for this model with reshard.rules.from_function; nothing was written")
+            + (_advice_preset(unwritten) if from_preset else _advice_own(unwritten)) + "; nothing was written")
     return renamed
 
+
+
+def _advice_preset(unwritten: list[str]) -> str:
+    return (("the preset writes no such bias (family='qwen2' writes q/k/v biases; a config with attention_bias or "
+             "mlp_bias has biases no preset writes): write the rules for this model with "
+             "reshard.rules.from_function, or serve a checkpoint without them; "
+             if any(n.endswith(".bias") for n in unwritten) else "")
+            + "check the family, the source naming and tie_embeddings (a tied model has no lm_head.weight), "
+              "or write the rules for this model with reshard.rules.from_function")
+
+
+def _advice_own(unwritten: list[str]) -> str:
+    """For rules= (the user's own): what vLLM's names are, not what a preset does."""
+    return (("your rules write none of these biases: return them from your function too, in vLLM's fused names "
+             "(a q/k/v bias goes into self_attn.qkv_proj.bias, laid out as the weight's rows); "
+             if any(n.endswith(".bias") for n in unwritten) else "")
+            + "rules= must name the engine's own tensors: vLLM's fused self_attn.qkv_proj and mlp.gate_up_proj, "
+              "the ranks' slices side by side along the split axis, and no lm_head.weight where the engine ties "
+              "its head (docs/reshard.md, 'Into vLLM with your own rules')")

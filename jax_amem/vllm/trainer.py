@@ -361,7 +361,7 @@ class VllmEngine:
                 raise refusal(error, resolved_family(family, source), names) from error
             except (reshard.RuleError, reshard.LayoutError) as error:
                 raise VllmPlanError(f"the trainer's tree does not fit the {family!r} preset: {error}") from error
-        rules = match(list(rules), names)
+        rules = match(list(rules), names, from_preset=family is not None)
         fused_for = {r.groups for r in rules if len(getattr(r, "parts", ())) > 1} - {tp}
         if fused_for:
             raise VllmPlanError(f"the rules fuse tensors for tensor-parallel size {sorted(fused_for)}, but the engine "
