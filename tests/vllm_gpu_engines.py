@@ -24,7 +24,8 @@ CAPTURE_SIZES = [1, 2, 4, 8]   # the batch sizes CUDA graphs are captured for (2
 
 def config_dir(directory: Path, family: str, kv: int) -> Path:
     """A model folder holding only config.json: the engine starts with dummy weights."""
-    config, _ = vm.hf_config(family, kv=kv)
+    config, cls = vm.hf_config(family, kv=kv)
+    config.architectures = [cls.__name__]   # else vLLM resolves the bare model, a pooling one
     directory.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(directory)
     return directory
