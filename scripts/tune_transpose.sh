@@ -108,5 +108,5 @@ for c in "${chosen[@]}"; do
     "$(field casts_pct "$log")" "$bits"
 done
 echo "plain, stepped: registers/spill bytes (ptxas) of the f32 -> bf16 kernel and of the first stepped one with a bf16 side"
-echo "total $((SECONDS - start)) s; per-configuration output: $O/NAME.run.log"
+echo "total $((SECONDS - start)) s; per configuration: $O/NAME.build.log (compile), $O/NAME.run.log (run)"
 exit $failed
