@@ -1,8 +1,8 @@
 // The affine kernel alone (copy::LaunchAffineCopy: a swap's constant steps, here one scalar
 // multiply), against cudaMemcpyAsync of the same buffers (for same-type pairs, what the plain
 // swap runs) and the byte copy kernel, measured in the same run with CUDA events; its output
-// checked bit for bit against the library's CPU loop. scripts/tune_affine.sh builds it once per
-// configuration of the kernel's tunables (affine_cuda.cu); by hand, on the GPU machine:
+// checked bit for bit against the library's CPU loop. scripts/tune_affine.sh builds it and runs it
+// with several piece sizes; by hand, on the GPU machine:
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc -Xcompiler -ffp-contract=off benchmarks/affine_kernel.cu \
 //        src/copy/affine_cuda.cu src/copy/affine.cc src/copy/affine_cpu.cc src/copy/copy_cuda.cu \
@@ -21,8 +21,7 @@
 // (affine_cpu.cc, denormals kept as the GPU keeps them), except that a NaN may be any NaN (the
 // GPU's arithmetic gives its canonical NaN, the CPU's keeps the input's payload); the rest of
 // each destination must hold the one value the CPU loop gives for the rest. "sample hash" hashes
-// the kernel's sampled bytes, NaNs included: every configuration of the kernel must print the
-// same. A difference prints MISMATCH and the exit status is 1.
+// the kernel's sampled bytes, NaNs included: every piece size must print the same. A difference prints MISMATCH and the exit status is 1.
 #include <cuda_runtime.h>
 
 #include <cmath>

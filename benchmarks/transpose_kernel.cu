@@ -9,8 +9,7 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc benchmarks/transpose_kernel.cu src/copy/transpose_cuda.cu \
 //        src/copy/transpose.cc -o /tmp/transpose_kernel && /tmp/transpose_kernel
 //
-// The kernel's tunables (src/copy/transpose_tuning.h) are -D flags given to all three files alike;
-// scripts/tune_transpose.sh builds and times a list of them. Exits 1 on any mismatch.
+// scripts/tune_transpose.sh builds and runs it. Exits 1 on any mismatch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -224,9 +223,6 @@ int main() {
     all.push_back(static_cast<int>(k));
     if (tensors[k].in > 1) transposed.push_back(static_cast<int>(k));
   }
-  std::printf("config: tile %d, threads 32x%d, blocks/SM %d, grid/SM %d, row hint %d, vector %d\n",
-              AMEM_TRANSPOSE_TILE, AMEM_TRANSPOSE_THREADS_Y, AMEM_TRANSPOSE_BLOCKS_PER_SM, AMEM_TRANSPOSE_GRID_PER_SM,
-              AMEM_TRANSPOSE_ROW_HINT, AMEM_TRANSPOSE_VECTOR);
   std::printf("%-28s %6s %9s %9s %9s %9s %8s\n", "case", "rows", "GB moved", "kernel ms", "GB/s", "memcpy ms",
               "of memcpy");
   struct Case {

@@ -5,9 +5,13 @@ NCCL interposer in front of libnccl, chooses XLA's cuda_async allocator (so a
 pause can return the pool), and registers its XLA FFI targets.
 """
 
+from . import settings
+settings.check_all()  # a JAX_AMEM_* variable set to a value it does not take: said now, by name
+
 from ._native import core as _core
 from . import nccl
 nccl.install()  # first: before anything loads libnccl.so.2
+nccl._api.warn_if_loaded_first()  # torch or JAX's GPU backend loaded NCCL before this import
 
 from .memory import allocator as _allocator
 _allocator.configure_at_import()  # XLA's cuda_async allocator, so pause can return its pool
@@ -45,7 +49,6 @@ __all__ = [
     "JaxAmemError", "PauseError", "SwapError", "PartialSwapError",
 ]
 
-from . import _moved  # noqa: E402 - where earlier versions' names went
+from . import _moved  # noqa: E402 - where earlier versions' names went (and jax_amem/swap.py: the old package)
 
-_moved.install_finder()  # `import jax_amem.swap.<module>` says where the module went
 __getattr__ = _moved.top_level_getattr

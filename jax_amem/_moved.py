@@ -4,15 +4,14 @@ Two kinds of move:
 * names that left the top level: `jax_amem.<name>` ends in an AttributeError naming the new home
   (REMOVED), or still works with a DeprecationWarning naming it (DEPRECATED, for one version);
 * the package `jax_amem.swap` (now `jax_amem.swapping`; `jax_amem.swap` is the verb): importing it
-  or one of its old modules ends in a ModuleNotFoundError naming where each of its modules went.
+  or one of its old modules ends in a ModuleNotFoundError naming where each of its modules went
+  (jax_amem/swap.py).
 docs/api.md lists the same table.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import sys
 import warnings
 
 # Left the top level before 0.1: only under their modules.
@@ -31,19 +30,6 @@ DEPRECATED = {
     "NativeCoreMissingError": "jax_amem.errors.NativeCoreMissingError",
 }
 
-# The old package jax_amem.swap, where its modules went (Python imports a package before its module,
-# so the finder below sees "jax_amem.swap" alone and names them all).
-OLD_SWAP_PACKAGE = (
-    "jax_amem.swap was the package of earlier versions: it is now jax_amem.swapping (swap, verify, forget, "
-    "to_torch, export_tensors, open_remote, ...); its modules went to jax_amem.swapping.same_host (ipc, "
-    "remote -> ready_done), jax_amem.swapping.cross_host (nccl_transport, nccl_link -> link, nccl_control -> "
-    "handshake, nccl_packing -> packing, nccl_sender -> send, nccl_receiver -> receive_torch, nccl_jax_receiver "
-    "-> receive_jax), jax_amem.swapping.in_process (api -> run, executor, program -> programs, verify, "
-    "addressed, batched) and jax_amem.errors (errors); destinations, sources, store, report and torch_bridge "
-    "kept their names under jax_amem.swapping. jax_amem.swap is now the verb (a function); docs/api.md lists "
-    "where every name went")
-
-
 def _resolve(path: str):
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
@@ -59,19 +45,3 @@ def top_level_getattr(name: str):
         raise AttributeError(f"jax_amem.{name} moved to {REMOVED[name]}: import it from there "
                              f"(docs/api.md lists where every name went)")
     raise AttributeError(f"module 'jax_amem' has no attribute {name!r}")
-
-
-class OldSwapPackage(importlib.abc.MetaPathFinder):
-    """Consulted last on sys.meta_path: `import jax_amem.swap[.module]` finds no module (the verb
-    `jax_amem.swap` is a function), and this says where the module went instead of Python's
-    bare "No module named 'jax_amem.swap'"."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname == "jax_amem.swap" or fullname.startswith("jax_amem.swap."):
-            raise ModuleNotFoundError(f"No module named {fullname!r}: {OLD_SWAP_PACKAGE}", name=fullname)
-        return None
-
-
-def install_finder() -> None:
-    if not any(isinstance(finder, OldSwapPackage) for finder in sys.meta_path):
-        sys.meta_path.append(OldSwapPackage())

@@ -6,10 +6,10 @@
 #   make gpu-test STEPS="build nccl nccl_new"
 #
 # Steps:
-#   build          pip install . (the image's compilers; see below). A kernel configuration measured by
-#                  tune_affine / tune_transpose is built into the library, for a measurement before its
-#                  defaults change, with its flags in both CMake flag variables (transpose.cc plans the
-#                  tiles the kernel runs): CUDAFLAGS="$F" CXXFLAGS="$F" bash scripts/gpu_test.sh build ...
+#   build          pip install . (the image's compilers; see below). The transpose kernel's two options
+#                  left to measure (src/copy/transpose_tuning.h) are built into the library by
+#                  scripts/tune_transpose.sh, which passes their flags to CMake's CUDA compiles:
+#                  CUDAFLAGS="$F" bash scripts/gpu_test.sh build swap_scale
 #   gpu            the in-process GPU tests (one pytest process; no multi-process test in it)
 #   swap_ipc       tests/test_swap_ipc.py          (two processes: a pytest process of its own)
 #   swap_nccl      tests/test_swap_nccl.py -m gpu  (two processes)
@@ -41,8 +41,8 @@
 #   vllm_ipc       benchmarks/vllm_ipc.py (CUDA IPC into two TP rank processes holding a Qwen3-0.6B's slices):
 #                  the update in batches (the default budget) and one group per commit (--staging-bytes 0),
 #                  then scripts/profile_vllm_update.py (about 3 minutes; not in the default list)
-#   tune_affine    scripts/tune_affine.sh: the affine kernel's compile-time configurations, each against
-#                  cudaMemcpyAsync and bit-checked (about 3 minutes; not in the default list)
+#   tune_affine    scripts/tune_affine.sh: the affine kernel against cudaMemcpyAsync, with several row
+#                  piece sizes, bit-checked (about a minute; not in the default list)
 #   vllm_payload   scripts/vllm_gpu_install.sh: the vLLM 0.26 payload carried in .vllm-payload (made here by
 #                  scripts/vllm_gpu_payload.sh), checked and unpacked into $VLLM_SITE (/tmp/vllm-site); the
 #                  vLLM steps below put it first on PYTHONPATH; not in the default list
@@ -52,7 +52,8 @@
 #                  device copy of its bytes and against device_get + vLLM's reload), in process and with the
 #                  engine core in its own process; needs vllm_payload; not in the default list
 #   tune_transpose scripts/tune_transpose.sh: the same for the fused transpose-and-cast kernel on the
-#                  real-size preset's rows (about 3 minutes; not in the default list)
+#                  real-size preset's rows (about a minute; not in the default list; its stepped
+#                  configurations are run by name: bash scripts/tune_transpose.sh stepped_vector)
 #
 # Multi-process tests never share a pytest process that already started JAX's GPU backend
 # (they hung there): each such file runs in a pytest process of its own, whose JAX stays

@@ -71,9 +71,9 @@ def test_the_setting(monkeypatch):
     nodes = core.memory.numa_node_count()
     assert staging.staging_numa_node("none", [0]) == -1
     assert staging.staging_numa_node("0", [0]) == 0
-    with pytest.raises(ValueError, match=r"JAX_AMEM_STAGING_NUMA='lots': give auto, none or a NUMA node number"):
+    with pytest.raises(ValueError, match=r"JAX_AMEM_STAGING_NUMA='lots' is not understood: give auto, none or a NUMA node number"):
         staging.staging_numa_node("lots", [0])
-    with pytest.raises(ValueError, match=r"JAX_AMEM_STAGING_NUMA='\u00b2': give auto, none or a NUMA node number"):
+    with pytest.raises(ValueError, match=r"JAX_AMEM_STAGING_NUMA='\u00b2' is not understood: give auto, none or a NUMA node number"):
         staging.staging_numa_node("\u00b2", [0])   # a digit to str.isdigit, not to int()
     with pytest.raises(ValueError, match=rf"JAX_AMEM_STAGING_NUMA='{nodes}'.* below {nodes}"):
         staging.staging_numa_node(str(nodes), [0])

@@ -253,11 +253,33 @@ def test_disabled_and_too_late_are_explained(fake, tmp_path):
     assert "disabled by JAX_AMEM_NCCL=0" in disabled["raised"]
     early_fake = build_fake(tmp_path, soname="libnccl.so.2")
     code = (f"import ctypes, os; ctypes.CDLL({str(early_fake)!r}, mode=os.RTLD_GLOBAL)\n"
-            "import jax_amem; print('STATUS', jax_amem.nccl.status())")
+            "import jax_amem; print('STATUS', jax_amem.nccl.status())\n"
+            "try:\n    jax_amem.nccl.pause()\nexcept jax_amem.nccl.NcclNotInstalledError as error:\n"
+            "    print('PAUSE', error)\n")
     done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                           env={**__import__("os").environ, "JAX_AMEM_NCCL_LIBRARY": str(fake)})
-    assert "loaded into this process before jax_amem" in done.stdout
-    assert "python -m jax_amem run" in done.stdout
+    why = f"NCCL ({early_fake.resolve()}) was loaded into this process before jax_amem, by another library"
+    assert f"STATUS {why}" in done.stdout and "python -m jax_amem run" in done.stdout, done.stdout + done.stderr
+    # Said at the import, as a warning, and again by pause(), which pauses nothing.
+    assert f"RuntimeWarning: jax_amem.nccl cannot pause NCCL in this process: {why}" in done.stderr, done.stderr
+    assert f"PAUSE jax_amem.nccl is not active in this process: {why}" in done.stdout
+    assert "Nothing was paused." in done.stdout
+
+
+def test_the_library_that_loaded_nccl_first_is_named():
+    from jax_amem.nccl import _loader
+
+    torch = _loader.loaded_first_reason("/v/nvidia/nccl/lib/libnccl.so.2", ["/v/torch/lib/libtorch_cuda.so"], {})
+    assert torch.startswith("NCCL (/v/nvidia/nccl/lib/libnccl.so.2) was loaded into this process before "
+                            "jax_amem, by PyTorch (torch was imported before jax_amem), so its communicators")
+    jax = _loader.loaded_first_reason(None, ["/v/jax_plugins/xla_cuda13/xla_cuda_plugin.so"], {"jax": None})
+    assert jax.startswith("NCCL was loaded into this process before jax_amem, by JAX's GPU backend (a JAX "
+                          "computation, or jax.devices(), ran before jax_amem was imported)")
+    both = _loader.loaded_first_reason(None, ["/v/jax_plugins/xla_cuda13/xla_cuda_plugin.so"], {"torch": None})
+    assert "by PyTorch (torch was imported before jax_amem) and JAX's GPU backend" in both
+    for reason in (torch, jax, both):
+        assert reason.endswith("Import jax_amem first (before torch and before any JAX computation), or start "
+                               "the program with `python -m jax_amem run script.py`.")
 
 
 def test_launcher_preloads_the_interposer(fake, tmp_path):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .. import settings
+
 ALLOCATOR_VARIABLE = "XLA_PYTHON_CLIENT_ALLOCATOR"
 OPT_OUT_VARIABLE = "JAX_AMEM_CONFIGURE_ALLOCATOR"
 RETURNING_ALLOCATOR = "cuda_async"
@@ -72,7 +74,7 @@ def configure_allocator() -> AllocatorStatus:
 
 def configure_at_import() -> AllocatorStatus | None:
     """`import jax_amem`'s call: configures unless ``JAX_AMEM_CONFIGURE_ALLOCATOR=0``."""
-    if os.environ.get(OPT_OUT_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not settings.flag(OPT_OUT_VARIABLE, True):
         return None
     return configure_allocator()
 

@@ -27,6 +27,7 @@ import dataclasses
 import os
 import threading
 
+from .. import settings
 from .._native import core
 
 StagingPool = core.memory.StagingPool
@@ -93,14 +94,17 @@ def staging_numa_node(setting: str | None = None, gpu_ordinals=None) -> int:
     """The NUMA node for the pool's blocks (module docstring), -1 for the kernel's default.
     `setting`: JAX_AMEM_STAGING_NUMA's value (None: read it); `gpu_ordinals`: the CUDA
     ordinals of the process's GPUs (None: JAX's local GPUs)."""
-    setting = (os.environ.get(NUMA_VARIABLE, "") if setting is None else setting).strip().lower() or "auto"
+    if setting is None:
+        setting = settings.value(NUMA_VARIABLE) or "auto"
+    else:
+        setting = settings.checked(NUMA_VARIABLE, setting.lower()) if setting.strip() else "auto"
     nodes = core.memory.numa_node_count()
     if setting == "none":
         return -1
     if setting != "auto":
-        if not (setting.isascii() and setting.isdigit()) or int(setting) >= nodes:
-            raise ValueError(f"{NUMA_VARIABLE}={setting!r}: give auto, none or a NUMA node number below {nodes} "
-                             "(the nodes online on this host)")
+        if int(setting) >= nodes:
+            raise settings.SettingError(f"{NUMA_VARIABLE}={setting!r}: give auto, none or a NUMA node number below "
+                                        f"{nodes} (the nodes online on this host)")
         return int(setting)
     if nodes < 2:
         return -1  # one node: nothing to choose
@@ -119,6 +123,11 @@ def _local_gpu_ordinals() -> list[int]:
         return []
 
 
+def pinned_memory() -> str:
+    """How the pinned pool gets host memory: JAX_AMEM_PINNED_MEMORY, registered by default."""
+    return settings.value("JAX_AMEM_PINNED_MEMORY") or "registered"
+
+
 def staging_pool() -> StagingPool:
     """The shared pool, created on first use (pinned when a CUDA GPU is present, placed on
     the process's GPUs' NUMA node)."""
@@ -126,7 +135,7 @@ def staging_pool() -> StagingPool:
     with _lock:
         if _pool is None:
             pinned = _wants_pinned()
-            _pool = StagingPool(pinned, "", staging_numa_node() if pinned else -1)
+            _pool = StagingPool(pinned, pinned_memory(), staging_numa_node() if pinned else -1)
         return _pool
 
 
@@ -135,8 +144,7 @@ def pool_stats() -> PoolStats:
     with _lock:
         if _pool is None:
             pinned = _wants_pinned()
-            method = os.environ.get("JAX_AMEM_PINNED_MEMORY") or "registered"
-            return PoolStats(pinned, 0, 0, 0, 0, 0, method if pinned else "plain")
+            return PoolStats(pinned, 0, 0, 0, 0, 0, pinned_memory() if pinned else "plain")
         return PoolStats(**_pool.stats())
 
 

@@ -6,11 +6,12 @@ import contextlib
 import dataclasses
 import math
 import numbers
-import os
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 
+from .. import settings
 from ..errors import NcclArgumentError, NcclNotInstalledError
 from . import _agree, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
@@ -135,6 +136,13 @@ def install() -> bool:
     return _state.installed
 
 
+def warn_if_loaded_first() -> None:
+    """`import jax_amem`'s call: a warning, naming the library, when NCCL was in the process first."""
+    if _state.late:
+        warnings.warn(f"jax_amem.nccl cannot pause NCCL in this process: {_state.reason}", RuntimeWarning,
+                      stacklevel=3)
+
+
 def is_installed() -> bool:
     return _state.installed
 
@@ -146,7 +154,8 @@ def status() -> str:
 
 def _require() -> Control:
     if _control is None:
-        raise NcclNotInstalledError(f"jax_amem.nccl is not active in this process: {_state.reason}")
+        raise NcclNotInstalledError(f"jax_amem.nccl is not active in this process: {_state.reason}"
+                                    + (" Nothing was paused." if _state.late else ""))
     return _control
 
 
@@ -228,7 +237,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         job = _agree.peers() if agree else None
         # Rank 0 of each communicator to recreate makes its replacement's id for the plan, and the
         # agreement carries it (JAX_AMEM_NCCL_IDS=communicator: sent over the communicator instead).
-        make_ids = os.environ.get("JAX_AMEM_NCCL_IDS", "agreement") != "communicator"
+        make_ids = (settings.value("JAX_AMEM_NCCL_IDS") or "agreement") != "communicator"
         plan = control.plan(chosen, strategy, make_ids) if chosen else []
         agree_seconds = 0.0
         if job is None:

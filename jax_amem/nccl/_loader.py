@@ -18,8 +18,11 @@ import dataclasses
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+from .. import settings
 
 INTERPOSER_FILE = Path(__file__).resolve().parent.parent / "_nccl" / "libjax_amem_nccl.so"
 # The interposer's control API version; the build reads this line (src/nccl/CMakeLists.txt).
@@ -33,11 +36,12 @@ class LoadState:
     library: ctypes.CDLL | None = None
     path: Path | None = None        # the staged interposer that was loaded
     real_path: Path | None = None   # the real NCCL behind it
+    late: bool = False              # NCCL was in the process before jax_amem: nothing to put in front of
 
 
 def find_real_nccl() -> Path | None:
     """The NCCL that JAX's CUDA plugin uses (nvidia-nccl-cu1x), or $JAX_AMEM_NCCL_LIBRARY."""
-    forced = os.environ.get("JAX_AMEM_NCCL_LIBRARY")
+    forced = settings.value("JAX_AMEM_NCCL_LIBRARY")
     if forced:
         return Path(forced) if Path(forced).exists() else None
     try:
@@ -49,6 +53,51 @@ def find_real_nccl() -> Path | None:
         if candidate.exists():
             return candidate
     return None
+
+
+def _mapped_files() -> list[str]:
+    """The files mapped into this process (Linux: /proc/self/maps), [] where it cannot be read."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6})
+    except OSError:
+        return []
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _file_of(library: ctypes.CDLL) -> str | None:
+    """The file a loaded NCCL came from (dladdr of its ncclGetVersion), None where it cannot tell."""
+    try:
+        info = _DlInfo()
+        address = ctypes.cast(library.ncclGetVersion, ctypes.c_void_p)
+        if ctypes.CDLL(None).dladdr(address, ctypes.byref(info)) and info.dli_fname:
+            return os.path.realpath(info.dli_fname.decode())
+    except (AttributeError, OSError, UnicodeDecodeError):
+        pass
+    return None
+
+
+def loaded_first_reason(nccl: str | None = None, mapped: list[str] | None = None, modules=None) -> str:
+    """Why the interposer cannot be put in front: which library loaded NCCL (the file `nccl`) first,
+    and what to do. `mapped` (files mapped into the process) and `modules` (sys.modules) are for the
+    tests."""
+    mapped = _mapped_files() if mapped is None else mapped
+    modules = sys.modules if modules is None else modules
+    names = [Path(path).name for path in mapped]
+    by = []
+    if "torch" in modules or any(name.startswith("libtorch_cuda") for name in names):
+        by.append("PyTorch (torch was imported before jax_amem)")
+    if any("xla_cuda" in path or "jax_plugins" in path for path in mapped):
+        by.append("JAX's GPU backend (a JAX computation, or jax.devices(), ran before jax_amem was imported)")
+    where = f" ({nccl})" if nccl else ""
+    return (f"NCCL{where} was loaded into this process before jax_amem, by {' and '.join(by) or 'another library'}, "
+            "so its communicators (XLA's, PyTorch's) cannot be tracked, paused or resumed. Import jax_amem "
+            "first (before torch and before any JAX computation), or start the program with "
+            "`python -m jax_amem run script.py`.")
 
 
 def stage(real: Path) -> Path:
@@ -99,9 +148,9 @@ def _bind(library: ctypes.CDLL) -> None:
 
 def load() -> LoadState:
     """Loads the interposer if it can still be put in front; never raises."""
-    if os.environ.get("JAX_AMEM_NCCL", "1") == "0":
+    if not settings.flag("JAX_AMEM_NCCL", True):
         return LoadState(reason="disabled by JAX_AMEM_NCCL=0")
-    preloaded = os.environ.get("JAX_AMEM_NCCL_PRELOADED")
+    preloaded = settings.value("JAX_AMEM_NCCL_PRELOADED")
     if preloaded:  # `python -m jax_amem run` put it in LD_PRELOAD
         library = _loaded(preloaded)
         if library is not None:
@@ -114,11 +163,7 @@ def load() -> LoadState:
                                 "JAX_AMEM_NCCL_LIBRARY to the real libnccl.so.2)")
     existing = _loaded("libnccl.so.2")
     if existing is not None and not hasattr(existing, "amem_nccl_abi_version"):
-        return LoadState(reason=(
-            "NCCL was loaded into this process before jax_amem (by PyTorch, or by a JAX GPU "
-            "backend that already started), so XLA's communicators cannot be tracked. Import "
-            "jax_amem before torch and before any JAX computation, or start the program with "
-            "`python -m jax_amem run script.py`."), real_path=real)
+        return LoadState(reason=loaded_first_reason(_file_of(existing)), real_path=real, late=True)
     path = stage(real)
     try:
         library = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)

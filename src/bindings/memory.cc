@@ -90,8 +90,8 @@ void BindMemory(nb::module_& root) {
       .def(nb::init<bool, const std::string&, int>(), nb::arg("pinned"), nb::arg("method") = "",
            nb::arg("numa_node") = -1,
            "method: how pinned memory is made, 'registered' (mmap + huge pages + "
-           "cuMemHostRegister) or 'hostalloc' (cuMemHostAlloc); '' = JAX_AMEM_PINNED_MEMORY "
-           "or 'registered'. numa_node: the NUMA node new blocks are placed on (-1: the "
+           "cuMemHostRegister) or 'hostalloc' (cuMemHostAlloc); '' = 'registered' "
+           "(jax_amem passes JAX_AMEM_PINNED_MEMORY's value). numa_node: the NUMA node new blocks are placed on (-1: the "
            "kernel's default; 'hostalloc' memory is the driver's to place).")
       .def(
           "place",

@@ -37,17 +37,14 @@ AMEM_HD float FloatOf(uint32_t u) {
 
 AMEM_HD float ToFloat(Bf16 x) { return FloatOf(static_cast<uint32_t>(x.bits) << 16); }
 
-// AMEM_BF16_CVT 1 (the default): on sm_80 and later the GPU rounds with its conversion
+// On sm_80 and later the GPU rounds with its conversion
 // instruction (cvt.rn.bf16.f32: round to nearest even, subnormals kept, overflow to infinity:
 // the same bits as the integer rounding below for every number), two values a word where they
 // are stored in pairs; a NaN still takes the integer path, since the instruction writes the
 // canonical NaN where ml_dtypes keeps the sign and the payload. Fewer instructions for the
 // bfloat16 destinations of the affine and stepped transpose kernels (H100: bf16 -> bf16 scaled
-// swaps 2-7% faster, docs/benchmarks.md); 0 builds the integer rounding alone.
-#ifndef AMEM_BF16_CVT
-#define AMEM_BF16_CVT 1
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && AMEM_BF16_CVT
+// swaps 2-7% faster than the integer rounding alone, docs/benchmarks.md).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define AMEM_BF16_CVT_ON_DEVICE 1
 #else
 #define AMEM_BF16_CVT_ON_DEVICE 0
@@ -67,7 +64,7 @@ AMEM_HD Bf16 ToBf16(float f) {
 }
 
 // Two values as bfloat16 in one word (`low` in the low half), as ToBf16 rounds each: on the GPU
-// with AMEM_BF16_CVT one instruction for the pair unless either is a NaN.
+// from sm_80 one instruction for the pair unless either is a NaN.
 AMEM_HD uint32_t ToBf16Pair(float low, float high) {
 #if AMEM_BF16_CVT_ON_DEVICE
   if (!(low != low) && !(high != high)) {
@@ -148,16 +145,14 @@ AMEM_HD T Operate(int64_t op, T a, T b) {
 #endif
 }
 
-// AMEM_BF16_MUL 1 (the default; 0 builds the float32 multiply alone): a bfloat16 row whose one
-// step is a multiplication by a scale that bfloat16 holds exactly runs one bfloat16 multiply a
-// pair on sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
+// A bfloat16 row whose one step is a multiplication by a scale that bfloat16 holds exactly runs
+// one bfloat16 multiply a pair on sm_90 (mul.rn.bf16x2). The same bits as a float32 multiply then a rounding to bfloat16: the
 // product of two bfloat16 values (8 significant bits each) is exact in float32 wherever it is
 // a normal float32, and in float32's subnormal range a first rounding could only move it onto a
 // bfloat16 midpoint if its significant bits spanned 17 or more; NaNs are the canonical NaN both
-// ways (the GPU's float32 multiply writes it, and ToBf16 keeps it 0x7fff).
-#ifndef AMEM_BF16_MUL
-#define AMEM_BF16_MUL 1
-#endif
+// ways (the GPU's float32 multiply writes it, and ToBf16 keeps it 0x7fff). On the H200 it
+// brought the transposed bf16 -> bf16 scaled swap from 1.36x the plain one to 1.14-1.27x
+// (docs/benchmarks.md).
 
 // Whether `scale` is a bfloat16 value (not a NaN): the condition for MulBf16Pair.
 AMEM_HD bool HeldByBf16(float scale) { return scale == scale && ToFloat(ToBf16(scale)) == scale; }
@@ -188,11 +183,11 @@ AMEM_HD uint32_t MulBf16Pair(uint32_t pair, float scale) {
 #endif
 }
 
-// Whether a program runs as MulBf16 / MulBf16Pair (AMEM_BF16_MUL): bfloat16 in and out, one
+// Whether a program runs as MulBf16 / MulBf16Pair: bfloat16 in and out, one
 // multiplication with no rounding of its own, by `scale` (its constant as float32) that
 // bfloat16 holds exactly.
 AMEM_HD bool IsBf16Product(const AffineProgram& program, float scale) {
-  return AMEM_BF16_MUL && program.steps == 1 && program.step[0].op == kAffineMul && program.step[0].stride <= 0 &&
+  return program.steps == 1 && program.step[0].op == kAffineMul && program.step[0].stride <= 0 &&
          program.step[0].rounding == 0 && program.src_dtype == kAffineBf16 && program.dst_dtype == kAffineBf16 &&
          HeldByBf16(scale);
 }

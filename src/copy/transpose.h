@@ -24,7 +24,6 @@
 #include "common/status.h"
 #include "copy/affine.h"
 #include "copy/copy_cuda.h"
-#include "copy/transpose_tuning.h"
 #include "cuda/driver_types.h"
 
 namespace amem::copy {
@@ -80,9 +79,9 @@ static_assert(sizeof(TransposeRow) == 16 * sizeof(int64_t), "TransposeRow must b
 // Most work units one table may have, and most tile rows one view: the kernel's 32-bit indices.
 constexpr int64_t kMaxTransposeUnits = (int64_t{1} << 31) - 1;
 
-// Square tile of the GPU kernel's shared-memory transpose (transpose_tuning.h), and elements
-// per unit of a cast row.
-constexpr int64_t kTransposeTile = AMEM_TRANSPOSE_TILE;
+// Square tile of the GPU kernel's shared-memory transpose (64: 32 ran the real-size swap at 71%
+// of memcpy's rate on an H100, 64 at 102%; docs/benchmarks.md), and elements per unit of a cast row.
+constexpr int64_t kTransposeTile = 64;
 constexpr int64_t kCastUnit = 8192;
 
 // Work units of one row on the GPU: tiles of the view rows it touches, or runs of a cast.

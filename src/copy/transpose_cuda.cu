@@ -1,5 +1,5 @@
 // The fused transpose-and-cast kernel (transpose.h): one launch for a table of rows. Each block
-// takes work units in turn: a 64x64 tile (by default) of a transposed view (read from the source along its
+// takes work units in turn: a 64x64 tile of a transposed view (read from the source along its
 // rows into shared memory, converted, written along the view's rows: both sides coalesced), or
 // a run of a cast. The conversions are CUDA's round-to-nearest-even instructions, the ones
 // XLA's convert compiles to on the GPU. Rows with a program of constant steps run in kernels of
@@ -18,24 +18,29 @@
 #include "copy/affine_kernel.h"
 #include "copy/kernel_launch.h"
 #include "copy/transpose.h"
+#include "copy/transpose_tuning.h"
 
 namespace amem::copy {
 namespace {
 
-// The defaults and what each tunable does: transpose_tuning.h.
+// The kernel's shape, measured fastest on an H100 by scripts/tune_transpose.sh (the real-size
+// swap's 310 rows at 102% of memcpy's rate, against 90% with 8 warps, 4 blocks, no row hint and
+// no vector tiles; 56 registers, nothing spilled; docs/benchmarks.md): 64x64 tiles, blocks of 4
+// warps (one warp spans a tile row, so that each access is coalesced), 8 blocks kept resident a
+// multiprocessor (registers capped to fit: with 16 loads a thread in flight, enough bytes in
+// flight to keep HBM busy) and 8 launched a multiprocessor, each looping over the units.
 constexpr int kTile = static_cast<int>(kTransposeTile);
-constexpr int kThreadsX = 32, kThreadsY = AMEM_TRANSPOSE_THREADS_Y, kThreads = kThreadsX * kThreadsY;
-// Blocks each multiprocessor keeps resident (registers capped to fit): with 16 loads a thread in
-// flight, enough bytes in flight to keep HBM busy.
-constexpr int kBlocksPerMultiprocessor = AMEM_TRANSPOSE_BLOCKS_PER_SM;
-constexpr int kGridPerMultiprocessor = AMEM_TRANSPOSE_GRID_PER_SM;
+constexpr int kThreadsX = 32, kThreadsY = 4, kThreads = kThreadsX * kThreadsY;
+constexpr int kBlocksPerMultiprocessor = 8;
+constexpr int kGridPerMultiprocessor = kBlocksPerMultiprocessor;
 // A kernel's resident blocks: the stepped ones' apart (transpose_tuning.h).
 template <typename K>
 constexpr int kResidentBlocks = K::kSteps ? AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM : kBlocksPerMultiprocessor;
-static_assert(kTile == 32 || kTile == 64, "the tile is 32 or 64 elements square");
-static_assert(kThreads <= 1024 && kBlocksPerMultiprocessor >= 1 && kGridPerMultiprocessor >= 0 &&
-                  AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM >= 1,
-              "a block of at most 1024 threads, at least one resident");
+static_assert(kTile == 64, "the tile is 64 elements square");
+static_assert(AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM >= 1 && AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM <= 16,
+              "AMEM_TRANSPOSE_STEPPED_BLOCKS_PER_SM is 1 to 16 (blocks of 128 threads a multiprocessor)");
+static_assert(AMEM_TRANSPOSE_STEPPED_VECTOR == 0 || AMEM_TRANSPOSE_STEPPED_VECTOR == 1,
+              "AMEM_TRANSPOSE_STEPPED_VECTOR is 0 or 1");
 
 struct Same2 {
   static constexpr bool kSteps = false;
@@ -88,7 +93,7 @@ struct Steps {
   const double* constants;
   const float* scalars;  // each step's constant, when `plain`
   bool plain;            // every step a scalar and none a division: no per-element lookup
-  bool bf16_product;     // bfloat16 in and out, one exact scale: affine_math::MulBf16 (AMEM_BF16_MUL)
+  bool bf16_product;     // bfloat16 in and out, one exact scale: affine_math::MulBf16
 };
 
 // The general path (vector constants, a division): in a function of its own, so that its
@@ -132,14 +137,14 @@ __device__ __forceinline__ typename K::Destination Apply(const Steps& steps, typ
 
 // N source elements of a row with a program as the destination holds them: the program on all N
 // at once, or, for a bfloat16 row times its exact scale, one bfloat16 multiply an element
-// (AMEM_BF16_MUL, affine_math.h). `n(e)` is element e's view element number, which vector
+// (affine_math.h). `n(e)` is element e's view element number, which vector
 // constants look up. The element tiles and the vector tiles both convert through here.
 template <typename K, int N, typename Numbers>
 __device__ __forceinline__ void StepElements(const typename K::Source (&in)[N], typename K::Destination (&out)[N],
                                              const Steps& steps, Numbers n) {
   using S = typename K::Source;
   using D = typename K::Destination;
-  if constexpr (AMEM_BF16_MUL && std::is_same_v<S, affine_math::Bf16> && std::is_same_v<D, affine_math::Bf16>) {
+  if constexpr (std::is_same_v<S, affine_math::Bf16> && std::is_same_v<D, affine_math::Bf16>) {
     if (steps.bf16_product) {
 #pragma unroll
       for (int e = 0; e < N; ++e) out[e] = affine_math::MulBf16(in[e], steps.scalars[0]);
@@ -161,9 +166,9 @@ __host__ __device__ constexpr int Pitch() { return sizeof(D) == 2 ? kTile + 2 : 
 
 constexpr int kRowsPerThread = kTile / kThreadsY;   // 8
 constexpr int kColsPerThread = kTile / kThreadsX;   // 2
-constexpr int kCastWordsAll = kCastUnit / (4 * kThreads);  // 8 four-element words a thread per cast unit
-// Of which a thread loads this many before it stores them (fewer where registers are capped low).
-constexpr int kCastWords = AMEM_TRANSPOSE_CAST_WORDS < kCastWordsAll ? AMEM_TRANSPOSE_CAST_WORDS : kCastWordsAll;
+constexpr int kCastWordsAll = kCastUnit / (4 * kThreads);  // four-element words a thread per cast unit
+// Of which a thread loads 8 before it stores them.
+constexpr int kCastWords = kCastWordsAll < 8 ? kCastWordsAll : 8;
 static_assert(kTile % kThreadsY == 0 && kTile % kThreadsX == 0 && kCastUnit % (4 * kThreads) == 0 &&
               kCastWords >= 1 && kCastWordsAll % kCastWords == 0,
               "tiles and cast units are whole multiples of the block");
@@ -301,7 +306,6 @@ __device__ void CastRun(const TransposeRow& row, int64_t unit, const char* sourc
   for (int64_t n = begin + thread; n < end; n += kThreads) dst[n] = Apply<K>(steps, src[n], row.first + n);
 }
 
-#if AMEM_TRANSPOSE_VECTOR
 constexpr int kVector = 4;
 
 // A vector of source elements as the destination holds them: the plain conversion, or the row's
@@ -392,20 +396,17 @@ __device__ bool VectorTile(const TransposeRow& row, int64_t unit, const char* so
   __syncthreads();  // the tile is the next unit's
   return true;
 }
-#endif
 
 template <typename K>
 __device__ void RunUnit(const TransposeRow& row, int64_t unit, const char* source, char* destination,
                         unsigned char* shared, const Steps& steps) {
   if (row.rows > 1 && row.cols > 1) {
-#if AMEM_TRANSPOSE_VECTOR
     if constexpr (!K::kSteps || AMEM_TRANSPOSE_STEPPED_VECTOR) {
       // A program with vector constants or a division looks up element numbers: the element path.
       if (!K::kSteps || steps.plain) {
         if (VectorTile<K>(row, unit, source, destination, shared, steps)) return;
       }
     }
-#endif
     TransposeTile<K>(row, unit, source, destination, shared, steps);
   } else {
     CastRun<K>(row, unit, source, destination, steps);
@@ -461,15 +462,14 @@ int Multiprocessors() {
   return multiprocessors;
 }
 
-// Blocks of one launch of kernel K: AMEM_TRANSPOSE_GRID_PER_SM a multiprocessor (0: one block a
-// unit), a stepped kernel's no more than it keeps resident (it may keep fewer: transpose_tuning.h).
+// Blocks of one launch of kernel K: kGridPerMultiprocessor a multiprocessor, a stepped kernel's
+// no more than it keeps resident (it may keep fewer: transpose_tuning.h).
 template <typename K>
 int Blocks(int64_t units) {
   constexpr int kPerMultiprocessor = K::kSteps && kResidentBlocks<K> < kGridPerMultiprocessor
                                          ? kResidentBlocks<K>
                                          : kGridPerMultiprocessor;
   const int64_t count = int64_t{Multiprocessors()} * kPerMultiprocessor;
-  if (count == 0) return static_cast<int>(units);  // one block a unit (units < 2^31: checked)
   return static_cast<int>(units < count ? units : count);
 }
 
@@ -491,9 +491,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocks<K>)
     // The last row whose first unit is at most u. The block's units only grow, so with the hint
     // it is the last unit's row unless the next row starts at or before u.
     int64_t hi = count - 1;
-    if (AMEM_TRANSPOSE_ROW_HINT == 0) {
-      lo = 0;
-    } else if (lo == hi || rows[lo + 1].units > u) {
+    if (lo == hi || rows[lo + 1].units > u) {
       hi = lo;
     } else {
       ++lo;

@@ -5,8 +5,8 @@
 // Operands: (rows: uint32[n * 12], copy::AffineRow rows as uint32 pairs, split into pieces;
 // table: uint32, `programs` copy::AffinePrograms then float64 constants; sources...;
 // destinations...). Attributes: sources, programs. Caller: jax_amem.affine_copy.affine_copy_many.
-#include <string>
 #include <utility>
+#include <vector>
 
 #include "copy/affine.h"
 #include "copy/affine_cuda.h"
@@ -27,22 +27,15 @@ ffi::Error AffineCopyManyCpu(ffi::Buffer<ffi::U32> rows, ffi::Buffer<ffi::U32> t
   if (ffi::Error decoded = DecodeManyBuffers(args, rets, sources, kWhat, &buffers); decoded.failure()) {
     return decoded;
   }
-  if (ffi::Error whole = WholeRows<copy::AffineRow>(rows, kWhat); whole.failure()) return whole;
-  const auto affine = copy::AffineTableAt(table.untyped_data(), static_cast<int64_t>(table.size_bytes()), programs);
-  const auto list = RowsOf<copy::AffineRow>(rows);
-  if (ffi::Error checked = ToFfiError(copy::CheckAffineTable(affine)); checked.failure()) return checked;
-  if (ffi::Error bounded = ToFfiError(copy::CheckAffineRowsInBounds(list.data, list.count, affine,
-                                                                     buffers.source_bytes, buffers.destination_bytes));
+  const copy::AffineTable affine = AffineTableOf(table, programs);
+  if (ffi::Error bounded = AffineInBounds(rows, affine, buffers.source_bytes, buffers.destination_bytes, kWhat);
       bounded.failure()) {
     return bounded;
   }
   std::vector<const char*> from;
   std::vector<char*> to;
-  for (auto& s : buffers.sources) from.push_back(static_cast<const char*>(s.untyped_data()));
-  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
-    KeepUnwrittenBytesOnHost(buffers.inputs[d], buffers.outputs[d]);
-    to.push_back(static_cast<char*>(buffers.outputs[d].untyped_data()));
-  }
+  HostPointers(buffers, &from, &to);
+  const auto list = RowsOf<copy::AffineRow>(rows);
   copy::AffineCopyOnHost(from.data(), to.data(), list.data, list.count, affine);
   return ffi::Error::Success();
 }
@@ -56,25 +49,10 @@ ffi::Error AffineCopyManyCuda(CUstream stream, ffi::Buffer<ffi::U32> rows, ffi::
   if (ffi::Error decoded = DecodeManyBuffers(args, rets, sources, kWhat, &buffers); decoded.failure()) {
     return decoded;
   }
-  if (static_cast<int64_t>(buffers.sources.size()) > copy::kMaxBuffersPerSide ||
-      static_cast<int64_t>(buffers.outputs.size()) > copy::kMaxBuffersPerSide) {
-    return ffi::Error::InvalidArgument(std::string(kWhat) + ": more than " +
-                                       std::to_string(copy::kMaxBuffersPerSide) + " buffers on one side");
-  }
   copy::BufferPointers pointers{};
-  for (size_t s = 0; s < buffers.sources.size(); ++s) {
-    pointers.sources[s] = static_cast<const char*>(buffers.sources[s].untyped_data());
-  }
-  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
-    if (ffi::Error kept = KeepUnwrittenBytesOnDevice(stream, buffers.inputs[d], buffers.outputs[d]); kept.failure()) {
-      return kept;
-    }
-    pointers.destinations[d] = static_cast<char*>(buffers.outputs[d].untyped_data());
-  }
+  if (ffi::Error placed = DevicePointers(stream, buffers, kWhat, &pointers); placed.failure()) return placed;
   const auto list = RowsOf<copy::AffineRow>(rows);
-  return ToFfiError(copy::LaunchAffineCopy(
-      stream, pointers, list.data, list.count,
-      copy::AffineTableAt(table.untyped_data(), static_cast<int64_t>(table.size_bytes()), programs)));
+  return ToFfiError(copy::LaunchAffineCopy(stream, pointers, list.data, list.count, AffineTableOf(table, programs)));
 }
 
 template <typename Binding>

@@ -1,5 +1,6 @@
 // The buffers of the targets that write results aliased to their operands
-// (input_output_aliases): decoding the variadic operands, and keeping the bytes no row writes.
+// (input_output_aliases): decoding the variadic operands, keeping the bytes no row writes, and
+// handing the buffers to the copy as pointers (on the host, or by value to a kernel).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "copy/copy_cuda.h"
+#include "copy/segments.h"
 #include "cuda/driver_api.h"
 #include "ffi/status_adapter.h"
 #include "xla/ffi/api/ffi.h"
@@ -69,6 +72,44 @@ inline xla::ffi::Error KeepUnwrittenBytesOnDevice(CUstream stream, const xla::ff
                          reinterpret_cast<CUdeviceptr>(operand.untyped_data()), operand.size_bytes(),
                          stream),
       "copy of a destination into its result before the segment copy"));
+}
+
+// A kernel takes every pointer by value, kMaxBuffersPerSide a side: more is an error naming
+// `what` ("buffers on one side", "destinations in one bucket").
+inline xla::ffi::Error AtMostKernelBuffers(size_t count, const std::string& target, const std::string& what) {
+  if (static_cast<int64_t>(count) <= copy::kMaxBuffersPerSide) return xla::ffi::Error::Success();
+  return xla::ffi::Error::InvalidArgument(target + ": more than " + std::to_string(copy::kMaxBuffersPerSide) + " " +
+                                          what + "; split the call");
+}
+
+// The host copy's pointers: the sources, and each result (holding its operand's bytes).
+inline void HostPointers(ManyBuffers& buffers, std::vector<const char*>* from, std::vector<char*>* to) {
+  for (const xla::ffi::AnyBuffer& source : buffers.sources) {
+    from->push_back(static_cast<const char*>(source.untyped_data()));
+  }
+  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
+    KeepUnwrittenBytesOnHost(buffers.inputs[d], buffers.outputs[d]);
+    to->push_back(static_cast<char*>(buffers.outputs[d].untyped_data()));
+  }
+}
+
+// The kernel's pointers, on `stream`: the sources, and each result (holding its operand's bytes).
+inline xla::ffi::Error DevicePointers(CUstream stream, ManyBuffers& buffers, const std::string& target,
+                                      copy::BufferPointers* pointers) {
+  for (size_t count : {buffers.sources.size(), buffers.outputs.size()}) {
+    if (xla::ffi::Error many = AtMostKernelBuffers(count, target, "buffers on one side"); many.failure()) return many;
+  }
+  for (size_t s = 0; s < buffers.sources.size(); ++s) {
+    pointers->sources[s] = static_cast<const char*>(buffers.sources[s].untyped_data());
+  }
+  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
+    if (xla::ffi::Error kept = KeepUnwrittenBytesOnDevice(stream, buffers.inputs[d], buffers.outputs[d]);
+        kept.failure()) {
+      return kept;
+    }
+    pointers->destinations[d] = static_cast<char*>(buffers.outputs[d].untyped_data());
+  }
+  return xla::ffi::Error::Success();
 }
 
 }  // namespace amem::ffi_adapter

@@ -7,15 +7,14 @@
 // Results: (token: u8 scalar, then one per destination, aliased to it with
 // input_output_aliases, so the donated destinations are written in place). The token orders
 // buckets that share no destination: NCCL matches a peer's receives to its sends in issue order.
-// Attributes: pipe, comm (the communicator handle as an integer), peer, slot, bytes, drain
-// (nonzero on a peer's last bucket: XLA's stream then waits for all of the pipe's work).
+// Attributes: the bucket's (bucket.h: pipe, comm, peer, slot, bytes, drain).
 #include <string>
 
 #include "copy/copy_cuda.h"
+#include "ffi/bucket.h"
 #include "ffi/buffers.h"
 #include "ffi/rows.h"
 #include "ffi/target.h"
-#include "transport/bucket_pipe.h"
 
 namespace ffi = xla::ffi;
 
@@ -31,14 +30,14 @@ ffi::Error NcclRecvBucketCuda(CUstream stream, ffi::Buffer<ffi::U8> after,
                               int64_t drain) {
   (void)after;  // orders this call after the previous bucket; never read
   (void)token;
+  const Bucket bucket{pipe, comm, peer, slot, bytes, drain};
   ManyBuffers buffers;  // no sources: every operand after the table is a destination
   if (ffi::Error decoded = DecodeManyBuffers(args, rets, 0, kWhat, &buffers); decoded.failure()) {
     return decoded;
   }
-  if (static_cast<int64_t>(buffers.outputs.size()) > copy::kMaxBuffersPerSide) {
-    return ffi::Error::InvalidArgument(std::string(kWhat) + ": more than " +
-                                       std::to_string(copy::kMaxBuffersPerSide) +
-                                       " destinations in one bucket");
+  if (ffi::Error many = AtMostKernelBuffers(buffers.outputs.size(), kWhat, "destinations in one bucket");
+      many.failure()) {
+    return many;
   }
   copy::BufferPointers pointers{};
   for (size_t d = 0; d < buffers.outputs.size(); ++d) {
@@ -54,27 +53,19 @@ ffi::Error NcclRecvBucketCuda(CUstream stream, ffi::Buffer<ffi::U8> after,
   // The table is in device memory, validated against the bucket and every destination when
   // the swap built it; the kernel skips rows out of range.
   const auto rows = RowsOf<copy::BufferSegment>(segments);
-  Status received = transport::PipeRecv(
-      pipe, stream, static_cast<int>(slot), pointers, rows.data, rows.count, bytes,
-      static_cast<int>(peer), reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(comm)));
-  if (!received.ok()) return ToFfiError(received);
-  return drain ? ToFfiError(transport::PipeDrain(pipe, stream)) : ffi::Error::Success();
+  return bucket.Finish(transport::PipeRecv(bucket.pipe, stream, static_cast<int>(bucket.slot), pointers, rows.data,
+                                           rows.count, bucket.bytes, static_cast<int>(bucket.peer), bucket.Comm()),
+                       stream);
 }
 
 XLA_FFI_DEFINE_HANDLER(kNcclRecvBucketCuda, NcclRecvBucketCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Arg<ffi::Buffer<ffi::U8>>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .RemainingArgs()
-                           .Ret<ffi::BufferR0<ffi::U8>>()
-                           .RemainingRets()
-                           .Attr<int64_t>("pipe")
-                           .Attr<int64_t>("comm")
-                           .Attr<int64_t>("peer")
-                           .Attr<int64_t>("slot")
-                           .Attr<int64_t>("bytes")
-                           .Attr<int64_t>("drain"));
+                       BucketAttrs(ffi::Ffi::Bind()
+                                       .Ctx<ffi::PlatformStream<CUstream>>()
+                                       .Arg<ffi::Buffer<ffi::U8>>()
+                                       .Arg<ffi::Buffer<ffi::U32>>()
+                                       .RemainingArgs()
+                                       .Ret<ffi::BufferR0<ffi::U8>>()
+                                       .RemainingRets()));
 
 }  // namespace
 

@@ -5,21 +5,23 @@
 // uint32[n, 12] copy::BufferSegment rows, dst_index 0 = the bucket, split into pieces;
 // affine_rows: uint32[m * 12] copy::AffineRow rows gathered through constant steps, and
 // affine_table: their programs (`programs` of them) and constants (copy/affine.h);
-// sources...). Attributes: pipe, comm (the communicator handle as an integer), peer, slot,
-// bytes, drain (nonzero on a peer's last bucket: XLA's stream then waits until the pipe's sends
-// are done, so the call's completion means the data left). Result: a u8 scalar token.
+// sources...). Attributes: the bucket's (bucket.h: pipe, comm, peer, slot, bytes, drain), then
+// programs. Result: a u8 scalar token.
 #include <string>
 
 #include "copy/affine.h"
 #include "copy/copy_cuda.h"
+#include "ffi/bucket.h"
+#include "ffi/buffers.h"
 #include "ffi/rows.h"
 #include "ffi/target.h"
-#include "transport/bucket_pipe.h"
 
 namespace ffi = xla::ffi;
 
 namespace amem::ffi_adapter {
 namespace {
+
+constexpr char kWhat[] = "nccl_send_bucket";
 
 ffi::Error NcclSendBucketCuda(CUstream stream, ffi::Buffer<ffi::U8> after,
                               ffi::Buffer<ffi::U32> segments, ffi::Buffer<ffi::U32> affine_rows,
@@ -28,10 +30,9 @@ ffi::Error NcclSendBucketCuda(CUstream stream, ffi::Buffer<ffi::U8> after,
                               int64_t programs, ffi::Result<ffi::BufferR0<ffi::U8>> token) {
   (void)after;  // orders this call after the previous bucket; never read
   (void)token;
-  if (static_cast<int64_t>(args.size()) > copy::kMaxBuffersPerSide) {
-    return ffi::Error::InvalidArgument("nccl_send_bucket: more than " +
-                                       std::to_string(copy::kMaxBuffersPerSide) +
-                                       " source views in one bucket");
+  const Bucket bucket{pipe, comm, peer, slot, bytes, drain};
+  if (ffi::Error many = AtMostKernelBuffers(args.size(), kWhat, "source views in one bucket"); many.failure()) {
+    return many;
   }
   copy::BufferPointers pointers{};
   for (size_t i = 0; i < args.size(); ++i) {
@@ -43,30 +44,21 @@ ffi::Error NcclSendBucketCuda(CUstream stream, ffi::Buffer<ffi::U8> after,
   // swap packed the bucket; the kernel skips rows out of range.
   const auto rows = RowsOf<copy::BufferSegment>(segments);
   const auto affine = RowsOf<copy::AffineRow>(affine_rows);
-  transport::AffineGather gather{affine.data, affine.count,
-                                 copy::AffineTableAt(affine_table.untyped_data(),
-                                                     static_cast<int64_t>(affine_table.size_bytes()), programs)};
-  Status sent = transport::PipeSend(pipe, stream, static_cast<int>(slot), pointers, rows.data,
-                                    rows.count, bytes, static_cast<int>(peer),
-                                    reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(comm)), gather);
-  if (!sent.ok()) return ToFfiError(sent);
-  return drain ? ToFfiError(transport::PipeDrain(pipe, stream)) : ffi::Error::Success();
+  const transport::AffineGather gather{affine.data, affine.count, AffineTableOf(affine_table, programs)};
+  return bucket.Finish(transport::PipeSend(bucket.pipe, stream, static_cast<int>(bucket.slot), pointers, rows.data,
+                                           rows.count, bucket.bytes, static_cast<int>(bucket.peer), bucket.Comm(),
+                                           gather),
+                       stream);
 }
 
 XLA_FFI_DEFINE_HANDLER(kNcclSendBucketCuda, NcclSendBucketCuda,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Arg<ffi::Buffer<ffi::U8>>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .Arg<ffi::Buffer<ffi::U32>>()
-                           .RemainingArgs()
-                           .Attr<int64_t>("pipe")
-                           .Attr<int64_t>("comm")
-                           .Attr<int64_t>("peer")
-                           .Attr<int64_t>("slot")
-                           .Attr<int64_t>("bytes")
-                           .Attr<int64_t>("drain")
+                       BucketAttrs(ffi::Ffi::Bind()
+                                       .Ctx<ffi::PlatformStream<CUstream>>()
+                                       .Arg<ffi::Buffer<ffi::U8>>()
+                                       .Arg<ffi::Buffer<ffi::U32>>()
+                                       .Arg<ffi::Buffer<ffi::U32>>()
+                                       .Arg<ffi::Buffer<ffi::U32>>()
+                                       .RemainingArgs())
                            .Attr<int64_t>("programs")
                            .Ret<ffi::BufferR0<ffi::U8>>());
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "copy/affine.h"
 #include "copy/segments.h"
 #include "ffi/status_adapter.h"
 #include "xla/ffi/api/ffi.h"
@@ -57,6 +58,21 @@ inline xla::ffi::Error InBounds(Rows<copy::BufferSegment> rows,
                                 const std::vector<int64_t>& destination_bytes) {
   return ToFfiError(copy::CheckBufferSegmentsInBounds(rows.data, rows.count, source_bytes,
                                                       destination_bytes));
+}
+
+// An affine table operand (uint32: `programs` programs, then float64 constants), in place.
+inline copy::AffineTable AffineTableOf(const xla::ffi::Buffer<xla::ffi::U32>& table, int64_t programs) {
+  return copy::AffineTableAt(table.untyped_data(), static_cast<int64_t>(table.size_bytes()), programs);
+}
+
+// Host tables only: whole affine rows, a sane table, every row inside its buffers.
+inline xla::ffi::Error AffineInBounds(const xla::ffi::Buffer<xla::ffi::U32>& rows, const copy::AffineTable& table,
+                                      const std::vector<int64_t>& source_bytes,
+                                      const std::vector<int64_t>& destination_bytes, const std::string& target) {
+  if (xla::ffi::Error whole = WholeRows<copy::AffineRow>(rows, target); whole.failure()) return whole;
+  if (xla::ffi::Error checked = ToFfiError(copy::CheckAffineTable(table)); checked.failure()) return checked;
+  const auto list = RowsOf<copy::AffineRow>(rows);
+  return ToFfiError(copy::CheckAffineRowsInBounds(list.data, list.count, table, source_bytes, destination_bytes));
 }
 
 }  // namespace amem::ffi_adapter

@@ -6,6 +6,7 @@
 // aliased to it (input_output_aliases), so every destination is written in place.
 // Caller: jax_amem.copy.segment_copy_many.
 #include <utility>
+#include <vector>
 
 #include "copy/copy_cpu.h"
 #include "copy/copy_cuda.h"
@@ -34,13 +35,7 @@ ffi::Error SegmentCopyManyCpu(ffi::Buffer<ffi::U32> segments, ffi::RemainingArgs
   }
   std::vector<const char*> from;
   std::vector<char*> to;
-  for (const ffi::AnyBuffer& source : buffers.sources) {
-    from.push_back(static_cast<const char*>(source.untyped_data()));
-  }
-  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
-    KeepUnwrittenBytesOnHost(buffers.inputs[d], buffers.outputs[d]);
-    to.push_back(static_cast<char*>(buffers.outputs[d].untyped_data()));
-  }
+  HostPointers(buffers, &from, &to);
   copy::CopyBufferSegmentsOnHost(from.data(), to.data(), rows.data, rows.count);
   return ffi::Error::Success();
 }
@@ -53,23 +48,8 @@ ffi::Error SegmentCopyManyCuda(CUstream stream, ffi::Buffer<ffi::U32> segments,
   if (ffi::Error decoded = DecodeManyBuffers(args, rets, sources, kWhat, &buffers); decoded.failure()) {
     return decoded;
   }
-  if (static_cast<int64_t>(buffers.sources.size()) > copy::kMaxBuffersPerSide ||
-      static_cast<int64_t>(buffers.outputs.size()) > copy::kMaxBuffersPerSide) {
-    return ffi::Error::InvalidArgument(std::string(kWhat) + ": more than " +
-                                       std::to_string(copy::kMaxBuffersPerSide) +
-                                       " buffers on one side; split the call");
-  }
   copy::BufferPointers pointers{};
-  for (size_t s = 0; s < buffers.sources.size(); ++s) {
-    pointers.sources[s] = static_cast<const char*>(buffers.sources[s].untyped_data());
-  }
-  for (size_t d = 0; d < buffers.outputs.size(); ++d) {
-    if (ffi::Error kept = KeepUnwrittenBytesOnDevice(stream, buffers.inputs[d], buffers.outputs[d]);
-        kept.failure()) {
-      return kept;
-    }
-    pointers.destinations[d] = static_cast<char*>(buffers.outputs[d].untyped_data());
-  }
+  if (ffi::Error placed = DevicePointers(stream, buffers, kWhat, &pointers); placed.failure()) return placed;
   const auto rows = RowsOf<copy::BufferSegment>(segments);
   return ToFfiError(copy::LaunchBufferSegmentCopy(stream, pointers, rows.data, rows.count));
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "copy/direct_launch.h"
+#include "ffi/addresses.h"
 #include "ffi/rows.h"
 #include "ffi/target.h"
 
@@ -24,57 +25,18 @@ namespace {
 
 constexpr char kWhat[] = "segment_copy_to_addresses";  // in messages: the Python function
 
-struct AddressCopy {
-  std::vector<const char*> sources;
-  std::vector<int64_t> source_bytes;
-  std::vector<char*> destinations;
-  std::vector<int64_t> destination_bytes;
-};
-
-// Decodes the sources and destinations and checks what both platforms need: as many sizes as
-// addresses, the buffers' count, the bulk rows (host memory) in bounds of the sizes given. The
-// addresses and sizes themselves were checked once where the call was made (jax_amem.copy,
-// through copy::CheckDestinations), before the program was built; like the table, they are
-// part of the program and trusted here.
+// The sources and destinations (addresses.h), and the bulk rows (host memory) in bounds of them.
 ffi::Error DecodeAddressCopy(ffi::RemainingArgs args, ffi::Span<const int64_t> addresses,
-                             ffi::Span<const int64_t> destination_bytes,
-                             ffi::Span<const int64_t> bulk, AddressCopy* out) {
-  const std::string name = std::string(kWhat) + ": ";
-  if (addresses.size() != destination_bytes.size()) {
-    return ffi::Error::InvalidArgument(name + std::to_string(addresses.size()) + " addresses but " +
-                                       std::to_string(destination_bytes.size()) +
-                                       " destination sizes; give one of each per destination");
-  }
-  if (static_cast<int64_t>(args.size()) > copy::kMaxBuffersPerSide ||
-      static_cast<int64_t>(addresses.size()) > copy::kMaxBuffersPerSide) {
-    return ffi::Error::InvalidArgument(name + "more than " +
-                                       std::to_string(copy::kMaxBuffersPerSide) +
-                                       " buffers on one side; split the call");
+                             ffi::Span<const int64_t> destination_bytes, ffi::Span<const int64_t> bulk,
+                             AddressBuffers* out) {
+  if (ffi::Error decoded = DecodeAddresses(args, addresses, destination_bytes, kWhat, out); decoded.failure()) {
+    return decoded;
   }
   if (bulk.size() % 6 != 0) {
-    return ffi::Error::InvalidArgument(name + "the bulk rows hold " + std::to_string(bulk.size()) +
+    return ffi::Error::InvalidArgument(std::string(kWhat) + ": the bulk rows hold " + std::to_string(bulk.size()) +
                                        " int64, not a multiple of six");
   }
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto buffer = args.get<ffi::AnyBuffer>(i);
-    if (buffer.has_error()) return buffer.error();
-    out->sources.push_back(static_cast<const char*>(buffer->untyped_data()));
-    out->source_bytes.push_back(static_cast<int64_t>(buffer->size_bytes()));
-  }
-  for (size_t d = 0; d < addresses.size(); ++d) {
-    out->destinations.push_back(reinterpret_cast<char*>(static_cast<uintptr_t>(addresses[d])));
-    out->destination_bytes.push_back(destination_bytes[d]);
-  }
   return InBounds(RowsOf(bulk), out->source_bytes, out->destination_bytes);
-}
-
-// The call's buffers as the copy takes them (src/copy/direct_launch.h, which the direct launch
-// of an eager swap runs too).
-copy::BufferPointers Pointers(const AddressCopy& call) {
-  copy::BufferPointers pointers{};
-  for (size_t s = 0; s < call.sources.size(); ++s) pointers.sources[s] = call.sources[s];
-  for (size_t d = 0; d < call.destinations.size(); ++d) pointers.destinations[d] = call.destinations[d];
-  return pointers;
 }
 
 // On the CPU the table operand is host memory: its rows are checked too, then both row sets
@@ -85,7 +47,7 @@ ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::Remain
                                      ffi::Span<const int64_t> destination_bytes,
                                      ffi::Span<const int64_t> bulk,
                                      ffi::Result<ffi::BufferR0<ffi::U8>> token) {
-  AddressCopy call;
+  AddressBuffers call;
   if (ffi::Error decoded = DecodeAddressCopy(args, addresses, destination_bytes, bulk, &call);
       decoded.failure()) {
     return decoded;
@@ -97,7 +59,7 @@ ffi::Error SegmentCopyToAddressesCpu(ffi::Buffer<ffi::U32> segments, ffi::Remain
     return bounded;
   }
   const auto long_rows = RowsOf(bulk);
-  copy::CopyAddressRowsOnHost(Pointers(call), long_rows.data, long_rows.count, rows.data, rows.count);
+  copy::CopyAddressRowsOnHost(call.Pointers(), long_rows.data, long_rows.count, rows.data, rows.count);
   *token->typed_data() = 0;
   return ffi::Error::Success();
 }
@@ -111,14 +73,14 @@ ffi::Error SegmentCopyToAddressesCuda(CUstream stream, ffi::Buffer<ffi::U32> seg
                                       ffi::Span<const int64_t> bulk,
                                       ffi::Result<ffi::BufferR0<ffi::U8>> token) {
   (void)token;  // a token: its byte is never read
-  AddressCopy call;
+  AddressBuffers call;
   if (ffi::Error decoded = DecodeAddressCopy(args, addresses, destination_bytes, bulk, &call);
       decoded.failure()) {
     return decoded;
   }
   const auto long_rows = RowsOf(bulk);
   const auto rows = RowsOf<copy::BufferSegment>(segments);
-  return ToFfiError(copy::LaunchAddressCopy(stream, Pointers(call), long_rows.data, long_rows.count, rows.data,
+  return ToFfiError(copy::LaunchAddressCopy(stream, call.Pointers(), long_rows.data, long_rows.count, rows.data,
                                             rows.count));
 }
 

@@ -52,18 +52,15 @@ const char* HostBlockKindName(HostBlockKind kind) {
 }
 
 Status ParsePinnedKind(const std::string& name, HostBlockKind* kind) {
-  std::string chosen = name;
-  if (chosen.empty()) {
-    const char* variable = std::getenv("JAX_AMEM_PINNED_MEMORY");
-    chosen = variable != nullptr && *variable != '\0' ? variable : "registered";
-  }
+  // JAX_AMEM_PINNED_MEMORY is read in Python (jax_amem/settings.py), which passes it here.
+  const std::string chosen = name.empty() ? "registered" : name;
   if (chosen == "registered") {
     *kind = HostBlockKind::kRegistered;
   } else if (chosen == "hostalloc") {
     *kind = HostBlockKind::kHostAlloc;
   } else {
     return Status::Error("unknown pinned memory method '" + chosen +
-                         "' (JAX_AMEM_PINNED_MEMORY or method=): use 'registered' (mmap + huge "
+                         "' (method=): use 'registered' (mmap + huge "
                          "pages + cuMemHostRegister) or 'hostalloc' (cuMemHostAlloc)");
   }
   return Status::Ok();

@@ -28,8 +28,8 @@ enum class HostBlockKind { kPlain, kRegistered, kHostAlloc };
 
 // "plain", "registered", "hostalloc".
 const char* HostBlockKindName(HostBlockKind kind);
-// Parses a name above; "" means the default pinned kind (registered, or
-// JAX_AMEM_PINNED_MEMORY when set). Unknown names are an error naming the choices.
+// Parses a name above; "" means the default pinned kind (registered; jax_amem passes
+// JAX_AMEM_PINNED_MEMORY's value). Unknown names are an error naming the choices.
 Status ParsePinnedKind(const std::string& name, HostBlockKind* kind);
 
 struct HostBlock {

@@ -297,7 +297,7 @@ struct Scene {
       int64_t rows_of = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
       int64_t cols = Uniform(0, 5) == 0 ? 1 : Uniform(1, 150);
       // Sides of whole four-element vectors, view element 0 landing on a whole vector below: the
-      // tiles a kernel built with AMEM_TRANSPOSE_VECTOR moves four elements a thread per access.
+      // tiles the kernel moves four elements a thread per access (its vector tiles).
       const bool whole = Uniform(0, 1) == 0;
       if (whole) {
         rows_of = 4 * Uniform(8, 40);

@@ -46,12 +46,12 @@ donation, staged sources, swaps inside jit).
 
 from __future__ import annotations
 
-import os
 
 import jax
 import numpy as np
 
 from ... import _jax_compat
+from ... import settings
 from ..._native import core
 from ...copy import address_rows, one_buffer_rows
 from ..errors import SwapError
@@ -67,14 +67,11 @@ _await = _jax_compat.batched_wait()  # one C call that waits for many arrays
 def enabled() -> bool:
     """Whether eager swaps take the direct launch: JAX_AMEM_SWAP_DIRECT when set to 1 or 0,
     else ENABLED; any other value is a SwapError saying what each value does."""
-    value = os.environ.get(ENV, "").strip()
-    if value == "":
-        return bool(ENABLED)
-    if value in ("0", "1"):
-        return value == "1"
-    raise SwapError(f"{ENV}={value!r} is not understood: set it to 1 (launch eager swaps by address outside XLA) "
-                    "or 0 (always through XLA's custom calls), or unset it for "
-                    f"jax_amem.swapping.in_process.direct.ENABLED ({bool(ENABLED)}); nothing was written")
+    try:
+        return settings.flag(ENV, bool(ENABLED))
+    except settings.SettingError as error:
+        raise SwapError(f"{error} (1: launch eager swaps by address outside XLA; 0: always through XLA's "
+                        "custom calls); nothing was written") from error
 
 
 def plan_for(program):
