@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 import jax_amem  # noqa: E402
 from jax_amem.demo.real_size import switch_bound  # noqa: E402
 from jax_amem.demo.real_size.presets import QWEN3_1_7B  # noqa: E402
+from jax_amem.demo.real_size.vllm_loop import timed  # noqa: E402
 
 PROMPTS, PROMPT_TOKENS, NEW_TOKENS = 4, 16, 16
 
@@ -67,13 +68,6 @@ def used() -> int:
     import torch
     free, total = torch.cuda.mem_get_info()
     return total - free
-
-
-def timed(parts: dict, name: str, run):
-    start = time.perf_counter()
-    out = run()
-    parts[name] = time.perf_counter() - start
-    return out
 
 
 def medians(rows: list[dict]) -> dict:
@@ -104,7 +98,8 @@ def colocated_rounds(engine, level: int, state: tuple, generate, rounds: int):
 
 
 def vllm_own_rounds(llm, params, level: int, layers: int, generate, rounds: int) -> dict:
-    """Baseline (a): vLLM's sleep and wake, today's reload; the trainer resident throughout."""
+    """Baseline (a): vLLM's sleep and wake, today's reload; the trainer resident throughout.
+    From an engine asleep at `level`; it ends asleep."""
     rows = []
     for _ in range(rounds):
         parts = {}
@@ -135,8 +130,8 @@ def report(fig: dict) -> str:
     lines = [f"on {fig['device']}: trainer {gb(bound.trainer_bytes)} (float32 params + Adam's two moments), "
              f"engine {gb(bound.engine_bytes)} of bfloat16 weights", switch_bound.bound_line(bound), ""]
     for level, f in fig["levels"].items():
-        lines.append(switch_bound.table(f"jax-amem, Colocated(level={level}): median of {fig['iterations']} "
-                                        "round(s), seconds", switch_bound.rows(f["to_rollout"], f["to_trainer"], bound)))
+        title = f"jax-amem, Colocated(level={level}): median of {fig['iterations']} round(s), seconds"
+        lines.append(switch_bound.table(title, switch_bound.rows(f["to_rollout"], f["to_trainer"], bound)))
         lines.append(f"  generate ({PROMPTS} prompts x {NEW_TOKENS} tokens, not in the switch) "
                      f"{f['generate_seconds']:.3f} s; in use: trainer phase {gb(f['memory']['trainer phase'])}, "
                      f"rollout phase {gb(f['memory']['rollout phase'])}")
@@ -154,6 +149,7 @@ def report(fig: dict) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
+    began = time.perf_counter()
     import torch
     import vllm  # noqa: F401
 
@@ -182,10 +178,19 @@ def main(argv=None):
                                      ceil.pinned_down_gb_s, ceil.pinned_up_gb_s, ceil.device_copy_gb_s)
     fig = dict(device=torch.cuda.get_device_name(), iterations=args.iterations, layers=args.layers,
                bound=dataclasses.asdict(bound), levels={}, baseline_a={})
+    print(f"set-up done in {time.perf_counter() - began:.0f} s; {switch_bound.bound_line(bound)}", flush=True)
     for level in args.levels:
         fig["levels"][level], state = colocated_rounds(engine, level, state, generate, args.iterations)
-        fig["baseline_a"][level] = vllm_own_rounds(llm, state[0], level, args.layers, generate, args.iterations)
+        f = fig["levels"][level]
+        print(f"level {level}: round trip {f['to_rollout']['total'] + f['to_trainer']['total']:.3f} s", flush=True)
     fig["baseline_b"] = resident_rounds(llm, engine, state[0], generate, args.iterations)
+    # vLLM's reload last: it may give the engine new parameter tensors, which jax-amem's
+    # connection (planned against the ones it found) would not know of.
+    for i, level in enumerate(args.levels):
+        if i:
+            llm.wake_up()   # asleep at the previous level: each level's rounds start from its own sleep
+        llm.sleep(level=level)
+        fig["baseline_a"][level] = vllm_own_rounds(llm, state[0], level, args.layers, generate, args.iterations)
     print(report(fig), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(fig, indent=1) + "\n")

@@ -65,8 +65,9 @@ DOWN = reports("trainer", [{"engine sleep": 0.02, "resume trainer": 1.1}, {"engi
 
 def test_medians_and_rows_in_the_order_the_parts_ran():
     up, down = switch_bound.median_parts(UP), switch_bound.median_parts(DOWN)
+    # "total": the median of the whole switches, not the sum of the parts' medians
     assert up == pytest.approx({"wake weights": 0.02, "update": 0.007, "pause trainer": 0.95,
-                                "wake kv cache": 0.001, "total": 0.98})   # the median whole switch, not a sum of medians
+                                "wake kv cache": 0.001, "total": 0.98})
     rows = switch_bound.rows(up, down, BOUND)
     assert [r[0] for r in rows] == ["wake weights", "update", "pause trainer", "wake kv cache", "= to rollout",
                                     "engine sleep", "resume trainer", "= to trainer", "round trip"]

@@ -58,7 +58,8 @@ def start(policy: PolicyConfig, dtype: str, *, on_gpu: bool, max_num_seqs: int, 
         kwargs.update(enable_sleep_mode=True, gpu_memory_utilization=GPU_SHARE, kv_cache_memory_bytes=KV_CACHE_BYTES,
                       enforce_eager=eager)
         if not eager:   # CUDA graphs for the batch sizes served here only: a short capture
-            kwargs["compilation_config"] = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
+            sizes = sorted({size for size in (1, 2, 4, 8, 16, 32) if size < max_num_seqs} | {max_num_seqs})
+            kwargs["compilation_config"] = {"cudagraph_capture_sizes": sizes}
     else:
         kwargs.update(enforce_eager=True, kv_cache_memory_bytes=64 << 20)
     return vllm.LLM(**kwargs)

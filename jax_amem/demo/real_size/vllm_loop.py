@@ -79,7 +79,8 @@ class VllmRealSizeResult:
                 switch_bound.median_parts([i.to_trainer for i in self.iterations]))
 
 
-def _timed(parts: dict, name: str, run):
+def timed(parts: dict, name: str, run):
+    """run(), its seconds in parts[name]."""
     start = time.perf_counter()
     result = run()
     parts[name] = time.perf_counter() - start
@@ -123,8 +124,8 @@ class _VllmRun(_Run):
         from jax_amem.vllm import SwitchReport
 
         parts, start = {}, time.perf_counter()
-        update = _timed(parts, "update", lambda: self.engine.update(params))
-        pause = _timed(parts, "pause trainer", lambda: jax_amem.pause(**tagged))
+        update = timed(parts, "update", lambda: self.engine.update(params))
+        pause = timed(parts, "pause trainer", lambda: jax_amem.pause(**tagged))
         return SwitchReport("rollout", time.perf_counter() - start, parts, update=update, pause=pause)
 
     def to_trainer(self):
@@ -133,7 +134,7 @@ class _VllmRun(_Run):
         from jax_amem.vllm import SwitchReport
 
         parts, start = {}, time.perf_counter()
-        restored = _timed(parts, "resume trainer", jax_amem.resume)
+        restored = timed(parts, "resume trainer", jax_amem.resume)
         return SwitchReport("trainer", time.perf_counter() - start, parts, restored=restored)
 
     def vllm_iteration(self, iteration: int, result: VllmRealSizeResult) -> VllmIteration:
