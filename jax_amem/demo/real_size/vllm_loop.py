@@ -118,8 +118,11 @@ class _VllmRun(_Run):
 
     # -- the two switches: Colocated's on a GPU, the same parts without sleep mode on CPU
     def to_rollout(self):
-        params, tagged = self.trainer.params, self.tagged()
+        report = self._to_rollout(self.trainer.params, self.tagged())
         self.trainer.params = self.trainer.opt_state = None   # deleted by the pause
+        return report
+
+    def _to_rollout(self, params, tagged: dict):
         if self.colocated is not None:
             return self.colocated.to_rollout(params, **tagged)
         from jax_amem.vllm import SwitchReport
