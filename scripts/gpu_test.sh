@@ -80,6 +80,8 @@ for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
 done
 export JAX_AMEM_CUDA=${JAX_AMEM_CUDA:-ON}
 export VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}   # the vLLM payload, unpacked by the vllm_payload step
+# The payload leaves out FlashInfer (it compiles its kernels at run time); vLLM's sampler would import it.
+export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
 ALL="build gpu swap_ipc swap_nccl vllm_nccl swap_multigpu nccl nccl_new bench"
 STEPS=${*:-${STEPS:-$ALL}}
 MULTI_PROCESS="tests/test_nccl_gpu.py tests/test_nccl_xla_mesh.py tests/test_swap_ipc.py tests/test_swap_nccl.py tests/test_swap_multigpu.py tests/test_vllm_nccl.py"

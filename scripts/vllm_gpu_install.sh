@@ -9,8 +9,14 @@ set -uo pipefail
 CARRIED=${1:-.vllm-payload}
 PIECES=${VLLM_PIECES:-/tmp/vllm-payload}
 SITE=${VLLM_SITE:-/tmp/vllm-site}
+extras() {  # wheels carried beside the payload (CARRIED/extra/*.whl), unpacked over it
+  for wheel in "$CARRIED"/extra/*.whl; do
+    [ -f "$wheel" ] && python3 -m zipfile -e "$wheel" "$SITE/" && echo "vLLM payload: added $(basename "$wheel")"
+  done
+  return 0
+}
 if [ -f "$SITE/.complete" ]; then
-  echo "vLLM payload: already unpacked in $SITE"; exit 0
+  echo "vLLM payload: already unpacked in $SITE"; extras; exit 0
 fi
 mkdir -p "$PIECES"
 [ -d "$CARRIED" ] && cp -n "$CARRIED"/SHA256SUMS "$CARRIED"/vllm-gpu.tar.xz.* "$PIECES"/ 2>/dev/null
@@ -27,5 +33,7 @@ fi
 rm -rf "$SITE" && mkdir -p "$SITE"
 start=$SECONDS
 (cd "$PIECES" && cat $(awk '{print $2}' SHA256SUMS)) | xz -dc -T0 | tar -C "$SITE" -xf - || exit 1
+rm -rf "$SITE"/tvm_ffi "$SITE"/apache_tvm_ffi-*   # an extra wheel may carry a newer one
+extras
 touch "$SITE/.complete"
 echo "vLLM payload: unpacked into $SITE in $((SECONDS - start)) s: $(PYTHONPATH=$SITE python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"))' 2>&1 | tail -1)"

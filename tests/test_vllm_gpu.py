@@ -25,6 +25,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")   # vLLM's engines share the GPU
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")   # FlashInfer is not in the GPU payload
 
 import pytest
 
