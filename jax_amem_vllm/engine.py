@@ -118,6 +118,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.setup = ""                          # this setup's own id (a fresh one per init), "" when none
         self.failure = ""                        # the last update_weights' failure, until taken
         self.in_place = False                    # as-loaded parameters written by address (in_place.py)
+        self.views_made = 0                      # how many times the views were made anew (a trainer's cue)
 
     @staticmethod
     def trainer_send_weights(iterator, trainer_args) -> None:
@@ -157,6 +158,19 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         """The parameter itself when the trainer may write it by address, else None."""
         return writable_in_place(t, getattr(*self.layout.owners[t.name]).data) if t.name in self.layout.owners else None
 
+    def _follow_parameters(self) -> None:
+        """vLLM's own reload (`reload_weights`) may give a parameter new storage: views of the old
+        one would have the trainer write freed memory. Checked before each update; views made
+        anew (and `views_made` counted, which the trainer's destinations follow) where any moved."""
+        for (group, whole, in_place), views in self.views.items():
+            if not in_place:
+                continue
+            for t in self.layout.groups[group]:
+                served = self.served_as_loaded(t)
+                if served is not None and served.data_ptr() != views[t.name].data_ptr():
+                    self.views, self.views_made = {}, self.views_made + 1
+                    return
+
     def write_in_place(self) -> bool:
         """Called by a trainer in this process at connect: from now on the as-loaded parameters
         are written by address (no staging copy, no commit copy); True where that holds (a GPU
@@ -164,7 +178,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         layers; its norms and embeddings stay staged too, so an update stopped before its first
         commit keeps serving the old version there)."""
         self.in_place = self.device.type == "cuda" and self.layout is not None
-        self.views = {}
+        self.views, self.views_made = {}, self.views_made + 1
         return self.in_place
 
     def serving_state(self) -> str:
@@ -221,6 +235,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.abandon()
         self.failure = ""   # a failure the last trainer never read is not this update's
         if self.in_place:
+            self._follow_parameters()
             # The trainer writes served parameters from now on: refuse until every group is in.
             self._refuse("an update is writing its parameters in place")
         if self.receiver is not None and self.receiver.transport(self.timeout) is not None:

@@ -33,7 +33,6 @@ fi
 rm -rf "$SITE" && mkdir -p "$SITE"
 start=$SECONDS
 (cd "$PIECES" && cat $(awk '{print $2}' SHA256SUMS)) | xz -dc -T0 | tar -C "$SITE" -xf - || exit 1
-rm -rf "$SITE"/tvm_ffi "$SITE"/apache_tvm_ffi-*   # an extra wheel may carry a newer one
 extras
 touch "$SITE/.complete"
 echo "vLLM payload: unpacked into $SITE in $((SECONDS - start)) s: $(PYTHONPATH=$SITE python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"))' 2>&1 | tail -1)"

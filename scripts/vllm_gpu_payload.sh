@@ -21,7 +21,8 @@ VLLM=0.26.0
 PIECE=${PIECE:-56M}   # a device call carries 64 MiB with the working tree (one piece today)
 # Beyond the GPU image (Python 3.12, torch 2.11.0+cu130, transformers 5.17): what vLLM's engine
 # imports on the way to serving a model with load_format="dummy" and no tokenizer.
-SMALL="annotated-types==0.7.0 apache-tvm-ffi==0.1.10 blake3 cachetools cbor2 fastapi<0.137 jiter
+# apache-tvm-ffi: newer than vLLM's pin (0.1.10), which the newest xgrammar on the registry does not load with.
+SMALL="annotated-types==0.7.0 apache-tvm-ffi httpx2 blake3 cachetools cbor2 fastapi<0.137 jiter
 llguidance msgspec openai openai-harmony partial-json-parser pybase64 pydantic>=2.12,<2.13
 pydantic-core==2.41.5 pyzmq setproctitle sniffio starlette typing-inspection xgrammar<1 ijson
 depyf==0.20.0 astor dill lark==1.2.2 python-json-logger diskcache gguf prometheus-client
@@ -50,6 +51,9 @@ rm -f "$site"/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$site"/vllm/vllm-rs \
 rm -rf "$site"/vllm/third_party/fmha_sm100 "$site"/vllm/third_party/deep_gemm/include
 python3 scripts/prune_fatbin.py --arch 90 "$site"/vllm/_C_stable_libtorch.abi3.so "$site"/vllm/_moe_C_stable_libtorch.abi3.so
 for wheel in "$work"/small/*.whl; do unzip -q -o "$wheel" -d "$site"; done
+# apache-tvm-ffi's sources, headers and test library: for building extensions, not for running them
+rm -rf "$site"/tvm_ffi/src "$site"/tvm_ffi/include "$site"/tvm_ffi/3rdparty "$site"/tvm_ffi/cython \
+       "$site"/tvm_ffi/lib/libtvm_ffi_testing.so "$site"/tvm_ffi/lib/*.a
 echo "== compressing (a few minutes)"
 mkdir -p "$OUT"
 rm -f "$OUT"/vllm-gpu.tar.xz.* "$OUT"/SHA256SUMS

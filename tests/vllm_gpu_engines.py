@@ -74,14 +74,45 @@ def digests(worker) -> dict:
     return out
 
 
-def oracle(directory: Path, family: str, tree: dict, *, eager: bool) -> dict:
-    """vLLM's own load of `tree`: its parameters' digests and its greedy tokens (the engine is
-    shut down before returning)."""
-    llm = start(checkpoint_dir(directory, family, tree), backend=False, eager=eager)
-    try:
-        return {"digests": llm.collective_rpc(digests)[0], "tokens": vm.greedy(llm)}
-    finally:
+_ORACLE = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import vllm_gpu_engines as ge, vllm_models as vm
+if __name__ == "__main__":
+    out = []
+    for version, directory in enumerate({directories!r}, 1):
+        tree = {{k: v for k, v in np.load(directory + ".npz", allow_pickle=True).items()}}["tree"].item()
+        llm = ge.start(ge.checkpoint_dir(ge.Path(directory), {family!r}, tree), backend=False, eager={eager})
+        out.append({{"digests": llm.collective_rpc(ge.digests)[0], "tokens": vm.greedy(llm)}})
         vm.shut(llm)
+    print("ORACLE " + json.dumps(out))
+"""
+
+
+def oracles(directory: Path, family: str, trees: list[dict], *, eager: bool) -> list[dict]:
+    """vLLM's own load of each tree, in a process of its own: per version, its parameters'
+    digests and its greedy tokens. Apart because a vLLM engine's shutdown tears down the parallel
+    groups of its process, which an engine under test in that process shares."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    directories = []
+    for version, tree in enumerate(trees, 1):
+        path = directory / f"v{version}"
+        np.savez(str(path) + ".npz", tree=np.array(tree, dtype=object))
+        directories.append(str(path))
+    script = _ORACLE.format(tests=str(Path(__file__).resolve().parent), directories=directories, family=family,
+                            eager=eager)
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, cwd=directory)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("ORACLE ")]
+    assert lines, done.stdout[-3000:] + done.stderr[-6000:]
+    return json.loads(lines[0][len("ORACLE "):])
 
 
 def differing(ours: dict, theirs: dict) -> list[str]:

@@ -91,13 +91,15 @@ class InProcess(_TorchStaging):
         super().__init__(note, worker.staging)
         self.worker = worker
         worker.write_in_place()   # a GPU worker's as-loaded parameters: written by address, no staging copy
+        self.views_made = worker.views_made
 
     def _follow_worker(self, groups: tuple[int, ...]) -> None:
         if self.worker.staging is None:
             raise VllmBackendError("the engine's worker has no staging buffer (its weight-transfer engine was shut "
                                    "down): connect again")
-        if self.worker.staging is not self.buffer:
-            self.buffer, self._steps = self.worker.staging, {}
+        if self.worker.staging is not self.buffer or self.worker.views_made != self.views_made:
+            # staged anew, or parameters given new storage (vLLM's reload): the views follow
+            self.buffer, self._steps, self.views_made = self.worker.staging, {}, self.worker.views_made
         if len(groups) > 1 and not any(set(groups) <= set(batch) for batch in self.worker.layout.batches):
             raise VllmBackendError(f"the engine's worker was set up again by another connect, whose staging holds "
                                    f"layer groups {groups[0]}-{groups[-1]} apart: this handle's batches no longer fit; "
