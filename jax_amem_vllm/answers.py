@@ -43,8 +43,7 @@ def serving_state_of(worker) -> str:
 
 
 def asleep_of(worker) -> list[str]:
-    """The vLLM memory tags asleep in the worker's process ("weights", "kv_cache"): read before
-    an update and by a colocated loop before it wakes the KV cache."""
-    from .sleep import asleep_tags
-
-    return asleep_tags()
+    """The vLLM memory tags asleep in the worker's process ("weights", "kv_cache"), as its
+    engine says: read before an update and by a colocated loop before it wakes the KV cache."""
+    engine = _engine(worker)
+    return engine.asleep() if engine is not None else []

@@ -181,6 +181,10 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.views, self.views_made = {}, self.views_made + 1
         return self.in_place
 
+    def asleep(self) -> list[str]:
+        """The memory tags of this process's vLLM pool that sleep now (sleep.py)."""
+        return asleep_tags()
+
     def serving_state(self) -> str:
         return "refusing" if self.refusal is not None else ("updating" if self.committed is not None else "serving")
 
