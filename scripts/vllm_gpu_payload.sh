@@ -51,9 +51,9 @@ rm -f "$site"/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$site"/vllm/vllm-rs \
 rm -rf "$site"/vllm/third_party/fmha_sm100 "$site"/vllm/third_party/deep_gemm/include
 python3 scripts/prune_fatbin.py --arch 90 "$site"/vllm/_C_stable_libtorch.abi3.so "$site"/vllm/_moe_C_stable_libtorch.abi3.so
 for wheel in "$work"/small/*.whl; do unzip -q -o "$wheel" -d "$site"; done
-# apache-tvm-ffi's sources, headers and test library: for building extensions, not for running them
+# apache-tvm-ffi's sources and headers: for building extensions, not for running them (its core links its test library)
 rm -rf "$site"/tvm_ffi/src "$site"/tvm_ffi/include "$site"/tvm_ffi/3rdparty "$site"/tvm_ffi/cython \
-       "$site"/tvm_ffi/lib/libtvm_ffi_testing.so "$site"/tvm_ffi/lib/*.a
+       "$site"/tvm_ffi/lib/*.a
 echo "== compressing (a few minutes)"
 mkdir -p "$OUT"
 rm -f "$OUT"/vllm-gpu.tar.xz.* "$OUT"/SHA256SUMS
