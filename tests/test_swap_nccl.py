@@ -15,7 +15,7 @@ import pytest
 from jax_amem import reshard
 from jax_amem.reshard import Layout, Owner
 from jax_amem.reshard.numpy_exec import empty_destination, execute, prepare_view
-from jax_amem.reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER
+from jax_amem.reshard.plan_data import DST_OWNER, DST_TENSOR, SRC_OWNER
 from jax_amem.swapping.cross_host import handshake as control
 from jax_amem.swapping.cross_host import packing as P
 from jax_amem.swapping import forget
