@@ -206,7 +206,7 @@ def _backend_of(llm) -> str | None:
 def _worker(session: str):
     """The worker engine published under `session` in this process, or None."""
     try:
-        from jax_amem_vllm.registry import lookup
+        from jax_amem_core.registry import lookup
     except ImportError as error:
         raise VllmBackendError("the jax_amem_vllm package (the backend's worker half, installed with "
                                "jax-amem) is not importable in this process") from error
@@ -217,7 +217,7 @@ def _notes(directory: str, session: str, tp: int, missing_ok: bool = False) -> l
     """Each rank's note (jax_amem_vllm/staging.py), read and removed. A rank without one has
     its worker on another host (or not sharing this host's /dev/shm): None with `missing_ok`,
     else VllmBackendError."""
-    from jax_amem_vllm.staging import note_path, remove
+    from jax_amem_core.staging_note import note_path, remove
 
     notes = []
     for rank in range(tp):
@@ -289,7 +289,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     transport = checked_transport(transport)
     if transport == "nccl" or rendezvous is not None:
         nccl.checked_rendezvous(rendezvous)
-    from jax_amem_vllm.staging import default_directory, remove  # after the checks: it needs PyTorch
+    from jax_amem_core.staging_note import default_directory, remove
 
     session, directory = session or uuid.uuid4().hex, default_directory()
     tp = parallel.tensor_parallel_size
@@ -611,7 +611,7 @@ class VllmEngine:
 
     def _worker_failures(self) -> str:
         """Each rank's kept update_weights failure, taken, in words ("" when none)."""
-        from jax_amem_vllm.answers import failures_of
+        from jax_amem_core.answers import failures_of
 
         return "; ".join(f"rank {rank}'s worker: {failure}"
                          for rank, failure in enumerate(self._rpc(failures_of)) if failure)
@@ -623,7 +623,7 @@ class VllmEngine:
         else now). A worker in this process is written where it stages now (transports.InProcess)."""
         if self.worker is not None or not all(rank.note.get("setup") for rank in self.ranks):
             return
-        from jax_amem_vllm.answers import setup_of
+        from jax_amem_core.answers import setup_of
 
         setups = self._rpc(setup_of)
         stale = [rank.note["tp_rank"] for rank, setup in zip(self.ranks, setups) if setup != rank.note["setup"]]
@@ -672,7 +672,7 @@ class VllmEngine:
         if self.worker is not None:
             states = [self.worker.serving_state()]
         else:
-            from jax_amem_vllm.answers import serving_state_of
+            from jax_amem_core.answers import serving_state_of
 
             states = self._rpc(serving_state_of)
         if not isinstance(states, list) or not states or not set(states) <= {"serving", "refusing"}:
