@@ -100,7 +100,8 @@ def rank_process(args) -> None:
     note["device"] = str(device)
     receiver = None
     if args.store:   # as the worker engine does when its init carries the trainer's store
-        from jax_amem_vllm import nccl, wire
+        from jax_amem_core import wire
+        from jax_amem_vllm import nccl
 
         host, _, port = args.store.rpartition(":")
         store = wire.TorchStore.connect(host, int(port))
@@ -270,7 +271,7 @@ def main() -> None:
 
     from jax_amem.vllm.trainer import VllmEngine, _notes
     from jax_amem.vllm.transports import alive, open_rank
-    from jax_amem_vllm.staging import default_directory
+    from jax_amem_core.staging_note import default_directory
 
     from jax_amem.vllm import nccl
     from jax_amem.vllm.transports import Nccl

@@ -1,14 +1,14 @@
-"""Loads the compiled core, with an error that says how to build it when it is missing."""
+"""The compiled core, `jax_amem_core._core`: one module per process, shared with the vLLM worker's
+half (jax_amem_vllm), which imports it from the same place without JAX. Missing, it is an error
+that says how to build it."""
+
+from jax_amem_core.native import core as _load
 
 from .errors import NativeCoreMissingError
 
 try:
-    from . import _core as core
+    core = _load()
 except ImportError as error:  # pragma: no cover - exercised only on broken installs
-    raise NativeCoreMissingError(
-        "jax_amem's compiled core (jax_amem._core) is missing: "
-        f"{error}. Install the package (`pip install .` or `make install`) rather than "
-        "importing it from the source tree."
-    ) from error
+    raise NativeCoreMissingError(f"{error}") from error
 
 __all__ = ["core"]

@@ -36,7 +36,7 @@ class GpuUnavailableError(JaxAmemError):
 
 
 class NativeCoreMissingError(JaxAmemError, ImportError):
-    """The compiled core `jax_amem._core` is not importable (package not built)."""
+    """The compiled core `jax_amem_core._core` is not importable (package not built)."""
 
 
 class PauseError(JaxAmemError):

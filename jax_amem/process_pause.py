@@ -32,6 +32,7 @@ from . import _jax_compat
 from ._native import core
 from .errors import PauseError
 from .memory import allocator, arrays as array_io, release as releasing, staging
+from .pause_block import PausedBlock
 from .reshard.from_jax import unflattenable
 
 
@@ -474,28 +475,23 @@ def _wait_for_reservations() -> None:
         reservation._thread.join()
 
 
-class paused:  # noqa: N801  (used as a context manager, like contextlib's)
+class paused(PausedBlock):  # noqa: N801  (used as a context manager, like contextlib's)
     """`with jax_amem.paused(keep=..., drop=...) as p:` pauses on entry, resumes on exit.
 
     After the block, p.keep and p.drop are the restored trees (new arrays); p.info is
     what the pause did and p.restored what the resume did. The arrays passed in are
     deleted on entry. The block's own exception, if any, propagates after the resume.
+    The same shape as `jax_amem.nccl.paused` (pause_block.py).
     """
 
     def __init__(self, keep=None, drop=None, *, nccl: bool = True):
-        self._arguments = (keep, drop, nccl)
-        self.info: PauseInfo | None = None
-        self.restored: Restored | None = None
+        super().__init__(keep, drop, nccl=nccl)
 
-    def __enter__(self) -> "paused":
-        keep, drop, nccl = self._arguments
-        self._arguments = None  # hold no reference to the deleted arrays
-        self.info = pause(keep, drop, nccl=nccl)
-        return self
+    def _pause(self, keep, drop, *, nccl) -> PauseInfo:
+        return pause(keep, drop, nccl=nccl)
 
-    def __exit__(self, *exc_info) -> bool:
-        self.restored = resume()
-        return False
+    def _resume(self) -> Restored:
+        return resume()
 
     def _result(self, name: str):
         if self.restored is None:

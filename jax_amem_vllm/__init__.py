@@ -8,7 +8,10 @@ calls `register()`), so an engine started with
 builds `JaxAmemWeightTransferEngine` in each worker. The trainer's half is `jax_amem.vllm`
 (JAX, the planner and the swap). This package imports neither JAX nor jax_amem: a worker that
 imported JAX could start a JAX backend inside vLLM's process (on a GPU, JAX's default
-preallocation takes 75% of the device). tests/test_vllm_backend.py checks that it holds.
+preallocation takes 75% of the device). tests/test_vllm_backend.py checks that it holds. What
+both halves share (the compiled core, the link's protocol, the staging note, the answers to
+the trainer's calls, the registry of this process's engines) is `jax_amem_core`, which both
+import.
 
 See docs/vllm.md.
 """

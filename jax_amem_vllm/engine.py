@@ -50,7 +50,7 @@ from . import staging as staging_buffer
 from .layout import DEFAULT_STAGING_BYTES, describe
 from .copies import copy_all
 from .in_place import writable_in_place
-from .registry import publish
+from jax_amem_core.registry import publish
 from .reprocess import reprocess
 from .sleep import asleep_tags
 from .versions import check_supported
@@ -212,7 +212,9 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.files = (note, self.place.get("path"))
         if init_info.store:
             # A trainer that may be on another host: the note travels through its store.
-            from . import nccl, wire
+            from jax_amem_core import wire
+
+            from . import nccl
 
             host, _, port = init_info.store.rpartition(":")
             store = wire.TorchStore.connect(host, int(port), timeout=init_info.timeout)

@@ -4,32 +4,22 @@ tells the trainer where it is, chosen by where the worker's model lives:
 * CPU: a file in /dev/shm, mapped shared by the worker (torch.from_file) and by the trainer,
   which writes it by address like any tensor of its own process. The trainer removes the file
   once it has mapped it; both mappings stay.
-* CUDA: a device buffer, exported as a CUDA IPC handle (jax-amem's core, loaded without JAX:
-  native.py), which the trainer maps with `jax_amem.swapping.open_remote`.
+* CUDA: a device buffer, exported as a CUDA IPC handle (jax-amem's compiled core,
+  `jax_amem_core`, which imports no JAX), which the trainer maps with `jax_amem.swapping.open_remote`.
 
-A trainer in the worker's own process uses the buffer directly (registry.py) whatever the device.
+A trainer in the worker's own process uses the buffer directly (`jax_amem_core.registry`) whatever
+the device.
 
-The note is `<directory>/jax_amem-<session>-rank<r>.json`: the worker's process, its model's
-description (layout.py) and the buffer's place. The trainer reads it after
-`init_weight_transfer_engine` returns on every rank, then removes it.
+The note that says where the buffer is (its path, format and removal) is shared with the trainer:
+`jax_amem_core.staging_note`, imported here under the names the engine uses.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import tempfile
 
 import torch
-
-
-def default_directory() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-
-
-def note_path(directory: str, session: str, rank: int) -> str:
-    return os.path.join(directory, f"jax_amem-{session}-rank{rank}.json")
+from jax_amem_core.staging_note import default_directory, note_path, remove, stamped, write_note  # noqa: F401
 
 
 def allocate(nbytes: int, device: torch.device, directory: str, session: str, rank: int) -> tuple[torch.Tensor, dict]:
@@ -62,7 +52,7 @@ def cuda_ipc_place(staging: torch.Tensor) -> dict:
     ordinal = staging.device.index if staging.device.index is not None else 0
     place = {"kind": "cuda_ipc", "device": ordinal}
     try:
-        from .native import core as native_core
+        from jax_amem_core.native import core as native_core
 
         core = native_core()
         handle, offset, allocation = core.ipc.export_pointer(staging.data_ptr(), ordinal)
@@ -71,25 +61,3 @@ def cuda_ipc_place(staging: torch.Tensor) -> dict:
     except (ImportError, RuntimeError) as error:
         place["error"] = f"{type(error).__name__}: {error}"
     return place
-
-
-def stamped(note: dict) -> dict:
-    """The note with where the worker runs: its host and process."""
-    return {**note, "host": socket.gethostname(), "pid": os.getpid()}
-
-
-def write_note(path: str, note: dict) -> None:
-    """Written whole or not at all (a reader never sees half a note)."""
-    note = stamped(note)
-    partial = f"{path}.{os.getpid()}.partial"
-    with open(partial, "w") as f:
-        json.dump(note, f)
-    os.replace(partial, path)
-
-
-def remove(*paths: str) -> None:
-    for path in paths:
-        try:
-            os.unlink(path)
-        except (FileNotFoundError, TypeError):
-            pass

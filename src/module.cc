@@ -1,4 +1,4 @@
-// jax_amem._core: the native core. Each submodule mirrors a folder of src/.
+// jax_amem_core._core: the native core. Each submodule mirrors a folder of src/.
 #include <nanobind/nanobind.h>
 
 #include "bindings/bindings.h"

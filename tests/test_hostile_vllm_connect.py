@@ -21,7 +21,7 @@ import jax.numpy as jnp  # noqa: E402
 import jax_amem  # noqa: E402
 from jax_amem.vllm import VllmBackendError, VllmPlanError, connect  # noqa: E402
 from jax_amem.vllm.nccl import checked_rendezvous  # noqa: E402
-from jax_amem_vllm import wire  # noqa: E402
+from jax_amem_core import wire  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
 

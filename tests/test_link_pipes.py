@@ -1,6 +1,6 @@
 """Both ends of an NCCL link, jax_amem's `Link` (a JAX trainer or rollout) and the vLLM worker's
 `WorkerLink` (no JAX), take their staging pipes, their close and the meeting's bucket-size check
-from one place, jax_amem_vllm.wire: each end runs here against the same expectations. NCCL is
+from one place, jax_amem_core.wire: each end runs here against the same expectations. NCCL is
 stood in for by a transport that records its calls (`Transport`); the store is a real TCPStore."""
 
 import json
@@ -13,7 +13,7 @@ from jax_amem.reshard import Owner  # noqa: E402
 from jax_amem.swapping.cross_host import link as cross_link  # noqa: E402
 from jax_amem.swapping.errors import SwapError  # noqa: E402
 from jax_amem.swapping.store import TorchStore  # noqa: E402
-from jax_amem_vllm import native, wire  # noqa: E402
+from jax_amem_core import native, wire  # noqa: E402
 from jax_amem_vllm.nccl import WorkerLink  # noqa: E402
 
 ENDS = [("jax_amem", SwapError), ("worker", wire.LinkError)]

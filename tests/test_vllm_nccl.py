@@ -39,7 +39,7 @@ from jax_amem.vllm import nccl  # noqa: E402
 from jax_amem.vllm.trainer import VllmEngine  # noqa: E402
 from jax_amem.vllm.transports import Nccl, checked_transport, placement, views  # noqa: E402
 from jax_amem_vllm import nccl as worker_side  # noqa: E402
-from jax_amem_vllm import wire  # noqa: E402
+from jax_amem_core import wire  # noqa: E402
 import vllm_models as vm  # noqa: E402
 from test_vllm_ranks import expected, notes  # noqa: E402
 
@@ -351,7 +351,7 @@ class Wire:
 def wire_in(monkeypatch, receivers) -> Wire:
     """The Wire put in place of NCCL on both sides (the worker half's core, cross_host's core)."""
     from jax_amem.swapping.cross_host import link as cross_link
-    from jax_amem_vllm import native
+    from jax_amem_core import native
 
     fake = Wire(native.core())
     fake.tables = lambda: [t for r in receivers for _, tables in r.groups.values() for t in tables]
@@ -579,9 +579,10 @@ def test_updates_over_the_link_end_to_end_and_a_stopped_send_fails_fast(server, 
 WORKER = r"""
 import json, sys
 import torch
-from jax_amem_vllm import nccl, wire
-from jax_amem_vllm.native import core
-core()                                   # the compiled core, loaded without the jax_amem package
+from jax_amem_core import wire
+from jax_amem_core.native import core
+from jax_amem_vllm import nccl
+core()                                   # the compiled core, imported without the jax_amem package
 host, port, session, rank = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 store = wire.TorchStore.connect(host, port)
 note = json.loads(store.get(nccl.note_key(session, rank), timeout=30))
@@ -602,8 +603,7 @@ try:
     wire.answer_offers(link, {0: schedule.expected()})
 except wire.LinkError as error:
     out["refused"] = str(error)
-out["jax"] = sorted(m for m in sys.modules if (m in ("jax", "jax_amem") or m.startswith(("jax.", "jax_amem.")))
-                    and not m.startswith("jax_amem._core"))   # the compiled core, loaded under its own name, is allowed
+out["jax"] = sorted(m for m in sys.modules if m in ("jax", "jax_amem") or m.startswith(("jax.", "jax_amem.")))
 print(json.dumps(out))
 """
 

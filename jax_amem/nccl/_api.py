@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import numbers
@@ -13,6 +12,7 @@ from concurrent.futures import Future
 
 from .. import settings
 from ..errors import NcclArgumentError, NcclNotInstalledError
+from ..pause_block import PausedBlock
 from . import _agree, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
@@ -358,19 +358,37 @@ def resume(*, timeout: float = 60.0, async_: bool = False, agree: bool = True) -
     return future
 
 
-@contextlib.contextmanager
-def paused(strategy: str = "auto", **selection):
-    """`with jax_amem.nccl.paused(): rollout()` pauses on entry and resumes on exit, both with
-    the `timeout` and `agree` given (pause's other arguments are pause's alone).
+class paused(PausedBlock):  # noqa: N801  (used as a context manager, like jax_amem.paused)
+    """`with jax_amem.nccl.paused() as p: rollout()` pauses on entry and resumes on exit, both with
+    the `timeout` and `agree` given (pause's other arguments are pause's alone). p.info is the
+    pause's NcclReport, p.restored the resume's (None when nothing was paused): the same shape as
+    `jax_amem.paused` (jax_amem/pause_block.py).
 
     With no communicator to pause (in the whole job), it does nothing and exits quietly.
     """
-    report = pause(strategy, **selection)
-    try:
-        yield report
-    finally:
-        if _paused_ids or _job_paused:
-            resume(**{k: v for k, v in selection.items() if k in ("timeout", "agree")})
+
+    SURFACE = "jax_amem.nccl"
+
+    def __init__(self, strategy: str = "auto", **selection):
+        super().__init__(strategy, **selection)
+        self._resume_with = {k: v for k, v in selection.items() if k in ("timeout", "agree")}
+
+    def _pause(self, strategy, **selection) -> NcclReport:
+        return pause(strategy, **selection)
+
+    def _resume(self) -> NcclReport | None:
+        return resume(**self._resume_with) if resume_owed() else None
+
+    def __getattr__(self, name: str):
+        # Earlier versions gave the pause's report itself to `with ... as report:`; its fields
+        # still read through the block, with a warning naming p.info.
+        info = self.__dict__.get("info")
+        if info is None or name.startswith("_") or not hasattr(info, name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"`with jax_amem.nccl.paused() as p:` gives the block, like jax_amem.paused: read "
+                      f"the pause's report as p.info.{name} (p.{name} goes away in a later version)",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(info, name)
 
 
 def recover(*, timeout: float = 60.0) -> list[Communicator]:
@@ -446,6 +464,12 @@ def paused_ids() -> list[int]:
     return list(_paused_ids)
 
 
+def is_paused() -> bool:
+    """Whether a pause is in force here, so resume() has work: the same verb as
+    `jax_amem.is_paused()`, for the communicators (resume_owed() under its older name)."""
+    return resume_owed()
+
+
 def resume_owed() -> bool:
     """Whether the next resume() has work: a communicator of this process is paused, or some
     process of the job paused one in the last agreed pause (then this one must take part)."""
@@ -459,5 +483,5 @@ def in_a_job() -> bool:
 
 
 __all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
-           "communicators", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
+           "communicators", "install", "is_installed", "is_paused", "keep_suspendable", "nccl_version", "pause",
            "paused", "recover", "resume", "status"]

@@ -13,10 +13,10 @@ from .from_jax import layouts_of, names_tree, tree_names
 from .layout import MAX_RANK, Layout, LayoutError, Owner
 from .lowering import RuleError
 from .numpy_exec import execute as execute_numpy
-from .plan import TRANSFER_COLUMNS, Plan, PlanError
+from .plan_data import TRANSFER_COLUMNS, Plan, PlanError
 from .planning import DEFAULT_SPLIT_BYTES, Planner, cache_info, clear_cache, plan
 from .rule_types import Part, Piece, Rule
-from .simulate import Bandwidths, simulate
+from .simulation import Bandwidths, simulate
 
 __all__ = [
     "Bandwidths", "DEFAULT_SPLIT_BYTES", "Layout", "LayoutError", "MAX_RANK", "Owner", "Part", "Piece",

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import PlanError
 from .layout import Owner
-from .plan import BLOCK_BEGIN, BLOCK_END, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from .plan_data import BLOCK_BEGIN, BLOCK_END, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from . import blocks as B
 
 

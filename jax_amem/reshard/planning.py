@@ -17,7 +17,7 @@ from typing import Mapping
 from .from_jax import layouts_of
 from .layout import Layout, LayoutError, Owner
 from .lowering import lower
-from .plan import Plan, PlanError
+from .plan_data import Plan, PlanError
 from .problem import Problem
 
 DEFAULT_SPLIT_BYTES = 1 << 20  # below this an item goes whole to one replica

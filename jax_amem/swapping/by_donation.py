@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from ..reshard import Layout, Owner
-from ..reshard.plan import Plan
+from ..reshard.plan_data import Plan
 from . import checks
 from .errors import PartialSwapError, SwapError
 from .sources import array_facts, check_live_arrays, flat_named, layout_of, shard_data, shard_positions

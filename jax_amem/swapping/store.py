@@ -13,7 +13,7 @@ Keys are namespaced with `key(...)`: `jax_amem/swap/<part>/<part>/...`.
 
 from __future__ import annotations
 
-from jax_amem_vllm import wire
+from jax_amem_core import wire
 
 from .. import _jax_compat
 from .errors import SwapError
@@ -28,7 +28,7 @@ class StoreTimeout(SwapError, TimeoutError):
 
 def key(*parts) -> str:
     """`jax_amem/swap/a/b/...`; parts must not contain '/' of their own (keeps keys unambiguous).
-    The key layout is jax_amem_vllm.wire's, which a vLLM worker shares without JAX."""
+    The key layout is jax_amem_core.wire's, which a vLLM worker shares without JAX."""
     return wire.key(*parts, error=SwapError)
 
 
@@ -39,7 +39,7 @@ def _check_timeout(timeout) -> float:
 class TorchStore(wire.TorchStore):
     """A torch.distributed Store (TCPStore, FileStore, PrefixStore...), e.g. the rollout's
     `TCPStore(host, port, is_master=...)` whose address is given to the trainer. The wrapper
-    is jax_amem_vllm.wire's (a vLLM worker uses it without JAX); here its refusals are
+    is jax_amem_core.wire's (a vLLM worker uses it without JAX); here its refusals are
     SwapError and its timeout StoreTimeout."""
 
     Timeout = StoreTimeout

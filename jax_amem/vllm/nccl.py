@@ -5,9 +5,9 @@ and the link, joined at the first update.
 Nothing here is a second NCCL swap: the link is `jax_amem.swapping.cross_host`'s (trainer
 rank 0, the NCCL ranks of the engine its rollout ranks), each group's per-rank plan is sent by
 `cross_host.send` (buckets, handshake, the send program), and the worker receives with the
-same protocol code (`jax_amem_vllm.wire`, through `jax_amem_vllm.nccl`). What the worker cannot
+same protocol code (`jax_amem_core.wire`, through `jax_amem_vllm.nccl`). What the worker cannot
 compute without JAX, the buckets of each plan, the trainer publishes once at connect
-(`jax_amem_vllm.nccl.encode_schedule`); the handshake of every send then checks both sides
+(`jax_amem_core.nccl_schedule.encode_schedule`); the handshake of every send then checks both sides
 hold the same plan and packing.
 
 Rendezvous: the trainer serves a torch.distributed TCPStore, and vLLM's init info carries its
@@ -23,7 +23,7 @@ import socket
 
 import numpy as np
 
-from jax_amem_vllm import nccl as worker_side
+from jax_amem_core import nccl_schedule, wire
 
 from ..reshard import Owner
 from ..swapping.cross_host import link as cross_link
@@ -104,7 +104,7 @@ def bucket_bytes_for(notes: list[dict]) -> int:
     return max(MIN_BUCKET_BYTES, min(DEFAULT_BUCKET_BYTES, -(-largest // MAX_ALIGN) * MAX_ALIGN))
 
 
-def schedule(plan, source: Owner, destination: Owner, bucket_bytes: int) -> worker_side.Schedule:
+def schedule(plan, source: Owner, destination: Owner, bucket_bytes: int) -> nccl_schedule.Schedule:
     """What the worker needs of one group's plan for its rank: the packing cross_host.send
     will send and each bucket's validated unpack rows (pairs.bucket_table, as the PyTorch
     receiver uses them). VllmPlanError when the plan reads from another trainer owner."""
@@ -114,10 +114,10 @@ def schedule(plan, source: Owner, destination: Owner, bucket_bytes: int) -> work
         raise VllmPlanError(f"the plan for rank owner {tuple(destination)} reads from trainer owners {senders}; "
                             f"the NCCL transport sends from {tuple(source)} alone")
     packing = pairs.packing(plan, src, dst, bucket_bytes)
-    buckets = tuple(worker_side.Bucket(b.nbytes, tuple(plan.dst_names[t] for t in b.dst_tensors),
+    buckets = tuple(nccl_schedule.Bucket(b.nbytes, tuple(plan.dst_names[t] for t in b.dst_tensors),
                                        np.asarray(pairs.bucket_table(packing, b, plan, destination)))
                     for b in packing.buckets)
-    return worker_side.Schedule(plan.key, packing.digest, packing.bucket_bytes, packing.nbytes, buckets)
+    return nccl_schedule.Schedule(plan.key, packing.digest, packing.bucket_bytes, packing.nbytes, buckets)
 
 
 class TrainerLink:
@@ -151,9 +151,9 @@ class TrainerLink:
                           "rollouts": len(self.ranks), "owner": list(rank.owner((0,))),
                           "bucket_bytes": self.bucket_bytes, "timeout": self.timeout, "groups": len(plans)}
                 for group, per_rank in enumerate(plans):
-                    self.store.set(worker_side.schedule_key(self.session, tp_rank, group), worker_side.encode_schedule(
+                    self.store.set(nccl_schedule.schedule_key(self.session, tp_rank, group), nccl_schedule.encode_schedule(
                         schedule(per_rank[index], self.source, rank.owner((group,)), self.bucket_bytes)))
-            self.store.set(worker_side.record_key(self.session, tp_rank), json.dumps(record).encode())
+            self.store.set(nccl_schedule.record_key(self.session, tp_rank), json.dumps(record).encode())
 
     @property
     def joined(self) -> bool:
@@ -186,8 +186,6 @@ class TrainerLink:
 
     def abort(self, ranks: list, version: int, error: BaseException) -> None:
         """Tells each of `ranks` (waiting for its next offer) that the swap stopped."""
-        from jax_amem_vllm import wire
-
         reason = f"{type(error).__name__}: {error}"
         for rank in ranks:
             other = 1 + self.ranks.index(rank)
@@ -206,7 +204,7 @@ def read_notes(store, session: str, tp: int, timeout: float) -> list[dict]:
     notes = []
     for rank in range(tp):
         try:
-            notes.append(json.loads(store.get(worker_side.note_key(session, rank), timeout=timeout)))
+            notes.append(json.loads(store.get(nccl_schedule.note_key(session, rank), timeout=timeout)))
         except StoreTimeout as error:
             raise VllmBackendError(f"rank {rank}'s worker published no note in the rendezvous store: {error}") from None
     return notes

@@ -205,11 +205,8 @@ def _backend_of(llm) -> str | None:
 
 def _worker(session: str):
     """The worker engine published under `session` in this process, or None."""
-    try:
-        from jax_amem_vllm.registry import lookup
-    except ImportError as error:
-        raise VllmBackendError("the jax_amem_vllm package (the backend's worker half, installed with "
-                               "jax-amem) is not importable in this process") from error
+    from jax_amem_core.registry import lookup   # the shared package: jax_amem imports it itself
+
     return lookup(session)
 
 
@@ -217,7 +214,7 @@ def _notes(directory: str, session: str, tp: int, missing_ok: bool = False) -> l
     """Each rank's note (jax_amem_vllm/staging.py), read and removed. A rank without one has
     its worker on another host (or not sharing this host's /dev/shm): None with `missing_ok`,
     else VllmBackendError."""
-    from jax_amem_vllm.staging import note_path, remove
+    from jax_amem_core.staging_note import note_path, remove
 
     notes = []
     for rank in range(tp):
@@ -289,7 +286,7 @@ def connect(llm, params, *, family: str | None = None, source: str = "flax", rul
     transport = checked_transport(transport)
     if transport == "nccl" or rendezvous is not None:
         nccl.checked_rendezvous(rendezvous)
-    from jax_amem_vllm.staging import default_directory, remove  # after the checks: it needs PyTorch
+    from jax_amem_core.staging_note import default_directory, remove
 
     session, directory = session or uuid.uuid4().hex, default_directory()
     tp = parallel.tensor_parallel_size
@@ -607,7 +604,7 @@ class VllmEngine:
         """A generate in flight or weights asleep: refused before anything is written (readiness.py)."""
         asleep = []
         if readiness.sleep_mode(self.llm):
-            from jax_amem_vllm.answers import asleep_of
+            from jax_amem_core.answers import asleep_of
 
             asleep = sorted({tag for tags in self._rpc(asleep_of) for tag in tags})
         why = readiness.refusal(self.llm, asleep)
@@ -623,7 +620,7 @@ class VllmEngine:
 
     def _worker_failures(self) -> str:
         """Each rank's kept update_weights failure, taken, in words ("" when none)."""
-        from jax_amem_vllm.answers import failures_of
+        from jax_amem_core.answers import failures_of
 
         return "; ".join(f"rank {rank}'s worker: {failure}"
                          for rank, failure in enumerate(self._rpc(failures_of)) if failure)
@@ -635,7 +632,7 @@ class VllmEngine:
         else now). A worker in this process is written where it stages now (transports.InProcess)."""
         if self.worker is not None or not all(rank.note.get("setup") for rank in self.ranks):
             return
-        from jax_amem_vllm.answers import setup_of
+        from jax_amem_core.answers import setup_of
 
         setups = self._rpc(setup_of)
         stale = [rank.note["tp_rank"] for rank, setup in zip(self.ranks, setups) if setup != rank.note["setup"]]
@@ -684,7 +681,7 @@ class VllmEngine:
         if self.worker is not None:
             states = [self.worker.serving_state()]
         else:
-            from jax_amem_vllm.answers import serving_state_of
+            from jax_amem_core.answers import serving_state_of
 
             states = self._rpc(serving_state_of)
         if not isinstance(states, list) or not states or not set(states) <= {"serving", "refusing"}:

@@ -1,4 +1,4 @@
-// jax_amem._core.copy.DirectCopy: the copy of an eager swap into destinations given by address,
+// jax_amem_core._core.copy.DirectCopy: the copy of an eager swap into destinations given by address,
 // launched from here instead of inside an XLA program (src/copy/direct_launch.h;
 // jax_amem/swapping/in_process/direct.py), and the stream it runs on when no framework's
 // stream is the reader's (CUDA IPC destinations).

@@ -1,4 +1,4 @@
-// jax_amem._core.copy.DLPackLayout: a tensor's layout through the DLPack C exchange API
+// jax_amem_core._core.copy.DLPackLayout: a tensor's layout through the DLPack C exchange API
 // (dlpack_layout.h).
 #include "bindings/dlpack_layout.h"
 

@@ -1,4 +1,4 @@
-// jax_amem._core.ffi: the XLA FFI targets of this build (the table in src/ffi/targets.cc).
+// jax_amem_core._core.ffi: the XLA FFI targets of this build (the table in src/ffi/targets.cc).
 #include "bindings/bindings.h"
 #include "ffi/target.h"
 

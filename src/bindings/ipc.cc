@@ -1,4 +1,4 @@
-// jax_amem._core.ipc: CUDA IPC memory handles (the mechanism is src/cuda/ipc.h).
+// jax_amem_core._core.ipc: CUDA IPC memory handles (the mechanism is src/cuda/ipc.h).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 

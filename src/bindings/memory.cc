@@ -1,4 +1,4 @@
-// jax_amem._core.memory: the host staging pool and the batched offload/reload copies.
+// jax_amem_core._core.memory: the host staging pool and the batched offload/reload copies.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>

@@ -1,4 +1,4 @@
-// jax_amem._core.copy.RepeatCheck: whether a swap repeats the last swap of its program exactly,
+// jax_amem_core._core.copy.RepeatCheck: whether a swap repeats the last swap of its program exactly,
 // told in one native pass over its inputs (jax_amem/swapping/in_process/repeat.py).
 //
 // Why here: a repeat swap of thousands of small tensors spent 2.5-4 us per tensor in Python-level

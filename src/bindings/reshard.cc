@@ -1,4 +1,4 @@
-// jax_amem._core.reshard: the native planner. Thin: arrays in, arrays out.
+// jax_amem_core._core.reshard: the native planner. Thin: arrays in, arrays out.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>

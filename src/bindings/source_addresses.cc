@@ -1,4 +1,4 @@
-// jax_amem._core.copy.SourceAddresses and refresh_sources: the direct launch's source addresses,
+// jax_amem_core._core.copy.SourceAddresses and refresh_sources: the direct launch's source addresses,
 // read again only for the arrays that changed (source_addresses.h).
 #include "bindings/source_addresses.h"
 

@@ -1,4 +1,4 @@
-// jax_amem._core.transport: the NCCL transport's communicators, staging pipes
+// jax_amem_core._core.transport: the NCCL transport's communicators, staging pipes
 // and the receiver's per-bucket call (the sender's runs inside XLA, see
 // src/ffi/nccl_send_bucket.cc). Handles travel to Python as integers.
 #include <nanobind/stl/string.h>

@@ -2,7 +2,7 @@
 // handlers and ends with
 //   AMEM_FFI_HANDLERS(segment_copy_many, kSegmentCopyManyCpu, kSegmentCopyManyCuda);
 // which defines `Handlers segment_copy_many_handlers()`; targets.cc lists every target by name
-// with its handlers, the module hands the table to Python (jax_amem._core.ffi.targets()), and
+// with its handlers, the module hands the table to Python (jax_amem_core._core.ffi.targets()), and
 // jax_amem/_ffi.py names each target literally and registers the table with JAX, checking that
 // the two lists agree.
 #pragma once

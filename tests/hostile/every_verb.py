@@ -123,6 +123,7 @@ def _good_calls():
                                            "teardown": "parallel", "agree": False}),
         "nccl.paused": lambda: (("auto",), {"timeout": 5.0, "agree": False, "ids": None, "teardown": "destroy"}),
         "nccl.resume": lambda: ((), {"timeout": 5.0, "async_": False, "agree": False}),
+        "nccl.is_paused": lambda: ((), {}),
         "recover": lambda: ((), {"timeout": 5.0}),
         # reshard
         "cache_info": lambda: ((), {}),
@@ -199,7 +200,7 @@ def _verbs():
                 continue  # constants, subpackages (swept by their own names), errors
             if inspect.isclass(value) and name in NOT_VERBS:
                 continue
-            key = f"nccl.{name}" if package == "nccl" and name in ("pause", "paused", "resume") else name
+            key = f"nccl.{name}" if package == "nccl" and name in ("pause", "paused", "resume", "is_paused") else name
             if id(value) in seen:
                 continue  # the same function under two packages: once is enough
             seen.add(id(value))

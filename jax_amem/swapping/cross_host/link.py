@@ -19,7 +19,7 @@ import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from jax_amem_vllm import wire
+from jax_amem_core import wire
 
 from ... import nccl as amem_nccl
 from ..._native import core
@@ -55,7 +55,7 @@ class Link(wire.Pipes):
     pipes: dict = field(default_factory=dict)      # peer comm rank -> staging pipe id
     sequence: dict = field(default_factory=dict)   # peer comm rank -> swaps done with it
     closed: bool = False        # wire.Pipes.close() sets it
-    Error = SwapError           # what the handshake (jax_amem_vllm.wire) raises on a refusal
+    Error = SwapError           # what the handshake (jax_amem_core.wire) raises on a refusal
 
     @property
     def owner(self) -> Owner:

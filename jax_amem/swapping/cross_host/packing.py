@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from ...reshard.plan_data import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from ..errors import SwapError
 
 MIN_BUCKET_BYTES = 4096          # below this the per-bucket overhead dominates any link

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from ...copy import prepare_buffer_segments
-from ...reshard.plan import DST_OWNER, DST_TENSOR
+from ...reshard.plan_data import DST_OWNER, DST_TENSOR
 from .. import cache
 from ..errors import SwapError
 from ..report import NcclSwapReport

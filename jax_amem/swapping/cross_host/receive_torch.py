@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jax_amem_vllm import wire
+from jax_amem_core import wire
 
 from .. import cache, torch_bridge
 from ..errors import SwapError
@@ -102,7 +102,7 @@ def upload_tables(packing: PairPacking, plan, owner, device: int) -> BucketTable
 
 def receive_pair(link, peer: int, packing: PairPacking, tables: BucketTables, by_id: dict) -> None:
     """Enqueues every bucket from communicator rank `peer` on PyTorch's current stream (the
-    loop is jax_amem_vllm.wire's, which the vLLM worker runs too)."""
+    loop is jax_amem_core.wire's, which the vLLM worker runs too)."""
     import torch
 
     stream = torch.cuda.current_stream(link.device).cuda_stream

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...copy import MAX_BUFFERS_PER_SIDE
 from ...reshard import Owner
-from ...reshard.plan import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
+from ...reshard.plan_data import BYTES, DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW, Plan
 from .. import report as R
 from ..errors import SwapError
 from .torch_copies import whole_copies

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...reshard.plan import Plan
+from ...reshard.plan_data import Plan
 
 MIN_BYTES = 64 << 20
 PLATFORMS = ("gpu",)   # where the copies go to PyTorch (a module attribute: tests add "cpu")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...reshard.numpy_exec import prepare_view
-from ...reshard.plan import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW
+from ...reshard.plan_data import DST_OWNER, DST_TENSOR, SRC_OWNER, VIEW
 from ..errors import SwapError
 
 CHUNK = 1 << 22  # bytes checksummed per vectorised step (bounds host memory)

@@ -4,7 +4,7 @@ every rank's member record), the handshake before each swap, and the receiver's 
 Two kinds of process run it: a JAX trainer or rollout (`jax_amem.swapping.cross_host`, whose
 modules call these functions) and a vLLM worker (`jax_amem_vllm.nccl`), which must not import
 JAX nor the `jax_amem` package. So this module imports neither: it reaches the compiled core
-through `native.py`, and raises the error class its link names (`link.Error`: the swap's
+through `native.core()`, and raises the error class its link names (`link.Error`: the swap's
 `SwapError` in jax_amem, a `LinkError` in the worker). A store's own timeout class passes
 through with the awaited message added.
 
@@ -119,7 +119,8 @@ def mismatch(sent: dict, expected: dict) -> str | None:
     return None
 
 
-def _pair(link, sender: int, receiver: int, n: int, part: str) -> str:
+def pair_key(link, sender: int, receiver: int, n: int, part: str) -> str:
+    """The store key of swap `n`'s `part` (header, ack, done) between `sender` and `receiver`."""
     return link.key(f"{sender}-{receiver}", n, part)
 
 
@@ -129,7 +130,7 @@ def _get(link, name: str, what: str) -> bytes:
 
 def offer(link, receiver: int, n: int, message: dict) -> None:
     """Sender, step 1."""
-    link.store.set(_pair(link, link.comm_rank, receiver, n, "header"), json.dumps(message).encode())
+    link.store.set(pair_key(link, link.comm_rank, receiver, n, "header"), json.dumps(message).encode())
 
 
 def abort(link, receiver: int, n: int, version: int, reason: str) -> None:
@@ -140,7 +141,7 @@ def abort(link, receiver: int, n: int, version: int, reason: str) -> None:
 
 def await_ack(link, receiver: int, n: int) -> None:
     """Sender: waits for the receiver's answer; `link.Error` carrying its refusal."""
-    name = _pair(link, link.comm_rank, receiver, n, "ack")
+    name = pair_key(link, link.comm_rank, receiver, n, "ack")
     answered = json.loads(_get(link, name, f"rollout rank {receiver}'s answer to swap {n}"))
     if "error" in answered:
         raise link.Error(f"the rollout (communicator rank {receiver}) refused the swap, nothing was sent: "
@@ -151,11 +152,11 @@ def answer(link, sender: int, n: int, expected: dict, refuse: str | None = None)
     """Receiver, step 2: reads the header, acks or refuses (and raises). `refuse`: a reason
     of the receiver's own (its communicator is paused) to refuse whatever the header says.
     Returns the header it accepted."""
-    sent = json.loads(_get(link, _pair(link, sender, link.comm_rank, n, "header"),
+    sent = json.loads(_get(link, pair_key(link, sender, link.comm_rank, n, "header"),
                            f"trainer rank {sender}'s header of swap {n}"))
     reason = refuse or mismatch(sent, {**expected, "version": sent["version"]} if expected.get("version") is None
                                 else expected)
-    ack = _pair(link, sender, link.comm_rank, n, "ack")
+    ack = pair_key(link, sender, link.comm_rank, n, "ack")
     if reason is not None:
         link.store.set(ack, json.dumps({"error": reason}).encode())
         raise link.Error(f"refused the swap from trainer (communicator rank {sender}), nothing was "
@@ -165,7 +166,7 @@ def answer(link, sender: int, n: int, expected: dict, refuse: str | None = None)
 
 
 def mark_done(link, sender: int, n: int, version: int) -> None:
-    link.store.set(_pair(link, sender, link.comm_rank, n, "done"), str(int(version)).encode())
+    link.store.set(pair_key(link, sender, link.comm_rank, n, "done"), str(int(version)).encode())
 
 
 def answer_offers(link, expected: dict) -> dict:

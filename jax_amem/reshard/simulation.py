@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import PlanError
-from .plan import BYTES, DST_OWNER, SRC_OWNER, Plan
+from .plan_data import BYTES, DST_OWNER, SRC_OWNER, Plan
 
 CLASSES = ("device", "nvlink", "network")
 

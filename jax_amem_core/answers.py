@@ -6,7 +6,7 @@ test stand-ins) imports them too.
 They answer rather than raise: after one rank raises in a call, vLLM 0.32's multiprocess
 executor leaves the other ranks' answers unread, and every later call reads those ranks'
 answers one call late (returning before they finish). For the same reason the worker keeps an
-update_weights failure for `failures_of` instead of raising it (engine.py).
+update_weights failure for `failures_of` instead of raising it (jax_amem_vllm/engine.py).
 """
 
 from __future__ import annotations
