@@ -638,6 +638,11 @@ class _EngineWorker:
                 offset += staged_bytes(shape, dtype)
         self.layout, self.tp, self.committed = Describe(described, offset), tp, None
         self.staging = torch.zeros(offset, dtype=torch.uint8)
+        self.views_made = 0
+
+    def write_in_place(self):
+        """A CPU worker stages every parameter (jax_amem_vllm/in_place.py writes a GPU's in place)."""
+        return False
 
     def description(self):
         return {"tp_size": self.tp, "tp_rank": 0, "device": "cpu", "groups": self.layout.wire(),
