@@ -25,7 +25,7 @@ from . import checks, tied as tied_weights, torch_bridge
 from .by_address import Target
 from .by_donation import JaxDestination
 from .errors import SwapError
-from .in_process import run as in_process
+from .in_process import run as in_process_run
 from .report import NcclSwapReport, SwapReport
 
 
@@ -48,10 +48,10 @@ class WrittenHere:
 
     def swap_from(self, src_params, *, rules=None, plan=None, verify=False, version=None,
                   progress=None) -> SwapReport:
-        return in_process.swap(src_params, self, rules, plan, verify, version, progress)
+        return in_process_run.swap(src_params, self, rules, plan, verify, version, progress)
 
     def verify_from(self, src_params, *, rules=None, plan=None) -> int:
-        return in_process.verify(src_params, self, rules, plan)
+        return in_process_run.verify(src_params, self, rules, plan)
 
 
 class JaxTree(WrittenHere, JaxDestination):

@@ -594,11 +594,22 @@ class VllmEngine:
         except Exception as error:
             if self._dead():
                 raise self._failed(error, 0, 0) from error
-            if "already active" in str(error):
-                raise VllmUpdateError("an update is already in flight on this engine (vLLM's workers say so): "
+            if self._quietly(self._updating):
+                raise VllmUpdateError("an update is already in flight on this engine (its workers say so): "
                                       "wait for it to finish; nothing was written", served="updating") from error
             raise VllmUpdateError(f"the engine refused to start an update: {error}; nothing was written",
                                   served="old") from error
+
+    def _updating(self) -> str:
+        """"updating" where a worker's engine has an update open (its own state, which vLLM's
+        refusal of a second start follows), else ""."""
+        if self.worker is not None:
+            states = [self.worker.serving_state()]
+        else:
+            from jax_amem_core.answers import serving_state_of
+
+            states = self._rpc(serving_state_of)
+        return "updating" if isinstance(states, list) and "updating" in states else ""
 
     def _check_ready(self) -> None:
         """A generate in flight or weights asleep: refused before anything is written (readiness.py)."""
