@@ -534,24 +534,43 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     who = f"preset {family!r} (source={source!r}, layout={layout!r})"
     _check_options(who, family, source, layout, tp, scan_axis, vocab_size, unscaled_queries, head_dim, cast,
                    tie_embeddings)
-    leaves_by_name = tree_names(params)
-    shapes = _shapes_of(who, leaves_by_name)
-    conv = family == "gpt2" and layout == "hf"
-    maxtext = source == "maxtext"
-    rope = MAXTEXT_ROPE.get(family, ()) if maxtext else ()
-    scale_queries = maxtext and family in MAXTEXT_QUERY_SCALE and not unscaled_queries
-    embed = _source_path(family, source, "embed")
-    width = shapes[embed][1] if len(shapes.get(embed, ())) == 2 else None
-    if vocab_size is not None and embed in shapes and vocab_size > shapes[embed][0]:
-        raise RuleError(f"{who}: vocab_size={vocab_size} is more than the {shapes[embed][0]} rows of {embed!r}: "
-                        "the cut keeps the first vocab_size rows of a padded embedding")
+    made = _PresetRules(who, family, params, source=source, layout=layout, tp=tp, cast=cast, vocab_size=vocab_size,
+                        unscaled_queries=unscaled_queries, head_dim=head_dim)
+    out, layers = made.layer_rules(scan_axis)
+    out.extend(made.global_rules(tie_embeddings))
+    check_all_read(who, family, source, made.shapes, out, tie_embeddings, layers)
+    return out
 
-    def spec(logical: str, stack: str | None, layer: int | None, axis: int) -> _Spec:
+
+class _PresetRules:
+    """One preset's rules for one tree, part by part: the per-tensor spec (`spec`), how a fused
+    tensor is cut into rank blocks (`replicas_in`, `head_size`), each destination's rules
+    (`rules_for`), the layer stacks (`layer_rules`) and the tensors outside them (`global_rules`).
+    Options are `preset()`'s, checked there."""
+
+    def __init__(self, who, family, params, *, source, layout, tp, cast, vocab_size, unscaled_queries, head_dim):
+        self.who, self.family, self.source, self.layout, self.tp = who, family, source, layout, tp
+        self.cast, self.vocab_size, self.head_dim = cast, vocab_size, head_dim
+        self.leaves_by_name = tree_names(params)
+        self.shapes = shapes = _shapes_of(who, self.leaves_by_name)
+        self.conv = family == "gpt2" and layout == "hf"
+        self.maxtext = maxtext = source == "maxtext"
+        self.rope = MAXTEXT_ROPE.get(family, ()) if maxtext else ()
+        self.scale_queries = maxtext and family in MAXTEXT_QUERY_SCALE and not unscaled_queries
+        embed = _source_path(family, source, "embed")
+        self.width = shapes[embed][1] if len(shapes.get(embed, ())) == 2 else None
+        if vocab_size is not None and embed in shapes and vocab_size > shapes[embed][0]:
+            raise RuleError(f"{who}: vocab_size={vocab_size} is more than the {shapes[embed][0]} rows of {embed!r}: "
+                            "the cut keeps the first vocab_size rows of a padded embedding")
+        self.global_table = None   # the last stack's family tables name the global tensors
+
+    def spec(self, logical: str, stack: str | None, layer: int | None, axis: int) -> _Spec:
+        who, shapes, maxtext = self.who, self.shapes, self.maxtext
         kind = (LAYER_WEIGHTS.get(logical) or GLOBAL_WEIGHTS[logical])[0]
-        path = (stack or "") + _source_path(family, source, logical)
+        path = (stack or "") + _source_path(self.family, self.source, logical)
         if path not in shapes:
             raise RuleError(f"{who} expects source {path!r} (weight {logical!r}, a {kind} tensor), which "
-                            f"the tree does not have{closest(path, shapes, 'source')}. The {source!r} naming is "
+                            f"the tree does not have{closest(path, shapes, 'source')}. The {self.source!r} naming is "
                             f"described in jax_amem/reshard/presets.py; pass source='flax' or 'maxtext', "
                             "or write rules with from_function")
         shape = shapes[path]
@@ -560,42 +579,43 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
         if layer is not None and len(one) != rank:
             where = "" if layer is None else f" without its layer axis {axis}"
             raise RuleError(f"{who}: source {path!r} (weight {logical!r}) has shape {shape}, {one}{where}; a "
-                            f"{kind} tensor in the {source!r} naming has {rank} axes"
+                            f"{kind} tensor in the {self.source!r} naming has {rank} axes"
                             + (" (in, heads, head_dim) / (heads, head_dim, out)" if maxtext and "heads" in kind
                                else "") + ": is the tree this family's, in this naming?")
-        transpose, reshape = _transform(kind, source, conv, one)
-        affine = _scaled_query(who, family, path, params_dtype(path), one) if scale_queries and logical == "q" else None
+        transpose, reshape = _transform(kind, self.source, self.conv, one)
+        affine = (_scaled_query(who, self.family, path, np.dtype(self.leaves_by_name[path].dtype).name, one)
+                  if self.scale_queries and logical == "q" else None)
         cut = None
-        if vocab_size is not None and logical in ("embed", "lm_head"):
+        if self.vocab_size is not None and logical in ("embed", "lm_head"):
             vocab_axis = 0 if logical == "embed" else 1       # embedding (V, D), lm_head kernel (D, V)
-            if shape[vocab_axis] != vocab_size:
-                cut = (vocab_axis, vocab_size)
-        return _Spec(path, layer, axis, transpose, reshape, cast, 2 if logical in rope else None, cut, affine)
+            if shape[vocab_axis] != self.vocab_size:
+                cut = (vocab_axis, self.vocab_size)
+        return _Spec(path, layer, axis, transpose, reshape, self.cast, 2 if logical in self.rope else None, cut,
+                     affine)
 
-    def params_dtype(path: str) -> str:
-        return np.dtype(leaves_by_name[path].dtype).name
-
-    def head_size(dst: str, logical: str, s: _Spec, one: list, split: int) -> int:
+    def head_size(self, dst: str, logical: str, s: _Spec, one: list, split: int) -> int:
         """head_dim of a heads part: its own axis in the maxtext naming; in the flax naming, which
         merges heads with head_dim, `head_dim=` or the width of Qwen3's q_norm scale."""
-        held, by = (one[split + 1], f"source {s.path!r} (shape {shapes[s.path]})") if maxtext else (None, "")
-        stack = s.path[:len(s.path) - len(_source_path(family, source, logical))]
-        norm = stack + _source_path(family, source, "q_norm")
-        if held is None and family in ("qwen3", "qwen3_moe") and norm in shapes:
+        who, shapes, head_dim = self.who, self.shapes, self.head_dim
+        held, by = (one[split + 1], f"source {s.path!r} (shape {shapes[s.path]})") if self.maxtext else (None, "")
+        stack = s.path[:len(s.path) - len(_source_path(self.family, self.source, logical))]
+        norm = stack + _source_path(self.family, self.source, "q_norm")
+        if held is None and self.family in ("qwen3", "qwen3_moe") and norm in shapes:
             held, by = shapes[norm][-1], f"the q_norm scale {norm!r} (shape {shapes[norm]})"
         if head_dim is not None and held is not None and head_dim != held:
             raise RuleError(f"{who}: head_dim={head_dim} differs from the head_dim {held} of {by}: leave head_dim "
                             "out (the tree holds it)")
         if held is not None or head_dim is not None:
             return held or head_dim
-        raise RuleError(f"{who}: tp={tp} gives each rank of {dst!r} whole heads (and one replicated KV head "
+        raise RuleError(f"{who}: tp={self.tp} gives each rank of {dst!r} whole heads (and one replicated KV head "
                         f"where tp exceeds the KV heads), and the 'flax' naming merges the heads with head_dim "
                         f"(source {s.path!r} is {shapes[s.path]}): pass head_dim= (the model config's head_dim)")
 
-    def replicas_in(dst: str, logicals, specs: list[_Spec]) -> list[int]:
+    def replicas_in(self, dst: str, logicals, specs: list[_Spec]) -> list[int]:
         """A fused tensor is cut into tp rank blocks: each part's split axis must divide, except a
         KV part (k, v and their biases) with fewer heads than ranks. vLLM's QKVParallelLinear
         gives each rank one KV head then, rank r head r // (tp // heads): its replicas."""
+        who, shapes, tp = self.who, self.shapes, self.tp
         out = []
         for logical, s in zip(logicals, specs):
             kind = (LAYER_WEIGHTS.get(logical) or GLOBAL_WEIGHTS[logical])[0]
@@ -607,8 +627,8 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
             full = split if s.layer is None or split < s.layer_axis else split + 1
             where = f"(axis {full} of source {s.path!r}, shape {shapes[s.path]})"
             if kind in ("in_heads", "head_vector"):
-                size = head_size(dst, logical, s, one, split)
-                if not maxtext:
+                size = self.head_size(dst, logical, s, one, split)
+                if not self.maxtext:
                     if count % size:
                         raise RuleError(f"{who}: head_dim={size} does not divide the {count} features of {logical!r} "
                                         f"{where}, which merge its heads: give the model config's head_dim")
@@ -628,51 +648,58 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
             out.append(1)
         return out
 
-    def rules_for(dst: str, entry, stack: str | None, layer: int | None, axis: int) -> list:
+    def rules_for(self, dst: str, entry, stack: str | None, layer: int | None, axis: int) -> list:
         logicals, concat = (entry if isinstance(entry, tuple) else ((entry,), 0))
-        specs = [spec(lg, stack, layer, axis) for lg in logicals]
-        groups = tp if layout == "vllm" and len(specs) > 1 else 1
+        specs = [self.spec(lg, stack, layer, axis) for lg in logicals]
+        groups = self.tp if self.layout == "vllm" and len(specs) > 1 else 1
         if groups > 1:
-            specs = [replace(s, replicas=r) for s, r in zip(specs, replicas_in(dst, logicals, specs))]
-        return _emit(dst, specs, concat, groups, shapes, who)
+            specs = [replace(s, replicas=r) for s, r in zip(specs, self.replicas_in(dst, logicals, specs))]
+        return _emit(dst, specs, concat, groups, self.shapes, self.who)
 
-    out, layers = [], {}   # layers: each stack's layer count
-    stacks = STACKS[source]
-    runs = [(stacks["dense"], False), (stacks["moe"], True)] if family == "deepseek" else [(stacks["layers"], True)]
-    first = 0
-    for stack, moe in runs:
-        layer_table, global_table, prefix = family_tables(family, layout, moe)
-        logicals = list(dict.fromkeys(_logicals(layer_table)))
-        probe = stack + _source_path(family, source, logicals[0])
-        if probe not in shapes:
-            raise RuleError(f"{who} expects the layer stack {probe!r} (every layer stacked on one axis), which the "
-                            f"tree does not have{closest(probe, shapes, 'source')}. `hf_llama` and the 'flax' naming "
-                            "expect a Flax-style tree (layers/attn/q/kernel ...); 'maxtext' expects "
-                            "decoder/layers/self_attention/query/kernel ...")
-        leaves = {stack + _source_path(family, source, lg): None for lg in logicals}
-        leaves = {n: shapes[n] for n in leaves if n in shapes}
-        norm = stack + _source_path(family, source, "attn_norm")
-        axis, count = _layer_axis(who, stack.rstrip("/"), leaves, norm, width, scan_axis)
-        layers[stack] = count
-        # Layer 0's pieces are cut once and moved to each layer (the cut is the same, only the
-        # source's layer coordinate differs): a RoPE reorder is one piece per rotary row.
-        templates = {name: rules_for(prefix.format(first) + name, entry, stack, 0, axis)
-                     for name, entry in layer_table.items()}
-        for i in range(count):
-            for name, entry in layer_table.items():
-                made = templates[name]
-                if isinstance(made[0], Rule):
-                    made = made if i == 0 else rules_for(prefix.format(first + i) + name, entry, stack, i, axis)
-                elif i:
-                    made = _moved(made, prefix.format(first + i) + name, axis, i)
-                out.extend(made)
-        first += count
-    for name, entry in global_table.items():
-        if name == "lm_head.weight" and tie_embeddings:
-            continue
-        out.extend(rules_for(name, entry, None, None, 0))
-    check_all_read(who, family, source, shapes, out, tie_embeddings, layers)
-    return out
+    def layer_rules(self, scan_axis: int | None) -> tuple[list, dict]:
+        """Every layer stack's rules, and each stack's layer count."""
+        who, shapes, family, source = self.who, self.shapes, self.family, self.source
+        out, layers = [], {}
+        stacks = STACKS[source]
+        runs = [(stacks["dense"], False), (stacks["moe"], True)] if family == "deepseek" else [(stacks["layers"], True)]
+        first = 0
+        for stack, moe in runs:
+            layer_table, self.global_table, prefix = family_tables(family, self.layout, moe)
+            logicals = list(dict.fromkeys(_logicals(layer_table)))
+            probe = stack + _source_path(family, source, logicals[0])
+            if probe not in shapes:
+                raise RuleError(f"{who} expects the layer stack {probe!r} (every layer stacked on one axis), which "
+                                f"the tree does not have{closest(probe, shapes, 'source')}. `hf_llama` and the 'flax' "
+                                "naming expect a Flax-style tree (layers/attn/q/kernel ...); 'maxtext' expects "
+                                "decoder/layers/self_attention/query/kernel ...")
+            leaves = {stack + _source_path(family, source, lg): None for lg in logicals}
+            leaves = {n: shapes[n] for n in leaves if n in shapes}
+            norm = stack + _source_path(family, source, "attn_norm")
+            axis, count = _layer_axis(who, stack.rstrip("/"), leaves, norm, self.width, scan_axis)
+            layers[stack] = count
+            # Layer 0's pieces are cut once and moved to each layer (the cut is the same, only the
+            # source's layer coordinate differs): a RoPE reorder is one piece per rotary row.
+            templates = {name: self.rules_for(prefix.format(first) + name, entry, stack, 0, axis)
+                         for name, entry in layer_table.items()}
+            for i in range(count):
+                for name, entry in layer_table.items():
+                    made = templates[name]
+                    if isinstance(made[0], Rule):
+                        made = made if i == 0 else self.rules_for(prefix.format(first + i) + name, entry, stack, i, axis)
+                    elif i:
+                        made = _moved(made, prefix.format(first + i) + name, axis, i)
+                    out.extend(made)
+            first += count
+        return out, layers
+
+    def global_rules(self, tie_embeddings: bool) -> list:
+        """The embedding, final norm and head (none for a tied head)."""
+        out = []
+        for name, entry in self.global_table.items():
+            if name == "lm_head.weight" and tie_embeddings:
+                continue
+            out.extend(self.rules_for(name, entry, None, None, 0))
+        return out
 
 
 def resolved_family(family, source: str = "flax") -> str:
