@@ -25,6 +25,15 @@
 #                  (when set) and the image's NCCL, against the naive rebuild; then 4 communicators at
 #                  NCCL's default buffers over 100 cycles (memory flat); about 4 minutes; not in the
 #                  default list: name it
+#   nccl_strategies every pause strategy side by side (benchmarks/nccl_pause.py --strategies): auto on its
+#                  starting and on its measured rates, suspend, recreate and the naive rebuild on the first
+#                  4, 8 and 32 communicators of our own, at NCCL's default buffers and at 16 channels, for
+#                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3);
+#                  about 2 minutes per NCCL; not in the default list: name it
+#   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
+#                  rebuild included ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
+#                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
+#                  (560) s; not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
 #   hostile_demo   the hostile suite's case that runs the whole tiny demo with JAX on CPU on a GPU host
@@ -90,6 +99,15 @@ step() {
   [ $rc -eq 0 ] || failed=1
 }
 
+# The NCCL steps' library: "image" (the image's NCCL) or a libnccl.so.2; its tag is the name of the
+# folder that holds it (e.g. .nccl-2.30.7/libnccl.so.2: nccl-2.30.7).
+nccl_tag() {
+  if [ "$1" = image ]; then echo image
+  elif [ -f "$1" ]; then local d; d=$(basename "$(dirname "$1")"); echo "${d#.}"
+  else echo "-- $1 not found" >&2; return 1; fi
+}
+nccl_env() { if [ "$1" = image ]; then echo "env -u JAX_AMEM_NCCL_LIBRARY"; else echo "env JAX_AMEM_NCCL_LIBRARY=$1"; fi; }
+
 ignore_multi() { for f in $MULTI_PROCESS; do printf -- '--ignore=%s ' "$f"; done; }
 
 nccl_tests() {  # the NCCL files, each in a pytest process of its own ($NCCL_TEST_FILES: a subset)
@@ -152,6 +170,26 @@ for name in $STEPS; do
       fi
       TAIL=16 step nccl_scale 220 env -u JAX_AMEM_NCCL_LIBRARY $SCALE --methods recreate:2
       TAIL=16 step nccl_cycles 110 env -u JAX_AMEM_NCCL_LIBRARY $CYCLES --methods recreate:20 ;;
+    nccl_strategies)
+      for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
+        tag=$(nccl_tag "$lib") || continue
+        STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:2,suspend:2,recreate:2,auto:2,naive:1} --timeout 250"
+        TAIL=40 step "strategies_${tag}" 280 $(nccl_env "$lib") $STRAT --channels 0
+        TAIL=40 step "strategies_${tag}_16ch" 280 $(nccl_env "$lib") $STRAT --channels 16
+      done ;;
+    nccl_rss)
+      # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
+      rss_one() {
+        $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
+          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500}" --timeout $((${RSS_LIMIT:-560} - 20))
+      }
+      pids=()
+      for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
+        tag=$(nccl_tag "$lib") || continue
+        rss_one "$lib" > "$O/rss_$tag.log" 2>&1 &
+        pids+=($!)
+      done
+      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; grep -h -A12 '^Every strategy' $O/rss_*.log; grep -h -B2 -A20 'workers failed' $O/rss_*.log | tail -40; true" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)
@@ -190,7 +228,7 @@ for name in $STEPS; do
       TAIL=${TAIL:-14} step vllm_ipc_groups 240 $PY -P benchmarks/vllm_ipc.py --repeats 5 --staging-bytes 0
       TAIL=${TAIL:-12} step vllm_profile 120 $PY -P scripts/profile_vllm_update.py --repeats 5 ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale vllm_ipc numa multigpu hostile_demo)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale nccl_strategies nccl_rss demo_real swap_sweep swap_scale vllm_ipc numa multigpu hostile_demo)"; exit 2 ;;
   esac
 done
 

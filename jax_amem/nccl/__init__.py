@@ -6,9 +6,9 @@ back behind the same handles, so XLA's cached communicators keep working.
 """
 
 from ._api import (Communicator, NcclArgumentError, NcclNotInstalledError, NcclPauseError, NcclReport, can_suspend,
-                   communicators, install, is_installed, keep_suspendable, nccl_version, pause,
+                   communicators, cost_rates, install, is_installed, keep_suspendable, nccl_version, pause,
                    in_a_job, paused, paused_ids, recover, resume, resume_owed, status)
 
 __all__ = ["Communicator", "NcclArgumentError", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
-           "communicators", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
+           "communicators", "cost_rates", "install", "is_installed", "keep_suspendable", "nccl_version", "pause",
            "in_a_job", "paused", "paused_ids", "recover", "resume", "resume_owed", "status"]
