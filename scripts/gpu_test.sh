@@ -28,8 +28,9 @@
 #   nccl_strategies every pause strategy side by side (benchmarks/nccl_pause.py --strategies): auto on its
 #                  starting and on its measured rates, suspend, recreate and the naive rebuild on the first
 #                  4, 8 and 32 communicators of our own, at NCCL's default buffers and at 16 channels, for
-#                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3);
-#                  about 2 minutes per NCCL; not in the default list: name it
+#                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3),
+#                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_METHODS,
+#                  $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
 #   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
 #                  rebuild included ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
@@ -171,17 +172,20 @@ for name in $STEPS; do
       TAIL=16 step nccl_scale 220 env -u JAX_AMEM_NCCL_LIBRARY $SCALE --methods recreate:2
       TAIL=16 step nccl_cycles 110 env -u JAX_AMEM_NCCL_LIBRARY $CYCLES --methods recreate:20 ;;
     nccl_strategies)
-      for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
+      for lib in ${STRATEGY_LIBS:-image ${NCCL_NEW:-} ${NCCL_NEWER:-}}; do
         tag=$(nccl_tag "$lib") || continue
         STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:2,suspend:2,recreate:2,auto:2,naive:1} --timeout 250"
-        TAIL=40 step "strategies_${tag}" 280 $(nccl_env "$lib") $STRAT --channels 0
-        TAIL=40 step "strategies_${tag}_16ch" 280 $(nccl_env "$lib") $STRAT --channels 16
+        TAIL=40 step "strategies_${tag}" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels 0 \
+          --json "$O/strategies_${tag}.json"
+        TAIL=40 step "strategies_${tag}_16ch" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels 16 \
+          --json "$O/strategies_${tag}_16ch.json"
       done ;;
     nccl_rss)
       # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
       rss_one() {
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
-          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500}" --timeout $((${RSS_LIMIT:-560} - 20))
+          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500}" --timeout $((${RSS_LIMIT:-560} - 20)) \
+          --json "$O/rss_$(nccl_tag "$1").json"
       }
       pids=()
       for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
@@ -189,7 +193,7 @@ for name in $STEPS; do
         rss_one "$lib" > "$O/rss_$tag.log" 2>&1 &
         pids+=($!)
       done
-      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; grep -h -A12 '^Every strategy' $O/rss_*.log; grep -h -B2 -A20 'workers failed' $O/rss_*.log | tail -40; true" ;;
+      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A12 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)
