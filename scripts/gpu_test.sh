@@ -29,8 +29,8 @@
 #                  starting and on its measured rates, suspend, recreate and the naive rebuild on the first
 #                  4, 8 and 32 communicators of our own, at NCCL's default buffers and at 16 channels, for
 #                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3),
-#                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_METHODS,
-#                  $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
+#                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_CHANNELS ("0 16"),
+#                  $STRATEGY_METHODS, $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
 #   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
 #                  rebuild included ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
@@ -174,11 +174,11 @@ for name in $STEPS; do
     nccl_strategies)
       for lib in ${STRATEGY_LIBS:-image ${NCCL_NEW:-} ${NCCL_NEWER:-}}; do
         tag=$(nccl_tag "$lib") || continue
-        STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:2,suspend:2,recreate:2,auto:2,naive:1} --timeout 250"
-        TAIL=40 step "strategies_${tag}" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels 0 \
-          --json "$O/strategies_${tag}.json"
-        TAIL=40 step "strategies_${tag}_16ch" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels 16 \
-          --json "$O/strategies_${tag}_16ch.json"
+        STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:2,suspend:2,recreate:2,auto:2,naive:1} --timeout $((${STRATEGY_LIMIT:-280} - 20))"
+        for ch in ${STRATEGY_CHANNELS:-0 16}; do  # 0: NCCL's default buffers
+          name="strategies_${tag}$([ "$ch" = 0 ] || echo "_${ch}ch")"
+          TAIL=40 step "$name" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels "$ch" --json "$O/$name.json"
+        done
       done ;;
     nccl_rss)
       # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
