@@ -12,7 +12,7 @@ import time
 from concurrent.futures import Future
 
 from ..errors import NcclArgumentError, NcclNotInstalledError
-from . import _agree, _loader
+from . import _agree, _leaks, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
 _state = _loader.LoadState()
@@ -259,6 +259,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         _paused_ids.extend(chosen)
         _job_paused = _job_paused or (anything and job is not None)
         after = _device_free(devices)
+        _leaks.warn_once(control.real_version(), {row["last_strategy"] for row in rows})
     return NcclReport("pause", seconds, [Communicator(**row) for row in rows], before, after, agree_seconds)
 
 
