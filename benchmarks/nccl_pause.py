@@ -258,7 +258,7 @@ def strategies(args) -> list:
     return results
 
 
-ORDER = ["auto0", "suspend", "recreate", "recreate_inturn", "auto", "naive"]
+ORDER = ["auto0", "suspend", "recreate", "recreate_inturn", "recreate_notrim", "auto", "naive"]
 DEFAULT_METHODS = "auto:100,recreate:3"
 STRATEGY_METHODS = "auto0:2,suspend:2,recreate:2,auto:2,naive:1"
 
@@ -289,7 +289,7 @@ def parse(argv=None) -> argparse.Namespace:
                         "communicators of our own (e.g. 4,8,32)")
     parser.add_argument("--rss", type=int, default=0, help="--strategies: then this many communicators "
                         "cycled by each of --rss-methods, host RSS read after every cycle")
-    parser.add_argument("--rss-methods", default="suspend:500,auto:500,recreate:500,naive:500",
+    parser.add_argument("--rss-methods", default="naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300",
                         help="--strategies --rss: METHOD:CYCLES,...")
     parser.add_argument("--naive", action="store_true", help="--scale: the naive rebuild too")
     parser.add_argument("--probe", action="store_true", help="--scale: first all-reduce and destroys timed")

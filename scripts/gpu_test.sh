@@ -32,7 +32,8 @@
 #                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_CHANNELS ("0 16"),
 #                  $STRATEGY_METHODS, $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
 #   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
-#                  rebuild included ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
+#                  rebuild included, and recreate without giving free host memory back (recreate_notrim)
+#                  ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
 #                  (560) s; not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
@@ -184,7 +185,7 @@ for name in $STEPS; do
       # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
       rss_one() {
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
-          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500}" --timeout $((${RSS_LIMIT:-560} - 20)) \
+          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300}" --timeout $((${RSS_LIMIT:-560} - 20)) \
           --json "$O/rss_$(nccl_tag "$1").json"
       }
       pids=()

@@ -3,7 +3,7 @@
 //
 // Why a model and not "suspend wherever NCCL accepts it": NCCL's suspend moves every
 // byte it frees through pinned host memory (about 1 s per GiB for suspend plus resume
-// on an H100 with 2.30.7), while a recreate ends every communicator at once on threads
+// with 2.30.7), while a recreate ends every communicator at once on threads
 // of its own and initialises them again in one group: about the same time whatever
 // their size. Small communicators suspend faster (4 at NCCL's defaults: 51 ms against
 // 180 ms); gigabytes of them recreate faster (12 GiB: 2.2 s against 11.1 s).
@@ -13,8 +13,9 @@
 //   a pause that does both at once (JAX_AMEM_NCCL_OVERLAP threads or group) costs the
 //   longer of the two plus half the shorter (they share the host: CPU, pinned memory).
 //
-// The rates start from figures measured on an H100 and are replaced by what this
-// process measures: every suspend and resume of at least 64 MiB, every teardown and
+// The rates start from figures measured with NCCL 2.30.7 on an H200 and an H100
+// (docs/benchmarks.md: 0.66 + 0.34 s/GiB at 12 GiB, teardowns of 0.17-1.0 s, 37 ms a
+// re-initialisation) and are replaced by what this process measures: every suspend and resume of at least 64 MiB, every teardown and
 // re-initialisation (a moving average, half old, half new).
 // JAX_AMEM_NCCL_COST sets the starting rates (and can stop the learning), e.g.
 // "suspend_s_per_gib=0.7,resume_s_per_gib=0.35,teardown_s=0.3,init_s=0.035,learn=0".

@@ -4,6 +4,7 @@
 #include "cuda/driver_api.h"
 #include "nccl/auto_cost.h"
 #include "nccl/clock.h"
+#include "nccl/host_memory.h"
 #include "nccl/nccl_status.h"
 #include "nccl/recreate.h"
 
@@ -77,6 +78,7 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
     }
   }
   if (first_error.ok()) RecordReinit(static_cast<int>(comms.size()), Since(start));
+  ReturnFreeHostMemory();  // the initialisation's temporaries, freed on NCCL's threads
   return first_error;
 }
 

@@ -7,6 +7,7 @@
 #include "nccl/auto_cost.h"
 #include "nccl/clock.h"
 #include "nccl/device_memory.h"
+#include "nccl/host_memory.h"
 #include "nccl/mem_stats.h"
 #include "nccl/nccl_status.h"
 
@@ -100,8 +101,11 @@ void RecordBeforeTeardown(const std::vector<ProxyComm*>& comms) {
 }
 
 Status TearDown(const std::vector<ProxyComm*>& comms, Teardown teardown, double exchange_share) {
-  if (teardown == Teardown::kParallelDestroy) return TearDownInParallel(comms, exchange_share);
-  return TearDownInTurn(comms, teardown == Teardown::kAbort, exchange_share);
+  Status status = teardown == Teardown::kParallelDestroy
+                      ? TearDownInParallel(comms, exchange_share)
+                      : TearDownInTurn(comms, teardown == Teardown::kAbort, exchange_share);
+  ReturnFreeHostMemory();  // what the ended communicators held on the host
+  return status;
 }
 
 }  // namespace amem::nccl

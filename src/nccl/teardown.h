@@ -22,7 +22,7 @@ void RecordBeforeTeardown(const std::vector<ProxyComm*>& comms);
 // Ends every real communicator as `teardown` says and marks each paused (or broken,
 // naming why, when NCCL fails to end it). `exchange_share`: each one's part of the
 // id exchange before, added to its pause time. The slowest single end feeds `auto`'s
-// cost model.
+// cost model. Then the freed host memory goes back to the system (host_memory.h).
 Status TearDown(const std::vector<ProxyComm*>& comms, Teardown teardown, double exchange_share);
 
 // The communicator could not be ended or restored: no real communicator behind the

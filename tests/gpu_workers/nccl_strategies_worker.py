@@ -4,7 +4,8 @@ usage: python -P nccl_strategies_worker.py RANK PORT COUNTS SIZE_METHODS [RSS_CO
   COUNTS        e.g. 4,8,32: the first N communicators of our own (2 ranks; NCCL_BUFFSIZE and
                 NCCL_MIN/MAX_NCHANNELS, set by the caller, size them), each used by an all-reduce first
   SIZE_METHODS  METHOD:CYCLES,... (or "" for none) run on each count in this order; METHOD is suspend, recreate,
-                recreate_inturn (recreate, teardown="destroy": no threads), naive (destroy each in
+                recreate_inturn (recreate, teardown="destroy": no threads), recreate_notrim
+                (recreate with JAX_AMEM_NCCL_TRIM=0: free host memory left to glibc), naive (destroy each in
                 turn, initialise each in turn with fresh ids), auto (on the rates measured so far
                 in this process) or auto0 (auto after cost_rates(reset=True): its starting rates). Methods NCCL lacks (suspend before 2.29.7) are skipped.
   RSS_COUNT     communicators for the long cycles (the first ones)
@@ -57,6 +58,8 @@ def run_method(job: Job, handles, ids, seen, reference, count: int, method: str,
     chosen, why, identical, freed = {}, "", True, 0
     if method == "auto0":
         jax_amem.nccl.cost_rates(reset=True)
+    if method == "recreate_notrim":
+        os.environ["JAX_AMEM_NCCL_TRIM"] = "0"  # read by the interposer at each pause and resume
     rates_before = jax_amem.nccl.cost_rates()
     for cycle in range(cycles):
         job.barrier(f"{tag}/{cycle}")
@@ -64,7 +67,7 @@ def run_method(job: Job, handles, ids, seen, reference, count: int, method: str,
             pause_s, resume_s = naive_cycle(job, handles, ids, seen, count, f"{tag}/{cycle}")
         else:
             t0 = time.perf_counter()
-            strategy = {"auto0": "auto", "recreate_inturn": "recreate"}.get(method, method)
+            strategy = {"auto0": "auto", "recreate_inturn": "recreate", "recreate_notrim": "recreate"}.get(method, method)
             teardown = "destroy" if method == "recreate_inturn" else "parallel"
             report = jax_amem.nccl.pause(strategy, ids=ids[:count], teardown=teardown)
             t1 = time.perf_counter()
@@ -86,6 +89,7 @@ def run_method(job: Job, handles, ids, seen, reference, count: int, method: str,
             break
         if sample_rss:
             rss_samples.append(rss())
+    os.environ.pop("JAX_AMEM_NCCL_TRIM", None)
     totals = [p + r for p, r in zip(pauses, resumes)]
     return {"count": count, "method": method, "cycles": len(totals), "identical": identical,
             "pause_p50": percentile(pauses, 50), "resume_p50": percentile(resumes, 50),
