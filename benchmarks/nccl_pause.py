@@ -4,6 +4,8 @@
     python -P benchmarks/nccl_pause.py --communicators 8     (communicators of our own instead)
     python -P benchmarks/nccl_pause.py --scale 10.5G --channels 64 --use 4 --methods auto:3,recreate:2 --naive
                                                              (gigabytes of NCCL memory: below)
+    python -P benchmarks/nccl_pause.py --strategies 4,8,32 --channels 0 --rss 4 --rss-methods suspend:500,...
+                                                             (every strategy side by side, and host RSS: below)
 
 XLA's communicators: 2 (or 4) JAX processes on one GPU (one NCCL_HOSTID each), or one GPU
 each with --gpus N (NVLink P2P buffers, as on a real node; four form a
@@ -26,6 +28,15 @@ per channel and direction: GB of host memory per communicator at 64M x 16 channe
 (ncclCommMemStats) and by the driver (NVML, this process), the first collective after resume,
 device memory and host RSS over the cycles; --naive: the naive rebuild of the same
 communicators in the same run (destroy each in turn, initialise each in turn).
+
+--strategies 4,8,32: communicators of our own between two processes on one GPU (--channels 0: NCCL's
+default buffers; 16: sixteen channels, about 100 MiB of device memory each). On the first 4, 8 and
+32 of them, in the same processes: `auto` on its starting rates (auto0), suspend, recreate, `auto`
+on the rates it measured meanwhile, and the naive rebuild (destroy each in turn, initialise each in
+turn); pause + resume p50 of each, auto against the better of suspend and recreate (goal: within
+10%) and against the naive rebuild. Then --rss communicators cycled by each of --rss-methods with
+the host RSS read after every cycle: growth per 100 cycles (least squares over the second half, and
+first to last), goal <= 1 MiB.
 """
 
 from __future__ import annotations
@@ -181,12 +192,83 @@ def scale(args) -> list:
     return results
 
 
+def strategies(args) -> list:
+    """Every strategy on the same communicators (tests/gpu_workers/nccl_strategies_worker.py)."""
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    if args.channels:
+        env.update(NCCL_MIN_NCHANNELS=str(args.channels), NCCL_MAX_NCHANNELS=str(args.channels))
+    worker_args = [args.strategies, args.methods if args.methods != DEFAULT_METHODS else STRATEGY_METHODS]
+    if args.rss:
+        worker_args += [str(args.rss), args.rss_methods]
+    results, logs = run_pair("nccl_strategies_worker.py", worker_args, timeout=args.timeout, extra_env=env)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    start = of(results, "start")
+    if not of(results, "done"):
+        print("nccl_pause --strategies: the workers failed\n" + "\n".join(log[-4000:] for log in logs))
+    if not start:
+        return results
+    setup = of(results, "setup")
+    version = start[0]["nccl_version"]
+    buffers = f"{args.channels} channels" if args.channels else "NCCL's default buffers"
+    per = {k: round(v / 2**20, 1) for k, v in (setup[0]["memstats"] if setup else {}).items()}
+    print(f"\nEvery strategy, NCCL {version}, 2 ranks on one GPU (socket transport), {buffers}; "
+          f"one communicator: {per or 'no ncclCommMemStats'} MiB")
+    rows = [r for r in results if r["phase"] == "sizes"]
+    # The slower of the two ranks is what the job waits for.
+    merged = {}
+    for r in rows:
+        key = (r["count"], r["method"])
+        if key not in merged or r["total_p50"] > merged[key]["total_p50"]:
+            merged[key] = r
+    print(f"  {'count':>5} {'method':<8} {'cycles':>6} {'pause p50':>10} {'resume p50':>10} {'total p50':>10} "
+          f"{'1st coll.':>9} {'vs naive':>8} {'vs best':>8}  chosen / identical")
+    verdicts = []
+    for count in sorted({c for c, _ in merged}):
+        naive = merged.get((count, "naive"))
+        best = min((merged[(count, m)]["total_p50"] for m in ("suspend", "recreate") if (count, m) in merged),
+                   default=0)
+        for (c, method), r in sorted(merged.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]))):
+            if c != count:
+                continue
+            vs_naive = naive["total_p50"] / r["total_p50"] if naive and r["total_p50"] > 0 else 0
+            vs_best = best / r["total_p50"] if best and r["total_p50"] > 0 else 0
+            chosen = ", ".join(f"{k} {v}" for k, v in sorted(r["strategies"].items()))
+            print(f"  {count:>5} {method:<8} {r['cycles']:>6} {r['pause_p50'] * 1e3:>10.1f} {r['resume_p50'] * 1e3:>10.1f} "
+                  f"{r['total_p50'] * 1e3:>10.1f} {r['first_collective_p50'] * 1e3:>9.1f} {vs_naive:>7.2f}x "
+                  f"{vs_best:>7.2f}x  {chosen or '-'} / {r['identical']}")
+            if method.startswith("auto") and best:
+                verdicts.append(f"{count} communicators, {method}: {r['total_p50'] * 1e3:.1f} ms against the better "
+                                f"of suspend and recreate {best * 1e3:.1f} ms: "
+                                f"{'within 10%' if r['total_p50'] <= 1.1 * best else 'MISSED'}; "
+                                f"{'faster' if naive and r['total_p50'] <= naive['total_p50'] else 'NOT faster'} "
+                                f"than the naive rebuild")
+    for line in verdicts:
+        print("  goal: " + line)
+    for r in (r for r in rows if r["rank"] == 0 and r["method"].startswith("auto") and r["count"] == max(merged)[0]):
+        print(f"  why ({r['method']}, {r['count']}): {r['why']}")
+    rss_rows = of(results, "rss")
+    if rss_rows:
+        print(f"  host RSS over the cycles, {rss_rows[0]['count']} communicators "
+              f"(per 100 cycles: least squares over the second half / first to last; goal <= 1 MiB)")
+        for r in rss_rows:
+            print(f"  rank {r['rank']} {r['method']:<8} {r['cycles']:>5} cycles in {r['seconds']:>6.1f} s: "
+                  f"{r['per_100_slope'] / 2**20:>+8.2f} / {r['per_100_average'] / 2**20:>+8.2f} MiB per 100 cycles; "
+                  f"{(r['rss_last'] - r['rss_first']) / 2**20:+.1f} MiB in all; identical {r['identical']}")
+    return results
+
+
+ORDER = ["auto0", "suspend", "recreate", "recreate_inturn", "recreate_notrim", "auto", "naive"]
+DEFAULT_METHODS = "auto:100,recreate:3"
+STRATEGY_METHODS = "auto0:2,suspend:2,recreate:2,auto:2,naive:1"
+
+
 def bytes_of(text: str) -> int:
     units = {"K": 2**10, "M": 2**20, "G": 2**30}
     return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
-def main(argv=None):
+def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--cycles", type=int, default=100)
@@ -201,16 +283,29 @@ def main(argv=None):
     parser.add_argument("--use", type=int, default=0, help="--scale: only the first USE run collectives")
     parser.add_argument("--buffsize", default="64M", help="--scale: NCCL_BUFFSIZE (bytes, or 4M, 64M, ...)")
     parser.add_argument("--channels", type=int, default=16, help="--scale: NCCL_MIN/MAX_NCHANNELS (0: NCCL's)")
-    parser.add_argument("--methods", default="auto:100,recreate:3", help="--scale: METHOD:CYCLES,...")
+    parser.add_argument("--methods", default=DEFAULT_METHODS,
+                        help=f"--scale: METHOD:CYCLES,... (--strategies: default {STRATEGY_METHODS})")
+    parser.add_argument("--strategies", default="", help="instead: every strategy on the first N,M,... "
+                        "communicators of our own (e.g. 4,8,32)")
+    parser.add_argument("--rss", type=int, default=0, help="--strategies: then this many communicators "
+                        "cycled by each of --rss-methods, host RSS read after every cycle")
+    parser.add_argument("--rss-methods", default="naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300",
+                        help="--strategies --rss: METHOD:CYCLES,...")
     parser.add_argument("--naive", action="store_true", help="--scale: the naive rebuild too")
     parser.add_argument("--probe", action="store_true", help="--scale: first all-reduce and destroys timed")
-    parser.add_argument("--json", help="--scale: write every RESULT line here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", help="--scale, --strategies: write every RESULT line here")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
     import jax_amem
 
     if not jax_amem.gpu_status().usable or not jax_amem.nccl.is_installed():
         print(f"nccl_pause: skipped ({jax_amem.gpu_status().why_not() or jax_amem.nccl.status()})")
         return []
+    if args.strategies:
+        return strategies(args)
     if args.scale:
         return scale(args)
     if args.communicators:

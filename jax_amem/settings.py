@@ -31,7 +31,6 @@ class Variable:
     read_by: str = "jax_amem"  # or the C++ file of the NCCL interposer that reads it
 
 
-_BYTES = r"\d+(\.\d*)?[KkMmGg]?"
 VARIABLES = {v.name: v for v in [
     Variable("JAX_AMEM_NCCL", "1", "1 or 0",
              "0: `import jax_amem` does not put its NCCL interposer in front of libnccl (no NCCL pause)",
@@ -46,10 +45,15 @@ VARIABLES = {v.name: v for v in [
     Variable("JAX_AMEM_NCCL_OVERLAP", "threads", "threads, group or serial",
              "how independent communicators are paused and resumed: a thread each, one ncclGroupStart/End "
              "(NCCL >= 2.30.3), or one after another in key order (for debugging)", r"threads|group|serial",
-             "src/nccl/pause_resume.cc"),
-    Variable("JAX_AMEM_NCCL_SUSPEND_LIMIT", "no limit", "bytes, or a number with K, M or G (e.g. 4G)",
-             "the most `auto` suspends in one pause of a process before it recreates instead", _BYTES,
-             "src/nccl/pause_resume.cc"),
+             "src/nccl/overlap.cc"),
+    # Checked by the interposer at each pause (its error names the variable and every key), not here.
+    Variable("JAX_AMEM_NCCL_COST", "measured rates", "KEY=NUMBER,... with keys suspend_s_per_gib, "
+             "resume_s_per_gib, teardown_s, init_s and learn (0 or 1)",
+             "`auto`'s starting cost rates (jax_amem.nccl.cost_rates); learn=0 keeps them fixed", r".*",
+             "src/nccl/auto_cost.cc"),
+    Variable("JAX_AMEM_NCCL_TRIM", "1", "1 or 0",
+             "0: no malloc_trim after a recreate's teardown and re-initialisation (free host memory left to "
+             "glibc's arenas; for comparing host memory over the cycles)", r"[01]", "src/nccl/host_memory.cc"),
     Variable("JAX_AMEM_NCCL_KEEP_SUSPENDABLE", "0", "1 or 0",
              "1: communicators are made without shared resources (splitShare=0), so that NCCL can suspend "
              "them; the same as jax_amem.nccl.keep_suspendable() right after import", r"[01]",

@@ -25,6 +25,17 @@
 #                  (when set) and the image's NCCL, against the naive rebuild; then 4 communicators at
 #                  NCCL's default buffers over 100 cycles (memory flat); about 4 minutes; not in the
 #                  default list: name it
+#   nccl_strategies every pause strategy side by side (benchmarks/nccl_pause.py --strategies): auto on its
+#                  starting and on its measured rates, suspend, recreate and the naive rebuild on the first
+#                  4, 8 and 32 communicators of our own, at NCCL's default buffers and at 16 channels, for
+#                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3),
+#                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_CHANNELS ("0 16"),
+#                  $STRATEGY_METHODS, $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
+#   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
+#                  rebuild included, and recreate without giving free host memory back (recreate_notrim)
+#                  ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
+#                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
+#                  (560) s; not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
 #   hostile_demo   the hostile suite's case that runs the whole tiny demo with JAX on CPU on a GPU host
@@ -108,6 +119,15 @@ step() {
   [ $rc -eq 0 ] || failed=1
 }
 
+# The NCCL steps' library: "image" (the image's NCCL) or a libnccl.so.2; its tag is the name of the
+# folder that holds it (e.g. .nccl-2.30.7/libnccl.so.2: nccl-2.30.7).
+nccl_tag() {
+  if [ "$1" = image ]; then echo image
+  elif [ -f "$1" ]; then local d; d=$(basename "$(dirname "$1")"); echo "${d#.}"
+  else echo "-- $1 not found" >&2; return 1; fi
+}
+nccl_env() { if [ "$1" = image ]; then echo "env -u JAX_AMEM_NCCL_LIBRARY"; else echo "env JAX_AMEM_NCCL_LIBRARY=$1"; fi; }
+
 ignore_multi() { for f in $MULTI_PROCESS; do printf -- '--ignore=%s ' "$f"; done; }
 
 nccl_tests() {  # the NCCL files, each in a pytest process of its own ($NCCL_TEST_FILES: a subset)
@@ -187,6 +207,29 @@ for name in $STEPS; do
       # The whole summary (about 30 lines), not the last 12.
       TAIL=${TAIL:-40} step vllm_demo 420 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
         $PY -P -m jax_amem demo --preset qwen3-1.7b --rollout vllm --json "$O/vllm_demo_qwen3_1.7b.json" ;;
+    nccl_strategies)
+      for lib in ${STRATEGY_LIBS:-image ${NCCL_NEW:-} ${NCCL_NEWER:-}}; do
+        tag=$(nccl_tag "$lib") || continue
+        STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:2,suspend:2,recreate:2,auto:2,naive:1} --timeout $((${STRATEGY_LIMIT:-280} - 20))"
+        for ch in ${STRATEGY_CHANNELS:-0 16}; do  # 0: NCCL's default buffers
+          name="strategies_${tag}$([ "$ch" = 0 ] || echo "_${ch}ch")"
+          TAIL=40 step "$name" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels "$ch" --json "$O/$name.json"
+        done
+      done ;;
+    nccl_rss)
+      # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
+      rss_one() {
+        $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
+          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300}" --timeout $((${RSS_LIMIT:-560} - 20)) \
+          --json "$O/rss_$(nccl_tag "$1").json"
+      }
+      pids=()
+      for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
+        tag=$(nccl_tag "$lib") || continue
+        rss_one "$lib" > "$O/rss_$tag.log" 2>&1 &
+        pids+=($!)
+      done
+      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A12 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)
@@ -225,7 +268,7 @@ for name in $STEPS; do
       TAIL=${TAIL:-14} step vllm_ipc_groups 240 $PY -P benchmarks/vllm_ipc.py --repeats 5 --staging-bytes 0
       TAIL=${TAIL:-12} step vllm_profile 120 $PY -P scripts/profile_vllm_update.py --repeats 5 ;;
     *)
-      echo "unknown step '$name' (steps: $ALL nccl_scale demo_real swap_sweep swap_scale vllm_ipc vllm_payload vllm_gpu numa multigpu hostile_demo)"; exit 2 ;;
+      echo "unknown step '$name' (steps: $ALL nccl_scale nccl_strategies nccl_rss demo_real swap_sweep swap_scale vllm_ipc vllm_payload vllm_gpu vllm_bench vllm_colocated vllm_demo numa multigpu hostile_demo)"; exit 2 ;;
   esac
 done
 

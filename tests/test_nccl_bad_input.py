@@ -94,3 +94,17 @@ def test_bad_timeouts_and_flags_are_refused_alone_too(fake_with_suspend):
     assert "jax_amem.nccl.pause(agree='no'): agree is True or False, not str" in seen["errors"][2][1]
     assert "jax_amem.nccl.resume(timeout=0): timeout must be a finite number of seconds, above 0" in seen["errors"][4][1]
     assert seen["untouched"] and seen["still"] == ["paused"] and seen["states"] == ["active"]
+
+
+def test_cost_rates_reset_must_be_a_bool_and_forgets_nothing_when_refused(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        init_config(lib, make_id("rates"), 1, split_share=1)
+        nccl.pause("recreate")
+        nccl.resume()
+        error = attempt(lambda: nccl.cost_rates(reset="yes"))
+        out(error=error, samples=nccl.cost_rates()["teardown_samples"])
+    """, env={"FAKE_NCCL_VERSION": "23007"})
+    assert seen["error"] == ["NcclArgumentError",
+                             "jax_amem.nccl.cost_rates(reset='yes'): reset is True or False, not str"]
+    assert seen["samples"] == 1

@@ -30,7 +30,7 @@ def test_a_root_created_with_split_share_is_suspended(fake_with_suspend):
     """, env=NEW_NCCL)
     assert [(r["last_strategy"], r["split_share"], r["shares_memory_manager"]) for r in seen["rows"]] \
         == [("suspend", True, False)] * 2
-    assert all(r["why"] == "it has a memory manager of its own" for r in seen["rows"])
+    assert all(r["why"].startswith("it has a memory manager of its own; by cost: ") for r in seen["rows"])
     # Each communicator is suspended on a thread of its own: the two calls come in either order.
     assert sorted(suspends(seen["log"])) == ["ncclCommSuspend comm1.r0 flags=1", "ncclCommSuspend comm2.r1 flags=1"]
     assert not [line for line in seen["log"] if line.startswith(("FAULT", "REFUSED"))]
@@ -202,27 +202,121 @@ def test_a_broken_communicator_names_recover_which_brings_it_back(fake_with_susp
     assert seen["after"] == [0, [6.0]]
 
 
-def test_auto_recreates_above_the_suspend_limit(fake_with_suspend):
-    seen = run_scenario(fake_with_suspend, """
+# The fake's communicators hold 1000, 2000 and 3000 suspendable bytes (1000 x creation order).
+# suspend_s_per_gib = GiB / 1000 bytes: 1000 bytes suspend in 1 s; learn=0 keeps the rates as set.
+ONE_SECOND_PER_1000 = str(2**30 / 1000)
+
+
+def auto_on_three(fake, teardown_s, init_s):
+    """`auto` on three one-rank communicators (1000, 2000, 3000 bytes) at the rates given."""
+    return run_scenario(fake, """
         lib = interposer()
         comms = [init_config(lib, make_id(f"l{i}"), 1, split_share=1)[0] for i in range(3)]
-        os.environ["JAX_AMEM_NCCL_SUSPEND_LIMIT"] = "5K"   # the fake's 1000 + 2000 + 3000 bytes exceed it
-        above = nccl.pause("auto")
+        os.environ["JAX_AMEM_NCCL_COST"] = (
+            "suspend_s_per_gib=%s,resume_s_per_gib=0,teardown_s=%s,init_s=%s,learn=0")
+        report = nccl.pause("auto")
         nccl.resume()
-        os.environ["JAX_AMEM_NCCL_SUSPEND_LIMIT"] = "1M"
-        below = nccl.pause("auto")
-        nccl.resume()
-        os.environ["JAX_AMEM_NCCL_SUSPEND_LIMIT"] = "lots"  # unreadable: no limit
-        unread = nccl.pause("auto")
-        nccl.resume()
-        out(above=[(c.last_strategy, c.why) for c in above.communicators],
-            below=[c.last_strategy for c in below.communicators],
-            unread=[c.last_strategy for c in unread.communicators],
+        out(rows=[(c.suspendable_bytes, c.last_strategy, c.why) for c in report.communicators],
+            rates=nccl.cost_rates(),
             after=[all_reduce(lib, c, [i])[1] for i, c in enumerate(comms)], log=fake_log())
-    """, env=NEW_NCCL)
-    assert [strategy for strategy, _ in seen["above"]] == ["recreate"] * 3
-    assert all("would suspend 6000 bytes, above JAX_AMEM_NCCL_SUSPEND_LIMIT (5120 bytes)" in why for _, why in seen["above"])
-    assert seen["below"] == ["suspend"] * 3 and seen["unread"] == ["suspend"] * 3
+    """ % (ONE_SECOND_PER_1000, teardown_s, init_s), env=NEW_NCCL)
+
+
+def test_auto_recreates_the_largest_communicators_where_that_costs_less(fake_with_suspend):
+    # recreate(k) = 0.3 s + 1 s per communicator; suspend = 1 s per 1000 bytes; at once: the
+    # longer plus half the shorter. Suspend all: 6 s. Recreate the 3000: max(3, 1.3) + 0.65 =
+    # 3.65 s. The 3000 and 2000: max(1, 2.3) + 0.5 = 2.8 s. All three: 3.3 s. So the two largest.
+    seen = auto_on_three(fake_with_suspend, 0.3, 1)
+    chosen = sorted((bytes_, strategy) for bytes_, strategy, _ in seen["rows"])
+    assert chosen == [(1000, "suspend"), (2000, "recreate"), (3000, "recreate")]
+    for _, _, why in seen["rows"]:
+        assert why.startswith("it has a memory manager of its own; by cost: ")
+        assert "this process: suspend 1000 bytes and recreate 2 communicator(s), estimated 2.80 s for pause + resume, " \
+            "against 6.00 s suspending all it can and 3.30 s recreating" in why
+        assert "the starting rate" in why
+    assert seen["rates"]["learn"] is False and seen["rates"]["teardown_samples"] == 0
     assert seen["after"] == [[0.0], [1.0], [2.0]]
-    assert len([line for line in seen["log"] if line.startswith("ncclCommDestroy")]) == 3
+    assert len([line for line in seen["log"] if line.startswith("ncclCommDestroy")]) == 2
+    assert len([line for line in seen["log"] if line.startswith("ncclCommSuspend")]) == 1
     assert not [line for line in seen["log"] if line.startswith(("FAULT", "REFUSED"))]
+
+
+def test_auto_suspends_when_recreating_saves_less_than_a_tenth(fake_with_suspend):
+    # Suspend all: 6 s. Recreate all: 5.41 s (the teardown alone), less than 10% less: suspend
+    # (it keeps the connections a recreate makes again at the first collective). Recreating
+    # the largest one or two: max(3, 5.41) + 1.5 and max(1, 5.41) + 0.5, longer still.
+    seen = auto_on_three(fake_with_suspend, 5.41, 0)
+    assert [strategy for _, strategy, _ in seen["rows"]] == ["suspend"] * 3
+    assert seen["after"] == [[0.0], [1.0], [2.0]]
+
+
+def test_auto_on_the_starting_rates_suspends_small_communicators_and_learns_from_recreates(fake_with_suspend):
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comms = [init_config(lib, make_id(f"l{i}"), 1, split_share=1)[0] for i in range(2)]
+        start = nccl.cost_rates()
+        auto = [c.last_strategy for c in nccl.pause("auto").communicators]
+        nccl.resume()
+        nccl.pause("recreate")
+        nccl.resume()
+        learned = nccl.cost_rates()
+        reset = nccl.cost_rates(reset=True)
+        out(start=start, auto=auto, learned=learned, reset=reset)
+    """, env=NEW_NCCL)
+    start, learned, reset = seen["start"], seen["learned"], seen["reset"]
+    assert (start["suspend_s_per_gib"], start["resume_s_per_gib"], start["teardown_s"], start["init_s"]) \
+        == (0.7, 0.35, 0.3, 0.035)
+    assert seen["auto"] == ["suspend", "suspend"]
+    # The fake's suspends (3000 bytes) are below the 64 MiB a rate is learned from; the
+    # recreate's teardown and re-initialisation are measured (fake: about no time at all).
+    assert (learned["suspend_samples"], learned["resume_samples"]) == (0, 0)
+    assert (learned["teardown_samples"], learned["init_samples"]) == (1, 1)
+    assert learned["teardown_s"] < 0.3 and learned["init_s"] < 0.035
+    assert reset == start
+
+
+@pytest.mark.parametrize("value, named", [
+    ("suspend_s_per_gib=fast", "'suspend_s_per_gib=fast' is not KEY=NUMBER"),
+    ("teardown=0.3", "unknown key or value in 'teardown=0.3'"),
+    ("init_s=-1", "'init_s=-1' is not KEY=NUMBER with a number >= 0"),
+    ("learn=2", "unknown key or value in 'learn=2'"),
+])
+def test_an_unreadable_cost_variable_is_named_and_nothing_is_paused(fake_with_suspend, value, named):
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comms = init_config(lib, make_id("x"), 2, split_share=1)
+        os.environ["JAX_AMEM_NCCL_COST"] = %r
+        error = attempt(lambda: nccl.pause("auto"))
+        rates = attempt(lambda: nccl.cost_rates())
+        states = [c.state for c in nccl.communicators()]
+        recreated = [c.last_strategy for c in nccl.pause("recreate").communicators]  # no cost read
+        nccl.resume()
+        out(error=error, rates=rates, states=states, recreated=recreated, log=fake_log())
+    """ % value, env=NEW_NCCL)
+    assert seen["error"][0] == "NcclPauseError" and seen["error"][1].startswith("JAX_AMEM_NCCL_COST: ")
+    assert named in seen["error"][1] and "Expected comma-separated KEY=NUMBER" in seen["error"][1]
+    assert seen["rates"][0] == "NcclArgumentError" and named in seen["rates"][1]
+    assert seen["states"] == ["active", "active"]
+    assert seen["recreated"] == ["recreate", "recreate"]
+    assert not [line for line in seen["log"] if line.startswith("ncclCommSuspend")]
+
+
+def test_without_an_agreement_a_communicator_with_ranks_elsewhere_is_not_chosen_by_cost(fake_with_suspend):
+    # Planning one rank of a two-rank communicator: its other rank could live in another process,
+    # which without an agreement could choose otherwise and leave both waiting.
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comms = init_config(lib, make_id("x"), 2, split_share=1)
+        os.environ["JAX_AMEM_NCCL_COST"] = "suspend_s_per_gib=1e9,teardown_s=0,init_s=0,learn=0"
+        control = nccl._api._require()
+        first = nccl.communicators()[0].id
+        alone = control.plan([first], "auto")
+        agreed = control.plan([first], "auto", agreed=True)
+        both = control.plan([], "auto")
+        out(alone=alone, agreed=agreed, both=both)
+    """, env=NEW_NCCL)
+    assert seen["alone"][0]["strategy"] == "suspend"
+    assert seen["alone"][0]["why"] == ("it has a memory manager of its own; not chosen by cost: without an "
+                                        "agreement another rank could choose otherwise")
+    assert seen["agreed"][0]["strategy"] == "recreate"
+    assert [entry["strategy"] for entry in seen["both"]] == ["recreate", "recreate"]

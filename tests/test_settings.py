@@ -63,7 +63,7 @@ def test_every_variable_in_the_table_is_read_somewhere():
 
 
 @pytest.mark.parametrize("name, bad", [("JAX_AMEM_NCCL", "no"), ("JAX_AMEM_NCCL_OVERLAP", "grouped"),
-                                       ("JAX_AMEM_NCCL_SUSPEND_LIMIT", "4 GB"), ("JAX_AMEM_PINNED_MEMORY", "cuda"),
+                                       ("JAX_AMEM_NCCL_TRIM", "off"), ("JAX_AMEM_PINNED_MEMORY", "cuda"),
                                        ("JAX_AMEM_STAGING_NUMA", "first")])
 def test_a_bad_value_stops_the_import_naming_the_variable_and_its_values(name, bad):
     done = subprocess.run([sys.executable, "-P", "-c", "import jax_amem"], capture_output=True, text=True,
@@ -79,7 +79,7 @@ def test_values_are_checked_and_defaults_come_from_the_table(monkeypatch):
     assert settings.value("JAX_AMEM_PINNED_MEMORY") is None
     monkeypatch.setenv("JAX_AMEM_CONFIGURE_ALLOCATOR", "Off")
     assert settings.flag("JAX_AMEM_CONFIGURE_ALLOCATOR", True) is False
-    monkeypatch.setenv("JAX_AMEM_NCCL_SUSPEND_LIMIT", "1.5G")
+    monkeypatch.setenv("JAX_AMEM_NCCL_TRIM", "0")
     settings.check_all()
     monkeypatch.setenv("JAX_AMEM_NCCL_IDS", "ring")
     with pytest.raises(settings.SettingError, match="JAX_AMEM_NCCL_IDS='ring' is not understood: give agreement "

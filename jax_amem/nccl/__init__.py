@@ -8,9 +8,10 @@ of the same shape as `jax_amem.paused` (p.info, p.restored).
 """
 
 from ._api import (Communicator, NcclArgumentError, NcclNotInstalledError, NcclPauseError, NcclReport, can_suspend,
-                   communicators, install, is_installed, is_paused, keep_suspendable, nccl_version, pause,
-                   in_a_job, paused, paused_ids, recover, resume, resume_owed, status)
+                   communicators, cost_rates, install, is_installed, is_paused, keep_suspendable, nccl_version,
+                   pause, in_a_job, paused, paused_ids, recover, resume, resume_owed, status)
 
 __all__ = ["Communicator", "NcclArgumentError", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
-           "communicators", "install", "is_installed", "is_paused", "keep_suspendable", "nccl_version", "pause",
+           "communicators", "cost_rates", "install", "is_installed", "is_paused", "keep_suspendable", "nccl_version",
+           "pause",
            "in_a_job", "paused", "paused_ids", "recover", "resume", "resume_owed", "status"]

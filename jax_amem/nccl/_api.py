@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from .. import settings
 from ..errors import NcclArgumentError, NcclNotInstalledError
 from ..pause_block import PausedBlock
-from . import _agree, _loader
+from . import _agree, _leaks, _loader
 from ._control import STRATEGIES, TEARDOWNS, Control, NcclPauseError
 
 _state = _loader.LoadState()
@@ -207,8 +207,10 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
 
     strategy: "suspend" (ncclCommSuspend, NCCL >= 2.29.7, communicators that do not
     share NCCL's memory manager), "recreate" (destroy now, initialise again behind the
-    same handle on resume: frees everything, works on any NCCL), or "auto" (suspend
-    wherever NCCL accepts it, recreate for the rest; the report says which and why).
+    same handle on resume: frees everything, works on any NCCL), or "auto" (per
+    communicator, whichever of the two makes this pause + resume shortest by the bytes
+    NCCL reports and the rates this process measured, see cost_rates(); recreate where
+    NCCL refuses suspend; the report says which and why).
     Every process of the job must call pause with the same selection. Before any NCCL
     call, the processes agree on the plan over the jax.distributed key-value store
     (agree=False skips that: only for programs without jax.distributed peers); a
@@ -238,7 +240,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         # Rank 0 of each communicator to recreate makes its replacement's id for the plan, and the
         # agreement carries it (JAX_AMEM_NCCL_IDS=communicator: sent over the communicator instead).
         make_ids = (settings.value("JAX_AMEM_NCCL_IDS") or "agreement") != "communicator"
-        plan = control.plan(chosen, strategy, make_ids) if chosen else []
+        plan = control.plan(chosen, strategy, make_ids, agreed=job is not None) if chosen else []
         agree_seconds = 0.0
         if job is None:
             refused = [entry["why"] for entry in plan if entry["refused"]]
@@ -266,6 +268,7 @@ def pause(strategy: str = "auto", *, owner: str | None = None, device: int | Non
         _paused_ids.extend(chosen)
         _job_paused = _job_paused or (anything and job is not None)
         after = _device_free(devices)
+        _leaks.warn_once(control.real_version(), {row["last_strategy"] for row in rows})
     return NcclReport("pause", seconds, [Communicator(**row) for row in rows], before, after, agree_seconds)
 
 
@@ -450,6 +453,16 @@ def keep_suspendable(on: bool = True) -> bool:
     return control.keep_suspendable(bool(on))
 
 
+def cost_rates(reset: bool = False) -> dict:
+    """The rates `auto` chooses by: suspend and resume seconds per GiB, the slowest
+    teardown, the re-initialisation per communicator, and how many measurements each
+    holds (0: the starting rate, from JAX_AMEM_NCCL_COST or measured defaults).
+    reset=True forgets what this process measured. Raises NcclArgumentError when
+    JAX_AMEM_NCCL_COST cannot be read."""
+    _check_flag(reset, "cost_rates", "reset")
+    return _require().cost_rates(reset)
+
+
 def nccl_version() -> int:
     """The real NCCL's version (e.g. 23007), 0 when the interposer is not installed."""
     return _control.real_version() if _control is not None else 0
@@ -482,6 +495,6 @@ def in_a_job() -> bool:
     return _agree.peers() is not None
 
 
-__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend",
+__all__ = ["Communicator", "NcclNotInstalledError", "NcclPauseError", "NcclReport", "can_suspend", "cost_rates",
            "communicators", "install", "is_installed", "is_paused", "keep_suspendable", "nccl_version", "pause",
            "paused", "recover", "resume", "status"]

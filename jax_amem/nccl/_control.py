@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 
-from ..errors import NcclPauseError
+from ..errors import NcclArgumentError, NcclPauseError
 
 STRATEGIES = {"auto": 0, "suspend": 1, "recreate": 2}
 TEARDOWNS = {"destroy": 0, "abort": 1, "parallel": 2}
@@ -41,11 +41,14 @@ class Control:
     def last_error(self) -> str:
         return self._lib.amem_nccl_last_error().decode(errors="replace")
 
-    def plan(self, ids, strategy: str, make_ids: bool = False) -> list[dict]:
+    def plan(self, ids, strategy: str, make_ids: bool = False, agreed: bool = False) -> list[dict]:
         """What pause would do to each communicator; raises on a bad selection. make_ids: rank 0 of
-        each communicator to recreate makes its replacement's unique id now (entry "next_id", hex)."""
+        each communicator to recreate makes its replacement's unique id now (entry "next_id", hex).
+        agreed: an agreement will merge every process's plan, so `auto` may choose by cost for
+        every communicator (without one, only for those whose ranks all live in this process)."""
         array, count = _ids(ids)
-        answer = json.loads(self._lib.amem_nccl_plan(array, count, STRATEGIES[strategy], int(make_ids)).decode())
+        flags = (1 if make_ids else 0) | (2 if agreed else 0)
+        answer = json.loads(self._lib.amem_nccl_plan(array, count, STRATEGIES[strategy], flags).decode())
         if "error" in answer:
             raise NcclPauseError(answer["error"])
         return answer["plan"]
@@ -68,6 +71,13 @@ class Control:
         array, count = _ids(ids)
         buffer = ctypes.create_string_buffer(_ERROR_BYTES)
         _check(self._lib.amem_nccl_begin_resume(array, count, buffer, _ERROR_BYTES), buffer)
+
+    def cost_rates(self, reset: bool = False) -> dict:
+        """`auto`'s cost model now (src/nccl/auto_cost.h); reset: forget what was measured."""
+        answer = json.loads(self._lib.amem_nccl_cost_rates(int(reset)).decode())
+        if "error" in answer:
+            raise NcclArgumentError(answer["error"])
+        return answer["rates"]
 
     def cancel_resume(self) -> None:
         """Calls stop waiting for a resume that will not come (its agreement failed)."""

@@ -26,7 +26,7 @@ from .. import settings
 
 INTERPOSER_FILE = Path(__file__).resolve().parent.parent / "_nccl" / "libjax_amem_nccl.so"
 # The interposer's control API version; the build reads this line (src/nccl/CMakeLists.txt).
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 @dataclasses.dataclass
@@ -134,6 +134,7 @@ def _bind(library: ctypes.CDLL) -> None:
         "amem_nccl_recover": ([u64p, ctypes.c_char_p, ctypes.c_int, ctypes.c_double, ctypes.c_char_p,
                                ctypes.c_int], ctypes.c_int),
         "amem_nccl_cancel_resume": ([], None),
+        "amem_nccl_cost_rates": ([ctypes.c_int], ctypes.c_char_p),
         "amem_nccl_keep_suspendable": ([ctypes.c_int], ctypes.c_int),
         "amem_nccl_keep_suspendable_rewrites": ([], ctypes.c_uint64),
         "amem_nccl_begin_resume": ([u64p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "nccl/auto_cost.h"
 #include "nccl/guard.h"
 #include "nccl/json_text.h"
 #include "nccl/keep_suspendable.h"
@@ -62,15 +63,17 @@ AMEM_EXPORT const char* amem_nccl_snapshot() {
 // What pause(strategy) would do to each selected communicator, touching nothing
 // but, with make_ids, the ids rank 0 makes for the communicators to recreate:
 // {"plan": [...]} or {"error": "..."}. strategy: 0 auto, 1 suspend, 2 recreate.
+// flags: 1 make_ids; 2 agreed (an agreement merges every process's plan, so `auto`
+// may choose by cost for every communicator; see pause_plan.h).
 // Valid until the next call on this thread.
-AMEM_EXPORT const char* amem_nccl_plan(const uint64_t* ids, int count, int strategy, int make_ids) {
+AMEM_EXPORT const char* amem_nccl_plan(const uint64_t* ids, int count, int strategy, int flags) {
   thread_local std::string text;
   std::vector<PlanEntry> plan;
   std::unique_lock<std::shared_mutex> lock(Registry::Get().lock());
   amem::Status status = strategy < 0 || strategy > 2
                             ? amem::Status::Error("strategy must be 0 (auto), 1 (suspend) or 2 (recreate)")
                             : PlanPause(Ids(ids, count), static_cast<Strategy>(strategy), &plan,
-                                        make_ids != 0);
+                                        (flags & 1) != 0, (flags & 2) != 0);
   text = status.ok() ? "{\"plan\":" + PlanJson(plan) + "}" : "{\"error\":" + JsonString(status.message()) + "}";
   return text.c_str();
 }
@@ -115,6 +118,17 @@ AMEM_EXPORT int amem_nccl_pause(const uint64_t* ids, const int* strategies, cons
   text = Registry::Get().RowsJson(selected);
   if (rows != nullptr) *rows = text.c_str();
   return Report(status, error, error_bytes);
+}
+
+// `auto`'s cost model: {"rates": {...}} or {"error": "..."} (JAX_AMEM_NCCL_COST unreadable).
+// reset: 1 forgets what this process measured first. Valid until the next call on this thread.
+AMEM_EXPORT const char* amem_nccl_cost_rates(int reset) {
+  thread_local std::string text;
+  if (reset == 1) ResetCostModel();
+  CostRates rates;
+  const amem::Status status = CurrentRates(&rates);
+  text = status.ok() ? "{\"rates\":" + CostRatesJson(rates) + "}" : "{\"error\":" + JsonString(status.message()) + "}";
+  return text.c_str();
 }
 
 // Calls waiting for a resume stop waiting (its agreement failed: still paused).

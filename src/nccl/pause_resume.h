@@ -1,3 +1,7 @@
+// The pause / resume orchestration: plan, check, then suspend and recreate side by side.
+// Each strategy lives in a file of its own (suspend.h, recreate.h, teardown.h); `auto`'s
+// choice in pause_plan.h and auto_cost.h; how work overlaps in overlap.h.
+//
 // Pausing frees a communicator's GPU memory; resuming brings it back behind the
 // same handle. Both are collective: every rank of a communicator must pause
 // and resume it, and all ranks walk communicators in the same (key) order.
@@ -11,32 +15,10 @@
 
 #include "common/status.h"
 #include "nccl/comm_registry.h"
+#include "nccl/pause_plan.h"
+#include "nccl/teardown.h"
 
 namespace amem::nccl {
-
-// How `recreate` ends the real communicators.
-enum class Teardown {
-  kDestroy = 0,          // ncclCommDestroy, one after another (graceful)
-  kAbort = 1,            // ncclCommAbort, one after another
-  kParallelDestroy = 2,  // ncclCommDestroy, all at once on their own threads
-};
-
-// What a pause would do to one communicator, decided before anything is touched.
-struct PlanEntry {
-  ProxyComm* comm = nullptr;
-  Strategy strategy = Strategy::kRecreate;  // suspend or recreate
-  bool refused = false;                     // the requested strategy cannot run here
-  std::string why;
-};
-
-// Every selected communicator's strategy (ids: distinct, tracked, active; empty =
-// every active one). Fails only on a bad selection; refusals are in the entries.
-// make_ids: where this process holds rank 0 of a communicator to recreate, make the
-// unique id of its replacement now (it travels in the agreement, see PauseRequest).
-Status PlanPause(const std::vector<uint64_t>& ids, Strategy requested, std::vector<PlanEntry>* plan,
-                 bool make_ids = false);
-// The plan as JSON: id, key, rank, device, strategy, refused, why, next_id (hex or "").
-std::string PlanJson(const std::vector<PlanEntry>& plan);
 
 struct PauseRequest {
   std::vector<uint64_t> ids;
@@ -69,8 +51,5 @@ Status ResumeCommunicators(const std::vector<uint64_t>& ids, double timeout_seco
 // that is still active here (its peer broke) is aborted first. Collective.
 Status RecoverCommunicators(const std::vector<uint64_t>& ids, const char* unique_ids,
                             double timeout_seconds);
-
-// Which strategy `auto` picks for a communicator, and why.
-Strategy ChooseStrategy(const ProxyComm& comm, std::string* why);
 
 }  // namespace amem::nccl

@@ -111,6 +111,7 @@ def _good_calls():
         # NCCL
         "can_suspend": lambda: ((), {}),
         "communicators": lambda: ((), {"owner": None, "device": None, "state": "active"}),
+        "cost_rates": lambda: ((), {"reset": False}),
         "install": lambda: ((), {}),
         "is_installed": lambda: ((), {}),
         "keep_suspendable": lambda: ((False,), {}),

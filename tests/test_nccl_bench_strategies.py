@@ -1,0 +1,68 @@
+"""benchmarks/nccl_pause.py --strategies: the tables and verdicts it prints from its workers' lines.
+
+The workers need a GPU (tests/gpu_workers/nccl_strategies_worker.py); here their RESULT lines are
+made up, so that what the bench concludes from them is checked exactly, and on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_module():
+    sys.path.insert(0, str(ROOT / "tests"))
+    spec = importlib.util.spec_from_file_location("nccl_pause_bench", ROOT / "benchmarks" / "nccl_pause.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(count, method, total, rank=0, strategies=None):
+    return {"phase": "sizes", "rank": rank, "count": count, "method": method, "cycles": 1, "identical": True,
+            "pause_p50": total / 2, "resume_p50": total / 2, "total_p50": total, "first_collective_p50": 0.01,
+            "strategies": strategies or {}, "why": f"why {method}"}
+
+
+def rss(method, slope_mib, rank=0):
+    return {"phase": "rss", "rank": rank, "method": method, "count": 1, "cycles": 100, "identical": True,
+            "per_100_slope": slope_mib * 2**20, "per_100_average": slope_mib * 2**20, "rss_first": 0,
+            "rss_last": int(slope_mib * 2**20), "seconds": 10.0, "total_p50": 0.1}
+
+
+def run(monkeypatch, capsys, results, argv):
+    bench = bench_module()
+    seen = {}
+
+    def fake_run_pair(worker, args, timeout, extra_env):
+        seen.update(worker=worker, args=args, env=extra_env)
+        return results, ["log"]
+
+    monkeypatch.setattr(bench, "run_pair", fake_run_pair)
+    bench.strategies(bench.parse(argv))
+    return seen, capsys.readouterr().out
+
+
+def test_auto_is_judged_against_the_better_strategy_and_the_naive_rebuild(monkeypatch, capsys):
+    results = [{"phase": "start", "rank": r, "nccl_version": 23007} for r in (0, 1)]
+    results += [{"phase": "setup", "rank": 0, "memstats": {"suspendable": 12 * 2**20}}]
+    for rank, slower in ((0, 1.0), (1, 1.05)):  # the job waits for the slower rank
+        results += [row(4, "suspend", 0.050 * slower, rank), row(4, "recreate", 0.180 * slower, rank),
+                    row(4, "auto", 0.052 * slower, rank, {"suspend": 4}), row(4, "naive", 1.5 * slower, rank),
+                    row(32, "suspend", 11.0 * slower, rank), row(32, "recreate", 2.0 * slower, rank),
+                    row(32, "auto0", 2.3 * slower, rank, {"recreate": 32}), row(32, "naive", 10.0, rank)]
+    results += [rss("naive", 30.0), rss("suspend", 0.4), {"phase": "done", "rank": 0}]
+    seen, out = run(monkeypatch, capsys, results, ["--strategies", "4,32", "--channels", "0", "--rss", "1"])
+    assert seen["worker"] == "nccl_strategies_worker.py"
+    assert seen["args"][:2] == ["4,32", "auto0:2,suspend:2,recreate:2,auto:2,naive:1"]
+    assert seen["args"][2] == "1" and "NCCL_MIN_NCHANNELS" not in seen["env"]
+    assert "NCCL 23007, 2 ranks on one GPU (socket transport), NCCL's default buffers" in out
+    assert "goal: 4 communicators, auto: 54.6 ms against the better of suspend and recreate 52.5 ms: " \
+        "within 10%; faster than the naive rebuild" in out
+    assert "goal: 32 communicators, auto0: 2415.0 ms against the better of suspend and recreate 2100.0 ms: " \
+        "MISSED; faster than the naive rebuild" in out
+    assert "rank 0 naive      100 cycles in   10.0 s:   +30.00 /   +30.00 MiB per 100 cycles" in out
+    assert "rank 0 suspend    100 cycles in   10.0 s:    +0.40 /    +0.40 MiB per 100 cycles" in out
