@@ -78,9 +78,7 @@ class Colocated:
 
     def asleep(self) -> list[str]:
         """The engine's memory tags asleep now ("weights", "kv_cache"), as its workers say."""
-        from jax_amem_core.answers import asleep_of
-
-        return sorted({tag for tags in self.engine._rpc(asleep_of) for tag in tags})
+        return self.engine.asleep()
 
     # --- the steps ----------------------------------------------------------------------------
     def sleep(self) -> None:

@@ -54,7 +54,6 @@ def match(rules: list, engine_names: list[str], from_preset: bool = True) -> lis
     return renamed
 
 
-
 def _advice_preset(unwritten: list[str]) -> str:
     return (("the preset writes no such bias (family='qwen2' writes q/k/v biases; a config with attention_bias or "
              "mlp_bias has biases no preset writes): write the rules for this model with "

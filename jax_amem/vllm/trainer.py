@@ -603,22 +603,18 @@ class VllmEngine:
     def _updating(self) -> str:
         """"updating" where a worker's engine has an update open (its own state, which vLLM's
         refusal of a second start follows), else ""."""
-        if self.worker is not None:
-            states = [self.worker.serving_state()]
-        else:
-            from jax_amem_core.answers import serving_state_of
-
-            states = self._rpc(serving_state_of)
+        states = self._serving_states()
         return "updating" if isinstance(states, list) and "updating" in states else ""
+
+    def asleep(self) -> list[str]:
+        """The memory tags ("weights", "kv_cache") asleep on any of the engine's workers, sorted."""
+        from jax_amem_core.answers import asleep_of
+
+        return sorted({tag for tags in self._rpc(asleep_of) for tag in tags})
 
     def _check_ready(self) -> None:
         """A generate in flight or weights asleep: refused before anything is written (readiness.py)."""
-        asleep = []
-        if readiness.sleep_mode(self.llm):
-            from jax_amem_core.answers import asleep_of
-
-            asleep = sorted({tag for tags in self._rpc(asleep_of) for tag in tags})
-        why = readiness.refusal(self.llm, asleep)
+        why = readiness.refusal(self.llm, self.asleep() if readiness.sleep_mode(self.llm) else [])
         if why is not None:
             raise VllmUpdateError(f"{why}; nothing was written", served="old")
 
@@ -689,15 +685,19 @@ class VllmEngine:
         """What the engine serves after a failed update ended: "refusing" where any rank holds a
         mix, "old" where every rank serves (no group of this update was committed), "" when the
         workers' answers are not that."""
-        if self.worker is not None:
-            states = [self.worker.serving_state()]
-        else:
-            from jax_amem_core.answers import serving_state_of
-
-            states = self._rpc(serving_state_of)
+        states = self._serving_states()
         if not isinstance(states, list) or not states or not set(states) <= {"serving", "refusing"}:
             return ""
         return "refusing" if "refusing" in states else "old"
+
+    def _serving_states(self):
+        """Each worker engine's serving_state ("serving", "refusing", "updating"): asked directly
+        in this process, through collective_rpc elsewhere."""
+        if self.worker is not None:
+            return [self.worker.serving_state()]
+        from jax_amem_core.answers import serving_state_of
+
+        return self._rpc(serving_state_of)
 
     def _finish_quietly(self) -> None:
         try:
