@@ -221,7 +221,8 @@ def main():
 
     if args.profile:
         profile("jax-amem", lambda: engine.update(params), args.profile)
-        profile("today", lambda: today_update(llm, params, args.layers), args.profile)
+        if not gpu:   # on a GPU the reload under the profiler takes minutes and is not ours
+            profile("today", lambda: today_update(llm, params, args.layers), args.profile)
 
     med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
     mib = 2**20

@@ -182,8 +182,21 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         return self.in_place
 
     def asleep(self) -> list[str]:
-        """The memory tags of this process's vLLM pool that sleep now (sleep.py)."""
-        return asleep_tags()
+        """The memory tags of this engine's memory in vLLM's pool that sleep now (sleep.py)."""
+        return asleep_tags(self._own_addresses())
+
+    def _own_addresses(self) -> dict[str, list[int]]:
+        """Where this engine's memory of each sleep-mode tag starts: its parameters, and its KV
+        caches where its attention layers hold them (`kv_cache`)."""
+        own = {"weights": [p.data_ptr() for p in self.model.parameters()]}
+        caches = []
+        for module in self.model.modules():
+            held = getattr(module, "kv_cache", None)
+            caches += [c.data_ptr() for c in (held if isinstance(held, (list, tuple)) else [held])
+                       if isinstance(c, torch.Tensor) and c.numel()]
+        if caches:
+            own["kv_cache"] = caches
+        return own
 
     def serving_state(self) -> str:
         return "refusing" if self.refusal is not None else ("updating" if self.committed is not None else "serving")
@@ -231,7 +244,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def start_weight_update(self) -> None:
         if self.layout is None:
             raise RuntimeError("jax_amem: init_weight_transfer_engine must come before an update")
-        if "weights" in asleep_tags():
+        if "weights" in self.asleep():
             # Its parameters are unmapped: a write would fault the GPU. Refused before anything.
             raise RuntimeError("jax_amem: the engine sleeps and its weights are not mapped: call "
                                "llm.wake_up(tags=['weights']) before an update; nothing was written")

@@ -8,9 +8,16 @@ the GPU (vLLM itself crashes on an update while it sleeps), so the backend asks 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 
-def asleep_tags() -> list[str]:
-    """The tags with memory asleep in this process, sorted ([] without sleep mode or vLLM's pool)."""
+
+def asleep_tags(own: Mapping[str, Iterable[int]] | None = None) -> list[str]:
+    """The tags with memory asleep in this process, sorted ([] without sleep mode or vLLM's pool).
+
+    `own`: per tag, the addresses of one engine's memory of that tag (its parameters, its KV
+    caches); an allocation of such a tag counts only where it holds one of them. The pool is one
+    per process: an engine of this process shut down asleep can leave its allocations there,
+    asleep, and they are not this engine's. A tag not in `own` counts wherever it sleeps."""
     try:
         from vllm.device_allocator.cumem import CuMemAllocator
     except Exception:  # noqa: BLE001 - no CUDA build of vLLM, no pool: nothing sleeps
@@ -18,4 +25,16 @@ def asleep_tags() -> list[str]:
     pool = getattr(CuMemAllocator, "instance", None)   # never made here: only a sleep-mode engine has one
     if pool is None:
         return []
-    return sorted({data.tag for data in pool.pointer_to_data.values() if getattr(data, "is_asleep", False)})
+    asleep = [(pointer, data) for pointer, data in pool.pointer_to_data.items() if getattr(data, "is_asleep", False)]
+    wanted = {tag: sorted(set(addresses)) for tag, addresses in (own or {}).items()}
+    asleep = [(pointer, data) for pointer, data in asleep
+              if data.tag not in wanted or _holds_any(pointer, data.handle[1], wanted[data.tag])]
+    return sorted({data.tag for _, data in asleep})
+
+
+def _holds_any(start: int, size: int, addresses: list[int]) -> bool:
+    """Whether [start, start + size) holds one of the sorted `addresses`."""
+    import bisect
+
+    i = bisect.bisect_left(addresses, start)
+    return i < len(addresses) and addresses[i] < start + size

@@ -8,6 +8,13 @@ payload of every other entry, in place: the file keeps its size and every offset
 relink), and the zeros vanish under xz.
 
     python scripts/prune_fatbin.py --arch 90 LIB.so [LIB.so ...]      # prints what it cleared
+    python scripts/prune_fatbin.py --arch 90 --drop-relocatable libnccl.so.2
+
+A library built with relocatable device code (NCCL 2.32) also keeps each object's fatbin in the
+section `__nv_relfatbin`, for device linking; the loaded modules are the linked ones in
+`.nv_fatbin`. --drop-relocatable zeroes every payload there too (the headers stay). Check the
+result on the GPU before relying on it: scripts/gpu_test.sh's nccl steps load it and run
+collectives.
 
 The fatbin layout read here (the ELF section `.nv_fatbin`): fatbins one after another, each a
 16-byte header (magic 0xBA55ED50, version u16, header size u16, entries' size u64) followed by
@@ -64,13 +71,19 @@ def fatbins(data, offset: int, size: int):
         position = stop
 
 
-def prune(path: str, arch: int) -> tuple[int, int]:
+def prune(path: str, arch: int, drop_relocatable: bool = False) -> tuple[int, int]:
     """Zeroes the entries a GPU of `arch` cannot use; returns (bytes cleared, bytes kept)."""
     with open(path, "r+b") as file, mmap.mmap(file.fileno(), 0) as data:
+        cleared = kept = 0
+        relocatable = section(data, "__nv_relfatbin") if drop_relocatable else None
+        for entries in list(fatbins(data, *relocatable)) if relocatable else ():
+            for _kind, _arch, start, size in entries:
+                data[start:start + size] = bytes(size)
+                cleared += size
         where = section(data, ".nv_fatbin")
         if where is None:
-            return 0, 0
-        cleared = kept = 0
+            data.flush()
+            return cleared, kept
         for entries in list(fatbins(data, *where)):
             def runs(kind, entry_arch):
                 return kind == CUBIN and entry_arch // 10 == arch // 10 and entry_arch <= arch
@@ -89,10 +102,12 @@ def prune(path: str, arch: int) -> tuple[int, int]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", type=int, required=True, help="the architecture kept, e.g. 90 for Hopper")
+    parser.add_argument("--drop-relocatable", action="store_true",
+                        help="also zero the relocatable device code kept for device linking (__nv_relfatbin)")
     parser.add_argument("libraries", nargs="+")
     args = parser.parse_args(argv)
     for path in args.libraries:
-        cleared, kept = prune(path, args.arch)
+        cleared, kept = prune(path, args.arch, args.drop_relocatable)
         print(f"{path}: cleared {cleared / 2**20:.1f} MiB of other architectures, kept {kept / 2**20:.1f} MiB "
               f"that sm_{args.arch} runs or compiles")
     return 0

@@ -53,7 +53,8 @@ class Colocated:
     """A connected engine (`jax_amem.vllm.connect`) and the trainer of this process, switched.
 
     The engine is put to sleep here if it is awake (the loop starts in the trainer phase).
-    `level` is its sleep level (1 or 2, module docstring).
+    `level` is its sleep level (2, the default: the weights are discarded while it sleeps; or
+    1, vLLM's default: backed up to host memory; module docstring).
 
     `to_rollout(params, keep=..., drop=...)` wakes the weights, updates them from `params`,
     pauses the trainer (`keep`/`drop` as jax_amem.pause takes them: the arrays are deleted) and
@@ -63,7 +64,7 @@ class Colocated:
     it pauses, and generates, then sleeps, inside its pause): `wake_weights`, `update`,
     `wake_kv_cache`, `sleep`."""
 
-    def __init__(self, engine, *, level: int = 1):
+    def __init__(self, engine, *, level: int = 2):
         llm = engine.llm
         if not readiness.sleep_mode(llm):
             raise VllmBackendError("Colocated needs an engine started with sleep mode: vllm.LLM(..., "
