@@ -47,7 +47,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from . import staging as staging_buffer
-from .layout import DEFAULT_STAGING_BYTES, describe
+from .layout import DEFAULT_STAGING_BYTES, describe, repacked
 from .copies import copy_all
 from .in_place import writable_in_place
 from jax_amem_core.registry import publish
@@ -118,6 +118,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.setup = ""                          # this setup's own id (a fresh one per init), "" when none
         self.failure = ""                        # the last update_weights' failure, until taken
         self.in_place = False                    # as-loaded parameters written by address (in_place.py)
+        self.in_place_names: frozenset = frozenset()   # their names: no place in staging (layout.repacked)
         self.views_made = 0                      # how many times the views were made anew (a trainer's cue)
 
     @staticmethod
@@ -148,6 +149,10 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                 dtype = getattr(torch, t.dtype)
                 nbytes = torch.Size(t.shape).numel() * dtype.itemsize
                 tensor = self.served_as_loaded(t) if self.in_place else None
+                if tensor is None and t.name in self.in_place_names:
+                    # Its place in staging was given up when it went in place (layout.repacked).
+                    raise RuntimeError(f"jax_amem: parameter {t.name} no longer holds the form vLLM loaded it in "
+                                       "(re-laid out since connect): connect again")
                 if tensor is None:
                     tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
                 out[t.name] = tensor if whole or t.rows is None else tensor[:t.rows]
@@ -178,12 +183,21 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         layers; its norms and embeddings stay staged too, so an update stopped before its first
         commit keeps serving the old version there)."""
         self.in_place = self.device.type == "cuda" and self.layout is not None
+        if self.in_place:
+            # Staging is left to what is not written in place: the groups repacked into fewer
+            # batches (one for an unquantized model), the buffer cut to what they need.
+            written = {t.name for group in self.layout.groups for t in group if self.served_as_loaded(t) is not None}
+            self.layout = repacked(self.layout, lambda t: t.name not in written)
+            self.in_place_names = frozenset(written)
+            if self.layout.staging_bytes < self.staging.numel():
+                self.staging = torch.zeros(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
+                self.place = staging_buffer.cuda_ipc_place(self.staging)
         self.views, self.views_made = {}, self.views_made + 1
         return self.in_place
 
     def asleep(self) -> list[str]:
         """The memory tags of this engine's memory in vLLM's pool that sleep now (sleep.py)."""
-        return asleep_tags(self._own_addresses())
+        return asleep_tags(self._own_addresses)
 
     def _own_addresses(self) -> dict[str, list[int]]:
         """Where this engine's memory of each sleep-mode tag starts: its parameters, and its KV
@@ -214,7 +228,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             raise ValueError(f"jax_amem: staging_bytes={budget!r:.60} must be a byte count >= 0 (0: one group "
                              "at a time), or -1 for the default")
         self.shutdown()   # a trainer connecting again: the previous session's buffer and files go
-        self.in_place = False   # until a trainer in this process asks for it (write_in_place)
+        self.in_place, self.in_place_names = False, frozenset()   # until a trainer here asks (write_in_place)
         setup = uuid.uuid4().hex   # published with the note, taken by the worker once init succeeds
         self.layout = describe(self.model, DEFAULT_STAGING_BYTES if budget == -1 else budget)
         directory = init_info.directory or staging_buffer.default_directory()

@@ -192,3 +192,24 @@ def describe(model: torch.nn.Module, budget: int = 0) -> Describe:
     batches, starts, staging_bytes = pack(sizes, budget)
     groups = [[dataclasses.replace(t, offset=t.offset + start) for t in group] for group, start in zip(groups, starts)]
     return Describe(groups, staging_bytes, batches, owners, group_modules, followers, derivers)
+
+
+def repacked(layout: Describe, stages) -> Describe:
+    """`layout` with only the tensors `stages(t)` holds for taking staging bytes (the others are
+    written in place, in_place.py), its groups packed again into batches of at most the buffer
+    it has (`layout.staging_bytes`: no group needs more than before, so the buffer still holds
+    every batch). Written in place, a model's whole update is one batch, one swap and one call
+    into the worker. A tensor that takes no bytes keeps an offset where it would start: it must
+    never be staged (the worker checks, `staged`)."""
+    groups, sizes = [], []
+    for group in layout.groups:
+        offset, out = 0, []
+        for t in group:
+            out.append(dataclasses.replace(t, offset=offset))
+            if stages(t):
+                offset += staged_bytes(t.shape, t.dtype)
+        groups.append(out)
+        sizes.append(offset)
+    batches, starts, largest = pack(sizes, layout.staging_bytes)
+    groups = [[dataclasses.replace(t, offset=t.offset + start) for t in group] for group, start in zip(groups, starts)]
+    return dataclasses.replace(layout, groups=groups, staging_bytes=largest, batches=batches)

@@ -5,6 +5,8 @@ workers per batch, and where the swap reads the tree whole one swap per rank per
 rank holds after an update is what group-by-group updates write: slices cut by hand from the
 trainer's arrays (test_vllm_ranks.expected). The real engine's batches: test_vllm_backend.py."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax_amem.vllm import VllmBackendError  # noqa: E402
 from jax_amem.vllm import trainer  # noqa: E402
 from jax_amem.vllm.steps import common_batches  # noqa: E402
-from jax_amem_vllm.layout import pack, staged_bytes  # noqa: E402
+from jax_amem_vllm.layout import Describe, Tensor, pack, repacked, staged_bytes  # noqa: E402
 import test_vllm_ranks as by_rank  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
@@ -30,6 +32,44 @@ import vllm_models as vm  # noqa: E402
 ])
 def test_pack(sizes, budget, batches, starts, largest):
     assert pack(sizes, budget) == (batches, starts, largest)
+
+
+def layout_of(group_shapes: list[list[tuple]], budget: int) -> Describe:
+    """A bf16 layout packed as describe() packs it: groups of tensors t{g}_{i} of these shapes."""
+    groups, sizes = [], []
+    for g, shapes in enumerate(group_shapes):
+        offset, group = 0, []
+        for i, shape in enumerate(shapes):
+            group.append(Tensor(f"t{g}_{i}", shape, "bfloat16", offset, processed=False))
+            offset += staged_bytes(shape, "bfloat16")
+        groups.append(group)
+        sizes.append(offset)
+    batches, starts, largest = pack(sizes, budget)
+    return Describe([[dataclasses.replace(t, offset=t.offset + start) for t in group]
+                     for group, start in zip(groups, starts)], largest, batches)
+
+
+def test_repacked_in_place_leaves_one_batch_and_no_staging():
+    layout = layout_of([[(64, 32)], [(32, 32), (32,)], [(32, 32), (32,)], [(64, 32)]], budget=4096)
+    assert layout.batches == [[0], [1], [2], [3]] and layout.staging_bytes == 4096
+    assert repacked(layout, lambda t: False).batches == [[0, 1, 2, 3]]
+    assert repacked(layout, lambda t: False).staging_bytes == 0
+
+
+def test_repacked_keeps_the_staged_tensors_apart_within_the_buffer_it_has():
+    layout = layout_of([[(64, 32)], [(32, 32), (32,)], [(32, 32), (32,)], [(64, 32)]], budget=4096)
+    # Only the 1-D tensors (the norms, 64 bytes each) and the last group's stay staged.
+    staged = lambda t: t.name in ("t1_1", "t2_1", "t3_0")  # noqa: E731
+    out = repacked(layout, staged)
+    assert out.batches == [[0, 1, 2], [3]] and out.staging_bytes == 4096
+    places = {t.name: (t.offset, staged_bytes(t.shape, t.dtype)) for g in out.groups for t in g if staged(t)}
+    assert places == {"t1_1": (0, 64), "t2_1": (64, 64), "t3_0": (0, 4096)}
+    # Every batch's staged tensors lie apart and inside the buffer the worker already has.
+    for batch in out.batches:
+        spans = sorted(places[t.name] for g in batch for t in out.groups[g] if staged(t))
+        assert all(a + n <= b for (a, n), (b, _) in zip(spans, spans[1:]))
+        assert all(a + n <= layout.staging_bytes for a, n in spans)
+    assert [t.name for g in out.groups for t in g] == [t.name for g in layout.groups for t in g]
 
 
 @pytest.mark.parametrize("per_rank, want", [

@@ -88,9 +88,12 @@ class InProcess(_TorchStaging):
     kind = "in_process"
 
     def __init__(self, worker, note: dict):
-        super().__init__(note, worker.staging)
         self.worker = worker
-        worker.write_in_place()   # a GPU worker's as-loaded parameters: written by address, no staging copy
+        if worker.write_in_place():   # a GPU worker's as-loaded parameters: written by address, no staging copy
+            # It staged the rest anew, in fewer batches (jax_amem_vllm/layout.py, `repacked`).
+            now = worker.description()
+            note = {**note, "groups": now["groups"], "staging_bytes": now["staging_bytes"], "batches": now["batches"]}
+        super().__init__(note, worker.staging)
         self.views_made = worker.views_made
 
     def _follow_worker(self, groups: tuple[int, ...]) -> None:
