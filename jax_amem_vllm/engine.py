@@ -107,6 +107,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.tp_rank = 0
         self.staging: torch.Tensor | None = None
         self.views: dict = {}                    # (group, whole) -> its staged views (staged())
+        self.placed: dict = {}                   # name -> (module, attr, address) of each in-place view
         self.place: dict | None = None            # where another process finds the staging buffer
         self.files: tuple[str, ...] = ()         # the note and the shared file, until the trainer takes them
         self.committed: set[int] | None = None   # None: no update in flight
@@ -119,6 +120,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.failure = ""                        # the last update_weights' failure, until taken
         self.in_place = False                    # as-loaded parameters written by address (in_place.py)
         self.in_place_names: frozenset = frozenset()   # their names: no place in staging (layout.repacked)
+        self.nothing_to_commit: frozenset = frozenset()   # groups all in place, nothing to process
         self.views_made = 0                      # how many times the views were made anew (a trainer's cue)
 
     @staticmethod
@@ -155,6 +157,9 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
                                        "(re-laid out since connect): connect again")
                 if tensor is None:
                     tensor = self.staging[t.offset:t.offset + nbytes].view(dtype).view(t.shape)
+                else:
+                    module, attr = self.layout.owners[t.name]
+                    self.placed[t.name] = (module, attr, tensor.data_ptr())
                 out[t.name] = tensor if whole or t.rows is None else tensor[:t.rows]
             self.views[key] = out
         return dict(self.views[key])   # the same tensors; the caller's dict its own
@@ -166,15 +171,18 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def _follow_parameters(self) -> None:
         """vLLM's own reload (`reload_weights`) may give a parameter new storage: views of the old
         one would have the trainer write freed memory. Checked before each update; views made
-        anew (and `views_made` counted, which the trainer's destinations follow) where any moved."""
-        for (group, whole, in_place), views in self.views.items():
-            if not in_place:
-                continue
-            for t in self.layout.groups[group]:
-                served = self.served_as_loaded(t)
-                if served is not None and served.data_ptr() != views[t.name].data_ptr():
-                    self.views, self.views_made = {}, self.views_made + 1
-                    return
+        anew (and `views_made` counted, which the trainer's destinations follow) where any moved.
+        One address read per parameter: this runs at every update's start."""
+        for module, attr, address in self.placed.values():
+            if getattr(module, attr).data_ptr() != address:
+                self._drop_views(made_anew=True)
+                return
+
+    def _drop_views(self, made_anew: bool) -> None:
+        """Forgets the staged views and the in-place parameters' addresses; `made_anew`: counted
+        in `views_made`, which a trainer in this process follows (transports.InProcess)."""
+        self.views, self.placed = {}, {}
+        self.views_made += made_anew
 
     def write_in_place(self) -> bool:
         """Called by a trainer in this process at connect: from now on the as-loaded parameters
@@ -189,10 +197,16 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             written = {t.name for group in self.layout.groups for t in group if self.served_as_loaded(t) is not None}
             self.layout = repacked(self.layout, lambda t: t.name not in written)
             self.in_place_names = frozenset(written)
+            layout = self.layout
+            # Groups written whole in place with nothing vLLM processes: their commit has nothing to do.
+            self.nothing_to_commit = frozenset(
+                g for g, group in enumerate(layout.groups)
+                if all(t.name in written and t.rows is None for t in group)
+                and not (layout.group_modules[g] or layout.followers.get(g) or layout.derivers.get(g)))
             if self.layout.staging_bytes < self.staging.numel():
                 self.staging = torch.zeros(self.layout.staging_bytes, dtype=torch.uint8, device=self.device)
                 self.place = staging_buffer.cuda_ipc_place(self.staging)
-        self.views, self.views_made = {}, self.views_made + 1
+        self._drop_views(made_anew=True)
         return self.in_place
 
     def asleep(self) -> list[str]:
@@ -228,11 +242,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             raise ValueError(f"jax_amem: staging_bytes={budget!r:.60} must be a byte count >= 0 (0: one group "
                              "at a time), or -1 for the default")
         self.shutdown()   # a trainer connecting again: the previous session's buffer and files go
-        self.in_place, self.in_place_names = False, frozenset()   # until a trainer here asks (write_in_place)
+        # until a trainer here asks (write_in_place)
+        self.in_place, self.in_place_names, self.nothing_to_commit = False, frozenset(), frozenset()
         setup = uuid.uuid4().hex   # published with the note, taken by the worker once init succeeds
         self.layout = describe(self.model, DEFAULT_STAGING_BYTES if budget == -1 else budget)
         directory = init_info.directory or staging_buffer.default_directory()
-        self.views = {}
+        self._drop_views(made_anew=False)
         self.staging, self.place = staging_buffer.allocate(self.layout.staging_bytes, self.device, directory,
                                                            init_info.session, self.tp_rank)
         note = staging_buffer.note_path(directory, init_info.session, self.tp_rank)
@@ -351,10 +366,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         staging_buffer.remove(*self.files)
         self.files = ()
         self.staging = None
-        self.views = {}
+        self._drop_views(made_anew=False)
 
     # --- inside -------------------------------------------------------------------------------
     def _commit(self, group: int) -> None:
+        if group in self.nothing_to_commit:
+            return
         staged = self.staged(group, whole=True)
         layout = self.layout
         with torch.no_grad():
@@ -367,7 +384,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             loaded = [t for t in layout.groups[group] if not t.processed]
             # Parameters the trainer wrote in place are there already (their padding rows zeroed
             # above: `staged` gives the parameter itself).
-            copied = [t for t in loaded if not (self.in_place and self.served_as_loaded(t) is not None)]
+            copied = [t for t in loaded if t.name not in self.in_place_names]
             copy_all([getattr(*layout.owners[t.name]).data for t in copied], [staged[t.name] for t in copied])
             for module in layout.group_modules[group]:
                 reprocess(module, {attr: staged[name] for name, (m, attr) in layout.owners.items()

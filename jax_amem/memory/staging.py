@@ -164,6 +164,8 @@ def release_pinned_pool() -> PoolStats:
 def _release_at_exit() -> None:
     # Registered after JAX's own exit handler, so it runs first: pinned memory
     # goes back while the CUDA driver is still fully alive.
+    global _pool
     with _lock:
         if _pool is not None and _pool.stats()["in_use_bytes"] == 0:
             _pool.free()
+            _pool = None   # the native object itself too, before the interpreter's teardown

@@ -12,6 +12,7 @@ never the tensors), plans, packings, device tables (freed with their entry).
 
 from __future__ import annotations
 
+import atexit
 import functools
 from collections import OrderedDict
 
@@ -69,6 +70,15 @@ def forget() -> None:
     for c in _every:
         c.clear()
     clear_cache()
+
+
+@atexit.register
+def _empty_at_exit() -> None:
+    # The entries hold native objects (compiled copies, layouts, address tables): freed while
+    # the interpreter still runs, not left to its teardown, where nanobind counts whatever is
+    # still alive as leaked and says so on stderr.
+    for c in _every:
+        c.clear()
 
 
 class Memoized:
