@@ -3,10 +3,14 @@
 on a GPU (vLLM 0.26; `bash scripts/gpu_test.sh vllm_payload vllm_bench`).
 
     python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3] [--profile 25] [--engine-process]
+                                        [--cuda-graphs]
 
 The model is Qwen3-0.6B-shaped (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocab
 151936, tied head), random (vLLM's dummy load: only config.json is written): float32 on CPU;
-on a GPU the engine is bfloat16 and the trainer float32 (the update casts), CUDA graphs on. The
+on a GPU the engine is bfloat16 and the trainer float32 (the update casts), eager: an update
+writes the same addresses either way, and a fresh machine compiles the graphs for about a
+minute (--cuda-graphs captures them; tests/test_vllm_gpu.py checks that captured graphs serve
+each update). The
 trainer holds the same architecture as a Flax-style tree of jax.Arrays, on the engine's device.
 
 On a GPU the ceiling is one device copy of the bytes the update writes (a torch copy_ of a
@@ -171,6 +175,7 @@ def main():
     parser.add_argument("--engine-process", action="store_true",
                         help="the engine core in vLLM's own process (its default): the staging buffer over CUDA IPC "
                              "on a GPU, a shared file on CPU")
+    parser.add_argument("--cuda-graphs", action="store_true", help="on a GPU, capture vLLM's CUDA graphs (slower to start)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the timed runs, profile one update of each path: its N costliest calls, "
                              "and the time in vLLM's repack against the rest")
@@ -186,7 +191,7 @@ def main():
     directory = tempfile.mkdtemp(prefix="qwen3-0.6b-shaped-")
     transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype=dtype,
                              architectures=["Qwen3ForCausalLM"]).save_pretrained(directory)
-    on_device = dict(enforce_eager=False, gpu_memory_utilization=0.3) if gpu else dict(enforce_eager=True)
+    on_device = dict(enforce_eager=not args.cuda_graphs, gpu_memory_utilization=0.3) if gpu else dict(enforce_eager=True)
     llm = vllm.LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
                    max_model_len=256, kv_cache_memory_bytes=256 << 20,
                    weight_transfer_config={"backend": "jax_amem"}, **on_device)

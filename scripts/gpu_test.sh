@@ -31,6 +31,10 @@
 #                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3),
 #                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_CHANNELS ("0 16"),
 #                  $STRATEGY_METHODS, $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
+#   nccl_payload   the NCCL libraries carried in .nccl-VERSION/ (made here by scripts/nccl_payload.sh), checked
+#                  by sha256 and unpacked into /tmp/nccl-VERSION/ (kept by a warm machine: a later call
+#                  needs no carry), each loaded and its version read; sets $NCCL_NEW and $NCCL_NEWER to
+#                  the oldest and newest of them for the steps after it (unless set); not in the default list
 #   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
 #                  rebuild included, and recreate without giving free host memory back (recreate_notrim)
 #                  ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
@@ -190,6 +194,22 @@ for name in $STEPS; do
       fi
       TAIL=16 step nccl_scale 220 env -u JAX_AMEM_NCCL_LIBRARY $SCALE --methods recreate:2
       TAIL=16 step nccl_cycles 110 env -u JAX_AMEM_NCCL_LIBRARY $CYCLES --methods recreate:20 ;;
+    nccl_payload)
+      for xz in .nccl-*/libnccl.so.2.xz; do   # carried now: checked and unpacked (else a warm machine's)
+        [ -f "$xz" ] || continue
+        dir=/tmp/$(basename "$(dirname "$xz")" | sed 's/^\.//'); mkdir -p "$dir"
+        xz -dc "$xz" > "$dir/libnccl.so.2" && (cd "$dir" && sha256sum -c --quiet "$OLDPWD/$(dirname "$xz")/SHA256SUMS") \
+          || { echo "-- nccl_payload: $xz does not unpack to the library its SHA256SUMS names"; failed=1; rm -f "$dir/libnccl.so.2"; }
+      done
+      libs=$(ls -d /tmp/nccl-*/libnccl.so.2 2>/dev/null | sort -V)
+      for lib in $libs; do
+        $PY -c "import ctypes,sys; v=ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); print(sys.argv[1], 'NCCL', v.value)" "$lib" \
+          || { echo "-- nccl_payload: $lib does not load"; failed=1; }
+      done
+      NCCL_NEW=${NCCL_NEW:-$(echo "$libs" | head -1)}
+      NCCL_NEWER=${NCCL_NEWER:-$(echo "$libs" | sed -n '2,$p' | tail -1)}
+      SUMMARY+=("$(printf '%-14s NCCL_NEW=%s NCCL_NEWER=%s' nccl_payload "${NCCL_NEW:-none}" "${NCCL_NEWER:-none}")")
+      echo "-- nccl_payload: NCCL_NEW=${NCCL_NEW:-none} NCCL_NEWER=${NCCL_NEWER:-none}" ;;
     vllm_payload)
       step vllm_payload 240 bash scripts/vllm_gpu_install.sh .vllm-payload ;;
     vllm_gpu)

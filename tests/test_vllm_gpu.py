@@ -56,19 +56,27 @@ def on_gpu(tree):
     return jax.tree.map(lambda a: jax.device_put(jnp.asarray(a), jax.devices("gpu")[0]), tree)
 
 
-def oracle(tmp_root: Path, family: str, kv: int, version: int, eager: bool) -> dict:
-    """vLLM's own load of version `version` (1-3); every version's made once per test session,
-    in a process of their own (vllm_gpu_engines.oracles says why)."""
+def start_oracle(tmp_root: Path, family: str, kv: int, eager: bool) -> None:
+    """Starts vLLM's own load of every version, once per test session, in a process of its own
+    (vllm_gpu_engines.Oracles says why): a test starts it before its own engine."""
     key = (family, kv, eager)
     if key not in _oracles:
         directory = tmp_root / f"oracle-{family}-kv{kv}-{'eager' if eager else 'graphs'}"
-        _oracles[key] = ge.oracles(directory, family, trees(family, kv), eager=eager)
-    return _oracles[key][version - 1]
+        _oracles[key] = ge.Oracles(directory, family, trees(family, kv), eager=eager)
+
+
+def oracle(tmp_root: Path, family: str, kv: int, version: int, eager: bool) -> dict:
+    """vLLM's own load of version `version` (1-3)."""
+    start_oracle(tmp_root, family, kv, eager)
+    return _oracles[(family, kv, eager)].result()[version - 1]
 
 
 @pytest.fixture(scope="module")
 def tmp_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("vllm-gpu")
+    yield tmp_path_factory.mktemp("vllm-gpu")
+    for started in _oracles.values():   # one no test read (a test that failed first) ends with the module
+        if started.process.poll() is None:
+            started.process.kill()
 
 
 def check_version(llm, tmp_root, family, kv, version, eager, digests=None):
@@ -86,6 +94,7 @@ def test_in_process_engine_three_versions_equal_vllms_own_load(tmp_root, family,
     load and serving its tokens; with CUDA graphs, the graphs captured at start serve every
     version (the update writes the captured addresses)."""
     versions = trees(family, kv)
+    start_oracle(tmp_root, family, kv, eager)
     llm = ge.start(ge.config_dir(tmp_root / f"config-{family}-kv{kv}", family, kv), backend=True, eager=eager,
                    dummy=True)
     try:
@@ -145,6 +154,7 @@ def test_engine_core_process_over_cuda_ipc_three_versions(tmp_root):
     trainer writes the worker's staging buffer over CUDA IPC, and the worker commits it; CUDA
     graphs on. Each version bit-identical to vLLM's own load and serving its tokens."""
     family, kv, eager = "qwen3", 2, False
+    start_oracle(tmp_root, family, kv, eager)
     config = ge.config_dir(tmp_root / f"config-{family}-kv{kv}", family, kv)
     script = _ENGINE_CORE.format(tests=str(HERE), family=family, kv=kv, eager=eager, config=str(config))
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
@@ -168,6 +178,7 @@ def test_colocated_loop_with_sleep_mode(tmp_root):
     the engine's memory is freed while it sleeps. The loop's refusals leave everything as it was."""
     family, kv, eager = "qwen3", 2, False
     versions = trees(family, kv)
+    start_oracle(tmp_root, family, kv, eager)
     llm = ge.start(ge.config_dir(tmp_root / f"config-{family}-kv{kv}", family, kv), backend=True, eager=eager,
                    dummy=True, sleep=True)
     try:
@@ -200,9 +211,12 @@ def test_colocated_loop_with_sleep_mode(tmp_root):
 
 def test_update_refused_while_a_generate_is_in_flight(tmp_root):
     """A request the engine has not finished: the update is refused before anything is written,
-    and served after the request ends."""
+    and served after the request ends. Run after the colocated loop, whose engine ends asleep:
+    that engine's memory left asleep in vLLM's pool (one per process) must not make this one,
+    started without sleep mode, look asleep."""
     family, kv = "llama", 1
     versions = trees(family, kv)
+    start_oracle(tmp_root, family, kv, True)
     llm = ge.start(ge.config_dir(tmp_root / f"config-{family}-kv{kv}", family, kv), backend=True, eager=True,
                    dummy=True)
     try:

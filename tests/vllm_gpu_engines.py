@@ -90,29 +90,45 @@ if __name__ == "__main__":
 """
 
 
+class Oracles:
+    """vLLM's own load of each tree, in a process of its own, started at once and read when
+    needed (`result()`): per version, its parameters' digests and its greedy tokens. Apart
+    because a vLLM engine's shutdown tears down the parallel groups of its process, which an
+    engine under test in that process shares; started early, its engines start while the test's
+    own engine does."""
+
+    def __init__(self, directory: Path, family: str, trees: list[dict], *, eager: bool):
+        import os
+        import subprocess
+        import sys
+
+        import numpy as np
+
+        directory.mkdir(parents=True, exist_ok=True)
+        directories = []
+        for version, tree in enumerate(trees, 1):
+            path = directory / f"v{version}"
+            np.savez(str(path) + ".npz", tree=np.array(tree, dtype=object))
+            directories.append(str(path))
+        script = _ORACLE.format(tests=str(Path(__file__).resolve().parent), directories=directories, family=family,
+                                eager=eager)
+        self.process = subprocess.Popen([sys.executable, "-P", "-c", script], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, cwd=directory,
+                                        env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+        self.versions: list[dict] | None = None
+
+    def result(self) -> list[dict]:
+        if self.versions is None:
+            stdout, stderr = self.process.communicate(timeout=600)
+            lines = [line for line in stdout.splitlines() if line.startswith("ORACLE ")]
+            assert lines, stdout[-3000:] + stderr[-6000:]
+            self.versions = json.loads(lines[0][len("ORACLE "):])
+        return self.versions
+
+
 def oracles(directory: Path, family: str, trees: list[dict], *, eager: bool) -> list[dict]:
-    """vLLM's own load of each tree, in a process of its own: per version, its parameters'
-    digests and its greedy tokens. Apart because a vLLM engine's shutdown tears down the parallel
-    groups of its process, which an engine under test in that process shares."""
-    import os
-    import subprocess
-    import sys
-
-    import numpy as np
-
-    directory.mkdir(parents=True, exist_ok=True)
-    directories = []
-    for version, tree in enumerate(trees, 1):
-        path = directory / f"v{version}"
-        np.savez(str(path) + ".npz", tree=np.array(tree, dtype=object))
-        directories.append(str(path))
-    script = _ORACLE.format(tests=str(Path(__file__).resolve().parent), directories=directories, family=family,
-                            eager=eager)
-    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, cwd=directory)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("ORACLE ")]
-    assert lines, done.stdout[-3000:] + done.stderr[-6000:]
-    return json.loads(lines[0][len("ORACLE "):])
+    """`Oracles(...)`, waited for."""
+    return Oracles(directory, family, trees, eager=eager).result()
 
 
 def differing(ours: dict, theirs: dict) -> list[str]:
