@@ -7,10 +7,10 @@
 #                                                   ncclCommSuspend)
 #
 # Writes .nccl-VERSION/libnccl.so.2.xz and .nccl-VERSION/SHA256SUMS (of the unpacked library),
-# git-ignored. The wheels hold GPU code for every architecture (344 MB for 2.32): the other
-# architectures' code and the relocatable device code (kept for device linking, not loaded) are
-# zeroed in place by scripts/prune_fatbin.py, so xz removes them (about 25 MB each). Two versions
-# and the working tree fit one device call's carry. On the GPU machine, scripts/gpu_test.sh's
+# git-ignored. The wheels hold GPU code for every architecture (344 MB for 2.32.3): every other
+# architecture's code, in the linked modules and in the relocatable ones kept beside them, is
+# zeroed in place by scripts/prune_fatbin.py, so xz removes it (24 MB for 2.32.6, 36 MB for
+# 2.30.7: one per device call, back to back). On the GPU machine, scripts/gpu_test.sh's
 # `nccl_payload` step checks and unpacks them and points the NCCL steps at them
 # (docs/development.md).
 set -euo pipefail
@@ -22,11 +22,12 @@ for version in $VERSIONS; do
   out=.nccl-$version
   echo "== nvidia-nccl-cu13==$version"
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$work/$version" "nvidia-nccl-cu13==$version"
   unzip -q -o "$work/$version"/nvidia_nccl_cu13-*.whl 'nvidia/nccl/lib/libnccl.so.2' -d "$work/$version"
   lib=$work/$version/nvidia/nccl/lib/libnccl.so.2
-  python3 scripts/prune_fatbin.py --arch 90 --drop-relocatable "$lib"
+  python3 scripts/prune_fatbin.py --arch 90 --relocatable "$lib"
   mkdir -p "$out"
   (cd "$(dirname "$lib")" && sha256sum libnccl.so.2) > "$out/SHA256SUMS"
   xz -9 -T0 -c "$lib" > "$out/libnccl.so.2.xz"

@@ -8,13 +8,12 @@ payload of every other entry, in place: the file keeps its size and every offset
 relink), and the zeros vanish under xz.
 
     python scripts/prune_fatbin.py --arch 90 LIB.so [LIB.so ...]      # prints what it cleared
-    python scripts/prune_fatbin.py --arch 90 --drop-relocatable libnccl.so.2
+    python scripts/prune_fatbin.py --arch 90 --relocatable libnccl.so.2
 
-A library built with relocatable device code (NCCL 2.32) also keeps each object's fatbin in the
-section `__nv_relfatbin`, for device linking; the loaded modules are the linked ones in
-`.nv_fatbin`. --drop-relocatable zeroes every payload there too (the headers stay). Check the
-result on the GPU before relying on it: scripts/gpu_test.sh's nccl steps load it and run
-collectives.
+A library built with relocatable device code (NCCL 2.29 and later) also keeps each object's
+fatbin in the section `__nv_relfatbin`, for device linking; half of NCCL 2.32's wheel. Its
+modules are registered beside the linked ones of `.nv_fatbin`, so --relocatable prunes it by the
+same rule rather than dropping it (scripts/nccl_payload.sh).
 
 The fatbin layout read here (the ELF section `.nv_fatbin`): fatbins one after another, each a
 16-byte header (magic 0xBA55ED50, version u16, header size u16, entries' size u64) followed by
@@ -71,30 +70,25 @@ def fatbins(data, offset: int, size: int):
         position = stop
 
 
-def prune(path: str, arch: int, drop_relocatable: bool = False) -> tuple[int, int]:
-    """Zeroes the entries a GPU of `arch` cannot use; returns (bytes cleared, bytes kept)."""
+def prune(path: str, arch: int, relocatable: bool = False) -> tuple[int, int]:
+    """Zeroes the entries a GPU of `arch` cannot use, in `.nv_fatbin` (and `__nv_relfatbin` with
+    `relocatable`); returns (bytes cleared, bytes kept)."""
+    def runs(kind, entry_arch):
+        return kind == CUBIN and entry_arch // 10 == arch // 10 and entry_arch <= arch
+
+    cleared = kept = 0
     with open(path, "r+b") as file, mmap.mmap(file.fileno(), 0) as data:
-        cleared = kept = 0
-        relocatable = section(data, "__nv_relfatbin") if drop_relocatable else None
-        for entries in list(fatbins(data, *relocatable)) if relocatable else ():
-            for _kind, _arch, start, size in entries:
-                data[start:start + size] = bytes(size)
-                cleared += size
-        where = section(data, ".nv_fatbin")
-        if where is None:
-            data.flush()
-            return cleared, kept
-        for entries in list(fatbins(data, *where)):
-            def runs(kind, entry_arch):
-                return kind == CUBIN and entry_arch // 10 == arch // 10 and entry_arch <= arch
-            has_cubin = any(runs(kind, entry_arch) for kind, entry_arch, _, _ in entries)
-            for kind, entry_arch, start, size in entries:
-                usable = runs(kind, entry_arch) if has_cubin else (kind == PTX and entry_arch <= arch)
-                if usable:
-                    kept += size
-                else:
-                    data[start:start + size] = bytes(size)
-                    cleared += size
+        for name in (".nv_fatbin", "__nv_relfatbin") if relocatable else (".nv_fatbin",):
+            where = section(data, name)
+            for entries in list(fatbins(data, *where)) if where else ():
+                has_cubin = any(runs(kind, entry_arch) for kind, entry_arch, _, _ in entries)
+                for kind, entry_arch, start, size in entries:
+                    usable = runs(kind, entry_arch) if has_cubin else (kind == PTX and entry_arch <= arch)
+                    if usable:
+                        kept += size
+                    else:
+                        data[start:start + size] = bytes(size)
+                        cleared += size
         data.flush()
     return cleared, kept
 
@@ -102,12 +96,12 @@ def prune(path: str, arch: int, drop_relocatable: bool = False) -> tuple[int, in
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", type=int, required=True, help="the architecture kept, e.g. 90 for Hopper")
-    parser.add_argument("--drop-relocatable", action="store_true",
-                        help="also zero the relocatable device code kept for device linking (__nv_relfatbin)")
+    parser.add_argument("--relocatable", action="store_true",
+                        help="also prune the relocatable device code kept for device linking (__nv_relfatbin)")
     parser.add_argument("libraries", nargs="+")
     args = parser.parse_args(argv)
     for path in args.libraries:
-        cleared, kept = prune(path, args.arch, args.drop_relocatable)
+        cleared, kept = prune(path, args.arch, args.relocatable)
         print(f"{path}: cleared {cleared / 2**20:.1f} MiB of other architectures, kept {kept / 2**20:.1f} MiB "
               f"that sm_{args.arch} runs or compiles")
     return 0
