@@ -73,6 +73,36 @@ def test_colocated_refuses_an_engine_without_sleep_mode_and_a_bad_level():
             Colocated(SimpleNamespace(llm=_llm()), level=level)
 
 
+@pytest.mark.parametrize("env, refused", [
+    ({}, True),                                                   # JAX's default: 75% taken at start
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, True),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, False),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "0"}, False),
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, False),
+    ({"XLA_PYTHON_CLIENT_MEM_FRACTION": ".4"}, False),            # sized by the user
+])
+def test_colocated_refuses_a_jax_that_preallocates_the_gpu(monkeypatch, env, refused):
+    import jax
+
+    for name in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert readiness.xla_preallocation() is None   # JAX on the CPU here: nothing preallocated on a GPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    slept = []
+    llm = _llm()
+    llm.sleep = lambda level: slept.append(level)
+    engine = SimpleNamespace(llm=llm, asleep=lambda: [])
+    if refused:
+        with pytest.raises(VllmBackendError, match="XLA_PYTHON_CLIENT_PREALLOCATE=false"):
+            Colocated(engine)
+        assert slept == []   # refused before the engine was put to sleep
+    else:
+        Colocated(engine)
+        assert slept == [2]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Rule:
     dst: str

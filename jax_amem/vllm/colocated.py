@@ -14,7 +14,7 @@ host memory, XLA's pool and NCCL's buffers freed). One step of the loop:
 Each switch checks its state first and refuses, with nothing changed, what would fault or
 serve wrong weights: an update while the weights sleep (vLLM faults there), an update during a
 generate, the KV cache woken while the weights sleep, a switch out of order, an engine started
-without sleep mode.
+without sleep mode, and a JAX that preallocates most of the GPU beside the engine.
 
 Sleep level: every parameter the engine serves is written by the update, so the weights need
 not be kept while the engine sleeps; `level=2` discards them (no copy to host at sleep, none
@@ -73,6 +73,9 @@ class Colocated:
         if isinstance(level, bool) or level not in (1, 2):
             raise VllmBackendError(f"Colocated(level={level!r:.40}): vLLM's sleep level is 1 (weights backed up "
                                    "to host memory) or 2 (weights discarded: every one is written by the update)")
+        preallocated = readiness.xla_preallocation()
+        if preallocated is not None:
+            raise VllmBackendError(f"Colocated: {preallocated}")
         self.engine, self.llm, self.level = engine, llm, level
         if self.asleep() != ["kv_cache", "weights"]:
             self.sleep()

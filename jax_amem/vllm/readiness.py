@@ -14,6 +14,8 @@ without asking:
 
 from __future__ import annotations
 
+import os
+
 
 def generating(llm) -> bool:
     """Whether the engine has requests not yet finished (False where vLLM cannot say)."""
@@ -42,3 +44,24 @@ def refusal(llm, asleep: list[str]) -> str | None:
         return ("the engine has requests in flight (a generate is running): an update now would change the "
                 "weights under sequences half generated; update between generates")
     return None
+
+
+def xla_preallocation() -> str | None:
+    """Why JAX's GPU backend in this process holds most of the GPU whatever it needs, or None:
+    its default allocator takes 75% of the GPU at start and keeps it, so an engine beside it
+    cannot wake its weights while the trainer runs (Colocated's step before the pause). A
+    fraction set by the user (XLA_PYTHON_CLIENT_MEM_FRACTION) is taken as sized for the engine."""
+    import jax
+
+    if jax.default_backend() != "gpu":
+        return None
+    if os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+        return None
+    if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() in ("false", "0"):
+        return None
+    if "XLA_PYTHON_CLIENT_MEM_FRACTION" in os.environ:
+        return None
+    return ("JAX's GPU backend preallocates 75% of the GPU in this process (XLA_PYTHON_CLIENT_PREALLOCATE is "
+            "not false), which the engine then cannot use while the trainer runs: start the process with "
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false (set before JAX starts), or size it with "
+            "XLA_PYTHON_CLIENT_MEM_FRACTION")
