@@ -47,3 +47,14 @@ def asleep_of(worker) -> list[str]:
     engine says: read before an update and by a colocated loop before it wakes the KV cache."""
     engine = _engine(worker)
     return engine.asleep() if engine is not None else []
+
+
+def refuse_until_update(worker, why: str) -> bool:
+    """The worker's engine refuses to serve until an update completes (`why` in its refusal):
+    asked by a colocated loop that woke weights holding nothing (vLLM's sleep level 2). False
+    where the worker has no jax_amem engine."""
+    engine = _engine(worker)
+    if engine is None:
+        return False
+    engine.refuse_until_update(why)
+    return True

@@ -226,6 +226,11 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             own["kv_cache"] = caches
         return own
 
+    def refuse_until_update(self, why: str) -> None:
+        """Refuses to serve (`why` in the refusal) until an update commits every group: weights
+        that hold nothing yet (woken after vLLM's sleep level 2, which discards them)."""
+        self._refuse(why, what="no version yet")
+
     def serving_state(self) -> str:
         return "refusing" if self.refusal is not None else ("updating" if self.committed is not None else "serving")
 
@@ -394,12 +399,14 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
             for module in layout.derivers.get(group, []):   # after the modules it reads, as at load
                 module.process_weights_after_loading(self.vllm_config.model_config.dtype)
 
-    def _refuse(self, why: str) -> None:
-        self.refusal_reason = why
+    def _refuse(self, why: str, what: str = "a mix of two versions") -> None:
+        """Refuses to serve from now on: the model's forward raises, saying the weights are
+        `what` and `why`, until an update commits every group (`_serve`)."""
+        self.refusal_reason = f"{what} ({why})"
         if self.refusal is None:
             def refuse(module, args):
                 raise MixedVersionsError(
-                    f"jax_amem: this engine's weights are a mix of two versions ({self.refusal_reason}); "
+                    f"jax_amem: this engine's weights are {self.refusal_reason}; "
                     "it refuses to serve until an update commits every group")
             self.refusal = self.model.register_forward_pre_hook(refuse)
 

@@ -446,6 +446,18 @@ def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(ll
     assert greedy(llama["llm"]) == llama["tokens"]
 
 
+def test_refusing_until_an_update_then_a_complete_update_serves(llama):
+    """What a colocated loop asks after waking weights that hold nothing (sleep level 2): the
+    worker refuses until an update completes, and the update ends the refusal."""
+    engine = llama["engine"]
+    engine.refuse_until_update("a test's weights that hold nothing")
+    assert engine.worker.serving_state() == "refusing"
+    assert "no version yet (a test's weights that hold nothing)" in engine.worker.refusal_reason
+    engine.update(as_jax(llama["trees"][1]))
+    assert engine.worker.serving_state() == "serving"
+    assert greedy(llama["llm"]) == llama["tokens"]
+
+
 def test_failure_after_a_commit_refuses_to_serve(llama, monkeypatch):
     # Last in the module: vLLM keeps the refused requests, so this engine serves nothing after.
     _update_stopping_before_the_last_group(llama, monkeypatch, llama["trees"][0])

@@ -103,6 +103,25 @@ def test_colocated_refuses_a_jax_that_preallocates_the_gpu(monkeypatch, env, ref
         assert slept == [2]
 
 
+@pytest.mark.parametrize("level, refused", [(2, ["its weights were woken from sleep level 2"]), (1, [])])
+def test_weights_woken_from_level_2_are_refused_until_an_update(monkeypatch, level, refused):
+    """Level 2 discards the weights: woken, they hold nothing until the update writes them, so
+    the engine refuses to serve until an update completes (an update failing after the wake
+    leaves it refusing). Level 1 woke the old weights back: nothing to refuse."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    asleep, calls = ["kv_cache", "weights"], []
+    llm = _llm()
+    llm.sleep = lambda level: None
+    llm.wake_up = lambda tags: (calls.append(("wake", tags)), asleep.remove(tags[0]))
+    engine = SimpleNamespace(llm=llm, asleep=lambda: list(asleep),
+                             refuse_until_update=lambda why: calls.append(("refuse", why)))
+    loop = Colocated(engine, level=level)
+    loop.wake_weights()
+    assert calls[0] == ("wake", ["weights"])
+    assert [why[:len(r)] for (kind, why), r in zip(calls[1:], refused) if kind == "refuse"] == refused
+    assert len(calls) == 1 + len(refused)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Rule:
     dst: str

@@ -93,8 +93,14 @@ class Colocated:
         self.llm.sleep(level=self.level)
 
     def wake_weights(self) -> None:
+        """The weights mapped back. At level 2 they hold nothing until the update writes them:
+        the engine refuses to serve until an update completes (an update that fails after this
+        leaves it refusing, never serving what the memory held)."""
         if "weights" in self.asleep():
             self.llm.wake_up(tags=["weights"])
+            if self.level == 2:
+                self.engine.refuse_until_update("its weights were woken from sleep level 2 and hold nothing until "
+                                                "an update writes them")
 
     def update(self, params):
         """The engine's weights from `params` (VllmEngine.update; refused while they sleep)."""

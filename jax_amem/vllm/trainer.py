@@ -612,6 +612,16 @@ class VllmEngine:
 
         return sorted({tag for tags in self._rpc(asleep_of) for tag in tags})
 
+    def refuse_until_update(self, why: str) -> None:
+        """Every worker refuses to serve until the next complete update (`why` in the refusal)."""
+        if self.worker is not None:
+            self.worker.refuse_until_update(why)
+            return
+        from jax_amem_core.answers import refuse_until_update
+
+        if not all(self._rpc(refuse_until_update, why=why)):
+            raise VllmBackendError("a worker of the engine has no jax_amem backend: it cannot refuse to serve")
+
     def _check_ready(self) -> None:
         """A generate in flight or weights asleep: refused before anything is written (readiness.py)."""
         why = readiness.refusal(self.llm, self.asleep() if readiness.sleep_mode(self.llm) else [])
