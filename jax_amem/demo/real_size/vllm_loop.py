@@ -35,9 +35,9 @@ from .memory_peak import PeakSampler
 from .presets import RealSizePreset
 from .units import gb
 
-# vLLM's default level: the weights are backed up to host memory while the engine sleeps (the
-# level the GPU tests run; benchmarks/vllm_colocated.py measures level 2 beside it).
-SLEEP_LEVEL = 1
+# Colocated's default: the weights are discarded while the engine sleeps (the update writes
+# every one); benchmarks/vllm_colocated.py measures level 1 beside it.
+SLEEP_LEVEL = 2
 
 
 @dataclasses.dataclass(frozen=True)
