@@ -65,6 +65,12 @@ def test_an_update_is_refused_while_the_weights_sleep_or_a_generate_runs():
     assert not readiness.sleep_mode(object()) and not readiness.generating(object())
 
 
+@pytest.mark.parametrize("engine", [None, _llm(), {"llm": _llm()}])
+def test_colocated_refuses_what_is_not_a_connected_engine(engine):
+    with pytest.raises(VllmBackendError, match="the handle jax_amem.vllm.connect.* returns, not"):
+        Colocated(engine)
+
+
 def test_colocated_refuses_an_engine_without_sleep_mode_and_a_bad_level():
     with pytest.raises(VllmBackendError, match="enable_sleep_mode=True"):
         Colocated(SimpleNamespace(llm=_llm(sleep_mode=False)))

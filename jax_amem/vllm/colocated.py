@@ -65,7 +65,10 @@ class Colocated:
     `wake_kv_cache`, `sleep`."""
 
     def __init__(self, engine, *, level: int = 2):
-        llm = engine.llm
+        llm = getattr(engine, "llm", None)
+        if llm is None:
+            raise VllmBackendError(f"Colocated takes the handle jax_amem.vllm.connect(llm, params, ...) returns, not "
+                                   f"{type(engine).__name__}: connect to the engine first")
         if not readiness.sleep_mode(llm):
             raise VllmBackendError("Colocated needs an engine started with sleep mode: vllm.LLM(..., "
                                    "enable_sleep_mode=True); this one was started without it, so its memory "
