@@ -108,6 +108,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         self.staging: torch.Tensor | None = None
         self.views: dict = {}                    # (group, whole) -> its staged views (staged())
         self.placed: dict = {}                   # name -> (module, attr, address) of each in-place view
+        self.caches: list | None = None          # where its KV caches start (_own_addresses)
         self.place: dict | None = None            # where another process finds the staging buffer
         self.files: tuple[str, ...] = ()         # the note and the shared file, until the trainer takes them
         self.committed: set[int] | None = None   # None: no update in flight
@@ -181,7 +182,7 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
     def _drop_views(self, made_anew: bool) -> None:
         """Forgets the staged views and the in-place parameters' addresses; `made_anew`: counted
         in `views_made`, which a trainer in this process follows (transports.InProcess)."""
-        self.views, self.placed = {}, {}
+        self.views, self.placed, self.caches = {}, {}, None
         self.views_made += made_anew
 
     def write_in_place(self) -> bool:
@@ -214,16 +215,18 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         return asleep_tags(self._own_addresses)
 
     def _own_addresses(self) -> dict[str, list[int]]:
-        """Where this engine's memory of each sleep-mode tag starts: its parameters, and its KV
-        caches where its attention layers hold them (`kv_cache`)."""
+        """Where this engine's memory of each sleep-mode tag starts: its parameters (read each
+        time: vLLM's own reload may give them new storage), and its KV caches where its attention
+        layers hold them (`kv_cache`; found once per setup, a walk of every module)."""
+        if self.caches is None:
+            self.caches = []
+            for module in self.model.modules():
+                held = getattr(module, "kv_cache", None)
+                self.caches += [c.data_ptr() for c in (held if isinstance(held, (list, tuple)) else [held])
+                                if isinstance(c, torch.Tensor) and c.numel()]
         own = {"weights": [p.data_ptr() for p in self.model.parameters()]}
-        caches = []
-        for module in self.model.modules():
-            held = getattr(module, "kv_cache", None)
-            caches += [c.data_ptr() for c in (held if isinstance(held, (list, tuple)) else [held])
-                       if isinstance(c, torch.Tensor) and c.numel()]
-        if caches:
-            own["kv_cache"] = caches
+        if self.caches:
+            own["kv_cache"] = self.caches
         return own
 
     def refuse_until_update(self, why: str) -> None:

@@ -446,6 +446,18 @@ def test_failure_after_a_commit_then_a_complete_update_serves_the_new_version(ll
     assert greedy(llama["llm"]) == llama["tokens"]
 
 
+def test_the_workers_own_memory_is_its_parameters_and_kv_caches(llama):
+    """What the worker asks vLLM's sleep-mode pool about (jax_amem_vllm/sleep.py): its own
+    parameters, read anew each time, and the KV caches its attention layers hold."""
+    worker = llama["engine"].worker
+    own = worker._own_addresses()
+    assert own["weights"] == [p.data_ptr() for p in worker.model.parameters()]
+    held = [getattr(m, "kv_cache", None) for m in worker.model.modules()]   # a tensor, or one per virtual engine
+    caches = [c for h in held for c in (h if isinstance(h, (list, tuple)) else [h])
+              if isinstance(c, torch.Tensor) and c.numel()]
+    assert caches and own["kv_cache"] == [c.data_ptr() for c in caches]
+
+
 def test_refusing_until_an_update_then_a_complete_update_serves(llama):
     """What a colocated loop asks after waking weights that hold nothing (sleep level 2): the
     worker refuses until an update completes, and the update ends the refusal."""
