@@ -211,7 +211,7 @@ def main():
         with PeakRss() as mem:
             report = engine.update(params)
         ours.append((report.seconds, mem.added))
-        split.append((report.swap_seconds, report.commit_seconds))
+        split.append((report.swap_seconds, report.commit_seconds, report.start_seconds, report.finish_seconds))
     print(f"jax-amem: connect {connect_s:.2f} s over {engine.transport}, first update {first.seconds:.2f} s "
           "(plans and compiles); "
           f"{len(engine.batches)} commits per update; {sum(pick is None for pick in engine.picks)} of "
@@ -232,8 +232,9 @@ def main():
     med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
     mib = 2**20
     print(f"{'path':<10}{'seconds':>10}{'added MiB':>12}  where the time goes")
-    print(f"{'jax-amem':<10}{med(ours, 0):>10.3f}{med(ours, 1) / mib:>12.0f}  swaps into staging "
-          f"{med(split, 0):.3f} s, commits (vLLM's repack) {med(split, 1):.3f} s")
+    print(f"{'jax-amem':<10}{med(ours, 0):>10.3f}{med(ours, 1) / mib:>12.0f}  start {med(split, 2) * 1e3:.2f} ms, "
+          f"swaps {med(split, 0) * 1e3:.2f} ms, commits (vLLM's processing) {med(split, 1) * 1e3:.2f} ms, "
+          f"finish {med(split, 3) * 1e3:.2f} ms")
     print(f"{'today':<10}{med(today, 0):>10.3f}{med(today, 1) / mib:>12.0f}  device_get {med(parts, 0):.3f} s, "
           f"reload (conversion, load, repack) {med(parts, 1):.3f} s")
     print(f"ratio: {med(today, 0) / med(ours, 0):.2f}x faster; added memory {med(ours, 1) / mib:.0f} MiB against "

@@ -149,6 +149,9 @@ def test_each_batch_is_one_commit_and_every_rank_holds_its_slice(family, direct,
         report = engine.update(params[version])
         assert llm.calls == [{"group": b[0]} if len(b) == 1 else {"groups": b} for b in want]
         assert report.commits == len(want) and report.groups == len(sizes)
+        parts = (report.start_seconds, report.swap_seconds, report.commit_seconds, report.finish_seconds)
+        assert min(parts) >= 0 and sum(parts) <= report.seconds, (parts, report.seconds)
+        assert str(report).startswith(f"vllm update v{report.version}: ") and "start " in str(report)
         merged = direct == "1"
         assert len(swaps) == len(ranks) * (len(want) if merged else len(sizes))
         assert all(pick is None for pick in engine.picks) == merged

@@ -47,12 +47,15 @@ class VllmUpdateReport:
     swap_seconds: float   # the swaps into staging
     commit_seconds: float  # the worker's commits (vLLM's processing included)
     commits: int = 0      # calls into the workers that committed (one per batch of groups)
+    start_seconds: float = 0.0   # before the first swap: the tree's check, the engine's readiness, start_weight_update
+    finish_seconds: float = 0.0  # after the last commit: finish_weight_update and the prefix cache's reset
 
     def __str__(self):
         return (f"vllm update v{self.version}: {self.bytes / 2**20:.1f} MiB in {self.groups} groups "
                 f"({self.commits} commits), "
-                f"{self.seconds * 1e3:.1f} ms (swap {self.swap_seconds * 1e3:.1f} ms, "
-                f"commit {self.commit_seconds * 1e3:.1f} ms)")
+                f"{self.seconds * 1e3:.1f} ms (start {self.start_seconds * 1e3:.1f} ms, swap "
+                f"{self.swap_seconds * 1e3:.1f} ms, commit {self.commit_seconds * 1e3:.1f} ms, finish "
+                f"{self.finish_seconds * 1e3:.1f} ms)")
 
 
 class WorkerFailure(RuntimeError):
@@ -521,6 +524,7 @@ class VllmEngine:
         self._died = []
         try:
             self._start()
+            started = time.perf_counter()
             swap_s = commit_s = 0.0
             attempted = committed = commits = 0
             try:
@@ -542,6 +546,7 @@ class VllmEngine:
                     swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
             except BaseException as error:
                 raise self._failed(error, attempted, committed) from error
+            committed_at = time.perf_counter()
             self._rpc("finish_weight_update")
         finally:
             self._in_flight = False
@@ -549,8 +554,9 @@ class VllmEngine:
             raise VllmUpdateError("the weights were updated but vLLM did not reset its prefix cache: "
                                   "call llm.reset_prefix_cache() before serving", served="new")
         self.version = version if version is not None else self.version + 1
-        return VllmUpdateReport(self.version, self.bytes, len(self.description["groups"]),
-                                time.perf_counter() - start, swap_s, commit_s, commits)
+        end = time.perf_counter()
+        return VllmUpdateReport(self.version, self.bytes, len(self.description["groups"]), end - start, swap_s,
+                                commit_s, commits, start_seconds=started - start, finish_seconds=end - committed_at)
 
     def _swap(self, params, step: Step) -> None:
         """The step's swap into every rank written by address (the NCCL ranks' sends come later)."""
