@@ -189,9 +189,17 @@ def describe(model: torch.nn.Module, budget: int = 0) -> Describe:
         groups.append(group)
         group_modules.append(modules)
         sizes.append(offset)
-    batches, starts, staging_bytes = pack(sizes, budget)
-    groups = [[dataclasses.replace(t, offset=t.offset + start) for t in group] for group, start in zip(groups, starts)]
+    groups, batches, staging_bytes = packed(groups, sizes, budget)
     return Describe(groups, staging_bytes, batches, owners, group_modules, followers, derivers)
+
+
+def packed(groups: list[list[Tensor]], sizes: list[int], budget: int):
+    """Groups whose tensors' offsets are from their group's start, `sizes` bytes each, packed into
+    batches of at most `budget` (`pack`): the groups with each offset moved to its place in the
+    staging buffer, the batches and the buffer's size."""
+    batches, starts, largest = pack(sizes, budget)
+    groups = [[dataclasses.replace(t, offset=t.offset + start) for t in group] for group, start in zip(groups, starts)]
+    return groups, batches, largest
 
 
 def repacked(layout: Describe, stages) -> Describe:
@@ -210,6 +218,5 @@ def repacked(layout: Describe, stages) -> Describe:
                 offset += staged_bytes(t.shape, t.dtype)
         groups.append(out)
         sizes.append(offset)
-    batches, starts, largest = pack(sizes, layout.staging_bytes)
-    groups = [[dataclasses.replace(t, offset=t.offset + start) for t in group] for group, start in zip(groups, starts)]
+    groups, batches, largest = packed(groups, sizes, layout.staging_bytes)
     return dataclasses.replace(layout, groups=groups, staging_bytes=largest, batches=batches)

@@ -5,8 +5,6 @@ workers per batch, and where the swap reads the tree whole one swap per rank per
 rank holds after an update is what group-by-group updates write: slices cut by hand from the
 trainer's arrays (test_vllm_ranks.expected). The real engine's batches: test_vllm_backend.py."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -18,7 +16,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax_amem.vllm import VllmBackendError  # noqa: E402
 from jax_amem.vllm import trainer  # noqa: E402
 from jax_amem.vllm.steps import common_batches  # noqa: E402
-from jax_amem_vllm.layout import Describe, Tensor, pack, repacked, staged_bytes  # noqa: E402
+from jax_amem_vllm.layout import Describe, Tensor, pack, packed, repacked, staged_bytes  # noqa: E402
 import test_vllm_ranks as by_rank  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
@@ -44,9 +42,8 @@ def layout_of(group_shapes: list[list[tuple]], budget: int) -> Describe:
             offset += staged_bytes(shape, "bfloat16")
         groups.append(group)
         sizes.append(offset)
-    batches, starts, largest = pack(sizes, budget)
-    return Describe([[dataclasses.replace(t, offset=t.offset + start) for t in group]
-                     for group, start in zip(groups, starts)], largest, batches)
+    groups, batches, largest = packed(groups, sizes, budget)
+    return Describe(groups, largest, batches)
 
 
 def test_repacked_in_place_leaves_one_batch_and_no_staging():
