@@ -8,6 +8,7 @@ the GPU (vLLM itself crashes on an update while it sleeps), so the backend asks 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Mapping
 
 
@@ -37,7 +38,5 @@ def asleep_tags(own: Callable[[], Mapping[str, Iterable[int]]] | None = None) ->
 
 def _holds_any(start: int, size: int, addresses: list[int]) -> bool:
     """Whether [start, start + size) holds one of the sorted `addresses`."""
-    import bisect
-
     i = bisect.bisect_left(addresses, start)
     return i < len(addresses) and addresses[i] < start + size

@@ -18,13 +18,11 @@ cd "$(dirname "$0")/.."
 VERSIONS=${*:-2.30.7 2.32.6}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+source scripts/wheels.sh   # download DIR SPEC...
 for version in $VERSIONS; do
   out=.nccl-$version
   echo "== nvidia-nccl-cu13==$version"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_24_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d "$work/$version" "nvidia-nccl-cu13==$version"
+  download "$work/$version" "nvidia-nccl-cu13==$version"
   unzip -q -o "$work/$version"/nvidia_nccl_cu13-*.whl 'nvidia/nccl/lib/libnccl.so.2' -d "$work/$version"
   lib=$work/$version/nvidia/nccl/lib/libnccl.so.2
   python3 scripts/prune_fatbin.py --arch 90 --relocatable "$lib"

@@ -28,15 +28,9 @@ pydantic-core==2.41.5 pyzmq setproctitle sniffio starlette typing-inspection xgr
 depyf==0.20.0 astor dill lark==1.2.2 python-json-logger diskcache gguf prometheus-client
 prometheus-fastapi-instrumentator watchfiles anyio h11 httpcore httpx distro py-cpuinfo cloudpickle
 einops compressed-tensors==0.17.0 lm-format-enforcer==0.11.3 interegular msgpack"
-PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
---platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_5_x86_64"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-download() {  # download DIR SPEC...: wheels for CPython 3.12 on x86-64 Linux, no dependencies
-  local dir=$1; shift
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    $PLATFORMS -d "$dir" "$@"
-}
+source scripts/wheels.sh   # download DIR SPEC...
 echo "== downloading vllm==$VLLM (about 300 MB)"
 download "$work/vllm" "vllm==$VLLM"
 echo "== downloading the small wheels"
