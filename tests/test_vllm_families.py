@@ -43,7 +43,7 @@ import torch  # noqa: E402
 import jax_amem  # noqa: E402,F401
 import jax_amem.vllm as jv  # noqa: E402
 import vllm_models as vm  # noqa: E402
-from test_vllm_tp import as_jax, loaded, ranks_params  # noqa: E402
+from test_vllm_tp import as_jax, assert_ranks_equal, loaded, ranks_params  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -129,11 +129,7 @@ def test_two_versions_equal_transformers_and_vllms_own_load(engine):
             assert not any(torch.equal(ours[r][n], theirs[r][n]) for r in range(tp) for n in derived)
     assert vm.greedy(llm, logprobs=5) == oracle["greedy"]
     amem.close()
-    for rank in range(tp):
-        assert set(ours[rank]) == set(theirs[rank])
-        for name in ours[rank]:   # the processed ones as vLLM holds them after its processing
-            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
-            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+    assert_ranks_equal(ours, theirs)
     if has_bias:   # the bias is held as loaded (not packed): each rank's own q head and the KV head
         a = trees[2]["layers"]["attn"]
         for rank in range(tp):

@@ -62,6 +62,17 @@ def ranks_params(llm) -> list:
     return llm.collective_rpc(_state)
 
 
+def assert_ranks_equal(ours: list, theirs: list) -> None:
+    """Every rank holds the same parameter names as the oracle, each tensor equal in shape and
+    bits (the processed ones as vLLM holds them after its own processing)."""
+    assert len(ours) == len(theirs)
+    for rank, (mine, oracle) in enumerate(zip(ours, theirs)):
+        assert set(mine) == set(oracle), rank
+        for name in mine:
+            assert mine[name].shape == oracle[name].shape, (rank, name)
+            assert torch.equal(mine[name], oracle[name]), (rank, name)
+
+
 def as_jax(tree):
     return jax.tree.map(jnp.asarray, tree)
 
@@ -191,13 +202,7 @@ def test_llama_one_kv_head_two_versions_equal_vllms_own_reload_on_both_ranks(lla
     unprocessed = [t["name"] for g in amem.description["groups"] for t in g if not t["processed"]]
     assert unprocessed and all("norm" in n for n in unprocessed)
     amem.close()
-    for rank in (0, 1):
-        assert set(ours[rank]) == set(theirs[rank])
-        for name in unprocessed:
-            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
-        for name in ours[rank]:
-            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
-            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+    assert_ranks_equal(ours, theirs)
 
 
 def test_with_the_direct_launch_off_each_layer_is_picked_first(llama_engine, monkeypatch):
@@ -239,11 +244,7 @@ def test_a_maxtext_llama_tree_two_versions_equal_vllms_own_reload_on_both_ranks(
         assert greedy(llm) == [vm.hf_greedy(hf, p, NEW_TOKENS) for p in PROMPTS], f"version {version}"
     ours = [state for _, state in ranks_params(llm)]
     amem.close()
-    for rank in (0, 1):
-        assert set(ours[rank]) == set(theirs[rank])
-        for name in ours[rank]:
-            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
-            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+    assert_ranks_equal(ours, theirs)
 
 
 def test_three_versions_into_two_worker_processes(engine):
@@ -281,12 +282,7 @@ def test_three_versions_into_two_worker_processes(engine):
         shut(oracle)
     assert tokens == ours_tokens
     assert logprobs == ours_logprobs
-    for rank in (0, 1):
-        for name in unprocessed:
-            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
-        for name in ours[rank]:   # the processed ones as vLLM holds them after its processing
-            assert ours[rank][name].shape == theirs[rank][name].shape, (rank, name)
-            assert torch.equal(ours[rank][name], theirs[rank][name]), (rank, name)
+    assert_ranks_equal(ours, theirs)
 
 
 def test_an_older_connect_is_refused_by_the_workers_before_it_writes(llama_engine):
