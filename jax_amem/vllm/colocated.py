@@ -26,6 +26,7 @@ back, as it is with level 1 once a group was written.
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -73,13 +74,13 @@ class Colocated:
             raise VllmBackendError("Colocated needs an engine started with sleep mode: vllm.LLM(..., "
                                    "enable_sleep_mode=True); this one was started without it, so its memory "
                                    "cannot be freed for the trainer")
-        if isinstance(level, bool) or level not in (1, 2):
+        if isinstance(level, bool) or not isinstance(level, numbers.Integral) or level not in (1, 2):
             raise VllmBackendError(f"Colocated(level={level!r:.40}): vLLM's sleep level is 1 (weights backed up "
                                    "to host memory) or 2 (weights discarded: every one is written by the update)")
         preallocated = readiness.xla_preallocation()
         if preallocated is not None:
             raise VllmBackendError(f"Colocated: {preallocated}")
-        self.engine, self.llm, self.level = engine, llm, level
+        self.engine, self.llm, self.level = engine, llm, int(level)
         if self.asleep() != ["kv_cache", "weights"]:
             self.sleep()
 
