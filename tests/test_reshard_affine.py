@@ -70,7 +70,7 @@ def jitted(convert, tree):
     its reciprocal (XLA's algebraic simplifier), which is what the plan's step computes. Eagerly,
     jax 0.10 gives the same; jax 0.12.1 divides exactly (the constant reaches the kernel as an
     operand), one ulp apart at most."""
-    return {k: np.asarray(v) for k, v in jax.jit(convert)({k: jnp.asarray(v) for k, v in tree.items()}).items()}
+    return eager(jax.jit(convert), tree)
 
 
 def assert_within_one_ulp(got, want):
