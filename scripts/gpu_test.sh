@@ -39,7 +39,8 @@
 #                  rebuild included, and recreate without giving free host memory back (recreate_notrim)
 #                  ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
-#                  (560) s; not in the default list: name it
+#                  (560) s; the image's NCCL once more under MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run);
+#                  not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
 #   hostile_demo   the hostile suite's case that runs the whole tiny demo with JAX on CPU on a GPU host
@@ -241,7 +242,7 @@ for name in $STEPS; do
       rss_one() {
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
           --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300}" --timeout $((${RSS_LIMIT:-560} - 20)) \
-          --json "$O/rss_$(nccl_tag "$1").json"
+          --json "$O/rss_${2:-$(nccl_tag "$1")}.json"
       }
       pids=()
       for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
@@ -249,6 +250,12 @@ for name in $STEPS; do
         rss_one "$lib" > "$O/rss_$tag.log" 2>&1 &
         pids+=($!)
       done
+      # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (empty: not run): whether the
+      # growth is per-thread arenas opened by NCCL's and the teardown's threads rather than memory held.
+      if [ -n "${RSS_ARENA-2}" ]; then
+        MALLOC_ARENA_MAX=${RSS_ARENA-2} rss_one image "image_arena${RSS_ARENA-2}" > "$O/rss_image_arena${RSS_ARENA-2}.log" 2>&1 &
+        pids+=($!)
+      fi
       TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A12 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
