@@ -88,9 +88,10 @@ def _bits(x):
 
 # (family, source, MaxText's param_scan_axis): the flax naming's Rules (Parts with replicas),
 # MaxText's Pieces (layers on axis 1, Llama's RoPE reorder and query scaling) and its Rules
-# (Qwen3 with layers on axis 0); Qwen3's head_dim read from its q_norm, Llama's and Qwen2's given.
-CASES = [("llama", "flax", None), ("qwen3", "flax", None), ("qwen2", "flax", None), ("llama", "maxtext", 1),
-         ("qwen3", "maxtext", 0)]
+# (Qwen3 with layers on axis 0); Qwen3's and Gemma3's head_dim read from their q_norm, Llama's and
+# Qwen2's given.
+CASES = [("llama", "flax", None), ("qwen3", "flax", None), ("gemma3", "flax", None), ("qwen2", "flax", None),
+         ("llama", "maxtext", 1), ("qwen3", "maxtext", 0)]
 
 
 @pytest.mark.parametrize("family,source,scan_axis", CASES)
@@ -100,7 +101,7 @@ def test_each_rank_holds_its_query_heads_and_one_kv_head(family, source, scan_ax
     tree, checkpoint = _trainer_and_checkpoint(family, source, scan_axis, kv)
     want = _expected(family, checkpoint, tp, kv)
     arrays = shard_tree(tree)
-    head_dim = HD if source == "flax" and family != "qwen3" else None
+    head_dim = HD if source == "flax" and family not in ("qwen3", "gemma3") else None
     qkv = _qkv_rules(family, arrays, source, tp, head_dim)
     assert {r.dst for r in qkv} == set(want)
 
