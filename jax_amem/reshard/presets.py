@@ -116,6 +116,8 @@ LLAMA_ATTN = {"self_attn.q_proj.weight": "q", "self_attn.k_proj.weight": "k", "s
 DENSE_MLP = {"mlp.gate_proj.weight": "gate", "mlp.up_proj.weight": "up", "mlp.down_proj.weight": "down"}
 NORMS = {"input_layernorm.weight": "attn_norm", "post_attention_layernorm.weight": "mlp_norm"}
 QK_NORM = {"self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
+# The families with per-head q/k norms: their q_norm's width is the head_dim.
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3")
 QKV_BIAS = {"self_attn.q_proj.bias": "q_bias", "self_attn.k_proj.bias": "k_bias", "self_attn.v_proj.bias": "v_bias"}
 HF_EXPERTS = {"mlp.gate.weight": "router", "mlp.experts.gate_up_proj": (("e_gate", "e_up"), 1),
               "mlp.experts.down_proj": "e_down"}
@@ -172,7 +174,7 @@ def family_tables(family: str, layout: str, moe_layer: bool = True) -> tuple[dic
         globals_, prefix = dict(LLAMA_GLOBALS), "model.layers.{}."
         attn = MLA if family == "deepseek" else LLAMA_ATTN
         layer = {**attn, **NORMS}
-        if family in ("qwen3", "qwen3_moe", "gemma3"):
+        if family in QK_NORM_FAMILIES:
             layer.update(QK_NORM)
         if family == "qwen2":
             layer.update(QKV_BIAS)
@@ -616,7 +618,7 @@ class _PresetRules:
         held, by = (one[split + 1], f"source {s.path!r} (shape {shapes[s.path]})") if self.maxtext else (None, "")
         stack = s.path[:len(s.path) - len(_source_path(self.family, self.source, logical))]
         norm = stack + _source_path(self.family, self.source, "q_norm")
-        if held is None and self.family in ("qwen3", "qwen3_moe", "gemma3") and norm in shapes:
+        if held is None and self.family in QK_NORM_FAMILIES and norm in shapes:
             held, by = shapes[norm][-1], f"the q_norm scale {norm!r} (shape {shapes[norm]})"
         if head_dim is not None and held is not None and head_dim != held:
             raise RuleError(f"{who}: head_dim={head_dim} differs from the head_dim {held} of {by}: leave head_dim "
