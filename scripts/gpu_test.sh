@@ -252,8 +252,9 @@ for name in $STEPS; do
       done
       # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (empty: not run): whether the
       # growth is per-thread arenas opened by NCCL's and the teardown's threads rather than memory held.
-      if [ -n "${RSS_ARENA-2}" ]; then
-        MALLOC_ARENA_MAX=${RSS_ARENA-2} rss_one image "image_arena${RSS_ARENA-2}" > "$O/rss_image_arena${RSS_ARENA-2}.log" 2>&1 &
+      arenas=${RSS_ARENA-2}
+      if [ -n "$arenas" ]; then
+        MALLOC_ARENA_MAX=$arenas rss_one image "image_arena$arenas" > "$O/rss_image_arena$arenas.log" 2>&1 &
         pids+=($!)
       fi
       TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A12 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
