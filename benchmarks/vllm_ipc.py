@@ -43,6 +43,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")   # the rank proc
 
 import numpy as np
 
+from jax_amem_core import answers
 from jax_amem_vllm.layout import DEFAULT_STAGING_BYTES, pack, staged_bytes
 
 D, H, KV, HD, F, V = 1024, 16, 8, 128, 3072, 151936   # Qwen3-0.6B (tied head)
@@ -150,8 +151,8 @@ class Ranks:
         self.procs = procs
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
-        if callable(method):   # a function vLLM runs on each worker (failures_of): these hold no engine
-            return [method(None) for _ in self.procs]
+        if method == answers.METHOD:   # a question vLLM's workers answer (jax_amem_core.answers): no engine here
+            return [answers.answer(None, **kwargs) for _ in self.procs]
         words = {"update_weights": lambda: "commit " + ",".join(
             str(g) for g in kwargs["update_info"].get("groups", [kwargs["update_info"].get("group")])),
             "start_weight_update": lambda: "start"}

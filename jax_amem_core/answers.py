@@ -1,7 +1,10 @@
-"""What the trainer asks every worker with `llm.collective_rpc(function)` (vLLM runs the function
-on each worker and returns each one's answer): plain functions of this module, which a worker
-imports by name, free of vLLM, JAX and jax_amem so that a trainer without vLLM (benchmarks,
-test stand-ins) imports them too.
+"""What the trainer asks every worker: `llm.collective_rpc(METHOD, kwargs={"question": ...})`
+runs `answer` on each worker (jax_amem_vllm.register adds it to vLLM's workers under METHOD) and
+returns each one's answer. Asked by a method's name, not by sending a function: vLLM sends a name
+to workers of other processes (the engine core's own process is its default) as it is, where a
+function needs its pickle fallback (VLLM_ALLOW_INSECURE_SERIALIZATION), off by default. Plain
+functions, free of vLLM, JAX and jax_amem so that a trainer without vLLM (benchmarks, test
+stand-ins) imports them too.
 
 They answer rather than raise: after one rank raises in a call, vLLM 0.32's multiprocess
 executor leaves the other ranks' answers unread, and every later call reads those ranks'
@@ -58,3 +61,18 @@ def refuse_until_update(worker, why: str) -> bool:
         return False
     engine.refuse_until_update(why)
     return True
+
+
+# The name of the worker method that answers (`answer`), and the questions it takes.
+METHOD = "jax_amem_answer"
+QUESTIONS = {"failure": failures_of, "setup": setup_of, "serving_state": serving_state_of, "asleep": asleep_of,
+             "refuse_until_update": refuse_until_update}
+
+
+def answer(worker, question: str, **kwargs):
+    """The worker's answer to `question` (a key of QUESTIONS), with the question's arguments."""
+    if question not in QUESTIONS:
+        raise ValueError(f"jax_amem: a worker was asked {question!r}, which it does not answer "
+                         f"(it answers {sorted(QUESTIONS)}): the trainer's jax-amem is not the worker's; "
+                         "install one version in both")
+    return QUESTIONS[question](worker, **kwargs)

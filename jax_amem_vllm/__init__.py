@@ -20,9 +20,18 @@ BACKEND = "jax_amem"
 
 
 def register() -> None:
-    """Registers the backend with vLLM's factory (idempotent: vLLM may load plugins twice)."""
+    """Registers the backend with vLLM's factory and gives vLLM's workers the method that answers
+    the trainer's questions (idempotent: vLLM may load plugins twice)."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    from jax_amem_core import answers
 
     if BACKEND not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(
             BACKEND, "jax_amem_vllm.engine", "JaxAmemWeightTransferEngine")
+    # The trainer asks by this method's name (jax_amem_core/answers.py says why a name): vLLM runs a
+    # method of its worker by name in every placement. Added to the base of its workers, as vLLM
+    # itself adds a `worker_extension_cls`, so that users need not pass one.
+    if not hasattr(WorkerBase, answers.METHOD):
+        setattr(WorkerBase, answers.METHOD, answers.answer)

@@ -26,6 +26,8 @@ import jax_amem  # noqa: E402,F401
 import jax_amem.vllm as jv  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))   # vllm_worker_probe.py, for the engine core's process
+
 pytestmark = pytest.mark.vllm
 
 PROMPTS, NEW_TOKENS, start, greedy = vm.PROMPTS, vm.NEW_TOKENS, vm.start, vm.greedy
@@ -63,12 +65,8 @@ def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
         if __name__ == "__main__":
             llm = vllm.LLM(model={str(tmp_path / "m")!r}, skip_tokenizer_init=True, dtype="float32",
                            max_model_len=128, enforce_eager=True, kv_cache_memory_bytes=64 << 20,
-                           weight_transfer_config={{"backend": "jax_amem"}})
-            def probe(worker):
-                import os, sys
-                return (os.getpid(), type(worker.weight_transfer_engine).__name__,
-                        sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jax_amem."))),
-                        "jax_amem_vllm.nccl" in sys.modules)
+                           weight_transfer_config={{"backend": "jax_amem"}},
+                           worker_extension_cls="vllm_worker_probe.Probe")
             import jax_amem.vllm as jv, jax.numpy as jnp
             tree = {{}}
             for key, value in np.load({str(tmp_path / "v1.npz")!r}).items():
@@ -88,10 +86,14 @@ def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
                                 vllm.SamplingParams(max_tokens={NEW_TOKENS}, temperature=0, detokenize=False),
                                 use_tqdm=False)
             print("TOKENS", json.dumps([list(o.outputs[0].token_ids) for o in outs]))
-            print("WORKER", json.dumps([os.getpid(), *llm.collective_rpc(probe)]))
+            print("WORKER", json.dumps([os.getpid(), *llm.collective_rpc("probe")]))
             llm.llm_engine.engine_core.shutdown()
     """)
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    # As users run it: without vLLM's pickle fallback, so every call the trainer's half makes into the
+    # engine core's process is one vLLM sends by default (a method's name and plain data).
+    env = {key: value for key, value in os.environ.items() if key != "VLLM_ALLOW_INSECURE_SERIALIZATION"}
+    env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     said = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines()

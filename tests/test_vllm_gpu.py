@@ -121,28 +121,17 @@ _ENGINE_CORE = textwrap.dedent("""
     import jax_amem.vllm as jv
     import vllm_gpu_engines as ge, vllm_models as vm
 
-    def digests(worker):   # by value: the worker process need not import the tests
-        import hashlib, torch
-        out = {{}}
-        for name, p in worker.model_runner.get_model().named_parameters():
-            data = p.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
-            out[name] = f"{{p.dtype}}:{{tuple(p.shape)}}:{{hashlib.sha256(data).hexdigest()}}"
-        return out
-
-    def pid(worker):
-        import os
-        return os.getpid()
-
     if __name__ == "__main__":
         trees = [vm.flax_tree({family!r}, seed, kv={kv}) for seed in (11, 12, 13)]
         gpu = lambda t: jax.tree.map(lambda a: jax.device_put(jnp.asarray(a), jax.devices("gpu")[0]), t)
-        llm = ge.start({config!r}, backend=True, eager={eager}, dummy=True)
+        llm = vllm.LLM(**ge.engine_kwargs({config!r}, backend=True, eager={eager}, dummy=True),
+                       worker_extension_cls="vllm_worker_probe.Probe")
         engine = jv.connect(llm, gpu(trees[0]), family={family!r}, cast="bfloat16")
-        out = {{"transport": engine.transport, "trainer": __import__("os").getpid(), "worker": llm.collective_rpc(pid)[0],
+        out = {{"transport": engine.transport, "trainer": __import__("os").getpid(), "worker": llm.collective_rpc("probe")[0][0],
                "versions": []}}
         for tree in trees:
             report = engine.update(gpu(tree))
-            out["versions"].append({{"digests": llm.collective_rpc(digests)[0], "tokens": vm.greedy(llm),
+            out["versions"].append({{"digests": llm.collective_rpc("digests")[0], "tokens": vm.greedy(llm),
                                     "seconds": report.seconds}})
         vm.shut(llm)
         print("RESULT", json.dumps(out))
@@ -157,7 +146,10 @@ def test_engine_core_process_over_cuda_ipc_three_versions(tmp_root):
     start_oracle(tmp_root, family, kv, eager)
     config = ge.config_dir(tmp_root / f"config-{family}-kv{kv}", family, kv)
     script = _ENGINE_CORE.format(tests=str(HERE), family=family, kv=kv, eager=eager, config=str(config))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    # As users run it: vLLM's pickle fallback off, so the trainer's calls into the engine core's
+    # process are what vLLM sends by default; the tests read the worker through vllm_worker_probe.
+    env = {key: value for key, value in os.environ.items() if key != "VLLM_ALLOW_INSECURE_SERIALIZATION"}
+    env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True, timeout=400,
                           cwd=tmp_root)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -19,6 +19,7 @@ from jax_amem.vllm import VllmPlanError  # noqa: E402
 from jax_amem.vllm.ranks import whole_shapes  # noqa: E402
 from jax_amem.vllm.trainer import VllmEngine  # noqa: E402
 from jax_amem.vllm.transports import _TorchStaging  # noqa: E402
+from jax_amem_core import answers  # noqa: E402
 import vllm_models as vm  # noqa: E402
 
 TP = 2
@@ -121,8 +122,10 @@ class Commits:
         self.ranks = ranks
 
     def collective_rpc(self, method, timeout=None, kwargs=None):
-        if callable(method):   # a function vLLM would run on each worker (failures_of): none of ours
-            return [method(None) for _ in self.ranks]
+        if not isinstance(method, str):   # as vLLM's encoder into an engine core of its own process
+            raise TypeError(f"Object of type {type(method)} is not serializable")
+        if method == answers.METHOD:   # a question vLLM's workers answer (jax_amem_core.answers): no engine here
+            return [answers.answer(None, **kwargs) for _ in self.ranks]
         if method == "update_weights":
             info = kwargs["update_info"]
             groups = tuple(info["groups"]) if "groups" in info else (info["group"],)

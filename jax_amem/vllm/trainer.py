@@ -502,6 +502,12 @@ class VllmEngine:
             raise box["error"]
         return box["result"]
 
+    def _ask(self, question: str, **kwargs) -> list:
+        """Each worker's answer to `question` (jax_amem_core.answers), asked by the method's name."""
+        from jax_amem_core import answers
+
+        return self._rpc(answers.METHOD, question=question, **kwargs)
+
     def _dead(self) -> list[dict]:
         """The ranks whose processes are gone; the first ones seen are kept (`_died`): once one
         worker dies, vLLM stops the others."""
@@ -614,18 +620,14 @@ class VllmEngine:
 
     def asleep(self) -> list[str]:
         """The memory tags ("weights", "kv_cache") asleep on any of the engine's workers, sorted."""
-        from jax_amem_core.answers import asleep_of
-
-        return sorted({tag for tags in self._rpc(asleep_of) for tag in tags})
+        return sorted({tag for tags in self._ask("asleep") for tag in tags})
 
     def refuse_until_update(self, why: str) -> None:
         """Every worker refuses to serve until the next complete update (`why` in the refusal)."""
         if self.worker is not None:
             self.worker.refuse_until_update(why)
             return
-        from jax_amem_core.answers import refuse_until_update
-
-        if not all(self._rpc(refuse_until_update, why=why)):
+        if not all(self._ask("refuse_until_update", why=why)):
             raise VllmBackendError("a worker of the engine has no jax_amem backend: it cannot refuse to serve")
 
     def _check_ready(self) -> None:
@@ -643,10 +645,8 @@ class VllmEngine:
 
     def _worker_failures(self) -> str:
         """Each rank's kept update_weights failure, taken, in words ("" when none)."""
-        from jax_amem_core.answers import failures_of
-
         return "; ".join(f"rank {rank}'s worker: {failure}"
-                         for rank, failure in enumerate(self._rpc(failures_of)) if failure)
+                         for rank, failure in enumerate(self._ask("failure")) if failure)
 
     def _check_setup(self) -> None:
         """Workers of other processes, before anything is written: one set up again since this
@@ -655,9 +655,7 @@ class VllmEngine:
         else now). A worker in this process is written where it stages now (transports.InProcess)."""
         if self.worker is not None or not all(rank.note.get("setup") for rank in self.ranks):
             return
-        from jax_amem_core.answers import setup_of
-
-        setups = self._rpc(setup_of)
+        setups = self._ask("setup")
         stale = [rank.note["tp_rank"] for rank, setup in zip(self.ranks, setups) if setup != rank.note["setup"]]
         if stale:
             raise VllmUpdateError(f"the engine's workers (ranks {stale}) were set up again by another connect since "
@@ -711,9 +709,7 @@ class VllmEngine:
         in this process, through collective_rpc elsewhere."""
         if self.worker is not None:
             return [self.worker.serving_state()]
-        from jax_amem_core.answers import serving_state_of
-
-        return self._rpc(serving_state_of)
+        return self._ask("serving_state")
 
     def _finish_quietly(self) -> None:
         try:

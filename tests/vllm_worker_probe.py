@@ -1,0 +1,22 @@
+"""A vLLM worker extension for the tests (`vllm.LLM(worker_extension_cls="vllm_worker_probe.Probe")`):
+what a worker process holds, read by `llm.collective_rpc("probe")`, a method's name, so that the
+engine core runs in its own process without vLLM's pickle fallback (VLLM_ALLOW_INSECURE_SERIALIZATION),
+as users run it. Imports neither JAX nor jax_amem."""
+
+import os
+import sys
+
+
+class Probe:
+    def probe(self):
+        """(pid, the worker's weight-transfer engine's class name, the JAX and jax_amem modules
+        loaded, whether the backend's NCCL half is loaded)."""
+        return (os.getpid(), type(self.weight_transfer_engine).__name__,
+                sorted(m for m in sys.modules if m == "jax" or m.startswith(("jax.", "jax_amem."))),
+                "jax_amem_vllm.nccl" in sys.modules)
+
+    def digests(self):
+        """Each parameter of the worker's model: "dtype:shape:sha256 of its bytes"."""
+        import vllm_gpu_engines
+
+        return vllm_gpu_engines.digests(self)
