@@ -18,7 +18,8 @@ from jax_amem.reshard import names_tree
 L, D, H, KV, HD, F, E, I, S, V = 2, 16, 4, 2, 4, 24, 4, 8, 8, 32
 R, ROPE, NOPE, VHD = 8, 2, 2, 4          # DeepSeek MLA: kv rank, rope / nope / value head dims
 GPT_F, POS = 64, 16
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2", "qwen2")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2", "qwen2",
+            "phi3")
 
 
 def _shapes(family, moe):
@@ -215,6 +216,8 @@ def oracle(family, layout, w, xp, tp=2, tie=False):
                 q, k, v = heads_in(l["q"]), heads_in(l["k"]), heads_in(l["v"])
                 if vllm:
                     out[p + "self_attn.qkv_proj.weight"] = _fuse(xp, [q, k, v], 0, tp)
+                elif family == "phi3":   # Phi-3's checkpoint: whole q, k, v rows one after another
+                    out[p + "self_attn.qkv_proj.weight"] = xp.concatenate([q, k, v], axis=0)
                 else:
                     out.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
                                 p + "self_attn.v_proj.weight": v})
@@ -257,6 +260,8 @@ def oracle(family, layout, w, xp, tp=2, tie=False):
                 gate, up = T(l["gate"]), T(l["up"])
                 if vllm:
                     out[p + "mlp.gate_up_proj.weight"] = _fuse(xp, [gate, up], 0, tp)
+                elif family == "phi3":   # Phi-3's checkpoint: gate's rows, then up's
+                    out[p + "mlp.gate_up_proj.weight"] = xp.concatenate([gate, up], axis=0)
                 else:
                     out[p + "mlp.gate_proj.weight"] = gate
                     out[p + "mlp.up_proj.weight"] = up
@@ -291,6 +296,8 @@ def hf_model(family):
         config, cls = T.Gemma2Config(**base), T.Gemma2ForCausalLM
     elif family == "gemma3":
         config, cls = T.Gemma3TextConfig(**base), T.Gemma3ForCausalLM
+    elif family == "phi3":   # pad_token_id: Phi-3's default (32000) is no row of this vocabulary; Llama's eps
+        config, cls = T.Phi3Config(**base, pad_token_id=None, rms_norm_eps=1e-6), T.Phi3ForCausalLM
     elif family == "deepseek":
         config = T.DeepseekV3Config(vocab_size=V, hidden_size=D, intermediate_size=F, moe_intermediate_size=I,
                                     num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=H,

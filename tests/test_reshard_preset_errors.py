@@ -100,7 +100,9 @@ def test_heads_merged_under_the_maxtext_naming():
                                                     r"layers_5"),
                                          ("gemma", r"Hugging Face \(AI-Hypercomputer/maxtext .* at a429848a0a51\) has "
                                                    r"no Gemma \(1\) hooks"),
-                                         ("gpt2", r"MaxText has no GPT-2 model")])
+                                         ("gpt2", r"MaxText has no GPT-2 model"),
+                                         ("phi3", r"Hugging Face \(AI-Hypercomputer/maxtext .* at a429848a0a51\) has "
+                                                  r"no Phi-3 hooks")])
 def test_maxtext_presets_that_cannot_follow_the_exporter_refuse(family, step):
     tree = M.source_tree(family, "maxtext", M.logical(family, np.random.default_rng(0)))
     with pytest.raises(rules.RuleError, match=r"preset '%s' \(source='maxtext', layout='hf'\): refused: .*%s.*"

@@ -46,13 +46,14 @@ def test_a_head_of_its_own_with_tie_embeddings_is_refused(layout, source, head):
 
 
 @pytest.mark.parametrize("layout", ["hf", "vllm"])
-@pytest.mark.parametrize("family", ["llama", "mistral"])
-def test_qkv_biases_into_a_family_without_them_name_qwen2(layout, family):
+@pytest.mark.parametrize("family,named", [("llama", "llama"), ("mistral", "llama"), ("phi3", "phi3")])
+def test_qkv_biases_into_a_family_without_them_name_qwen2(layout, family, named):
+    """Phi-3 fuses q/k/v without biases (its qkv_proj has none): Qwen2 alone writes them."""
     tree = _tree("qwen2")
-    with pytest.raises(UnreadWeightsError, match=_who("llama", "flax", layout)
+    with pytest.raises(UnreadWeightsError, match=_who(named, "flax", layout)
                        + rf"the tree holds 3 weight\(s\) that the rules would not read: layers/attn/k/bias "
                          rf"\({pm.L} layers\), layers/attn/q/bias \({pm.L} layers\), layers/attn/v/bias \({pm.L} "
-                         r"layers\); the rollout would serve a model without them, not the trainer's: the 'llama' "
+                         rf"layers\); the rollout would serve a model without them, not the trainer's: the '{named}' "
                          r"preset writes no k_bias, q_bias, v_bias: family='qwen2' writes them, if the tree is that "
                          r"family's; or write the rules with rules\.from_function$") as refused:
         rules.preset(family, tree, layout=layout)
@@ -88,7 +89,8 @@ def test_another_familys_norms_and_a_head_gpt2_ties_are_refused():
 @pytest.mark.parametrize("family,tree_of,named,extra", [
     ("llama", "qwen3", "qwen3", "k_norm, q_norm"),            # not gemma3, which also writes two more norms
     ("gemma", "gemma2", "gemma2", "post_ffw_norm, pre_ffw_norm"),
-    ("gemma2", "gemma3", "gemma3", "k_norm, q_norm")])
+    ("gemma2", "gemma3", "gemma3", "k_norm, q_norm"),
+    ("phi3", "qwen3", "qwen3", "k_norm, q_norm")])
 def test_the_closest_family_that_writes_the_unread_norms_is_named(family, tree_of, named, extra):
     """The advice names the family that writes the tree's weights and the fewest others: a family
     writing more (Gemma3 beside Qwen3) would expect weights the tree has not."""

@@ -104,6 +104,22 @@ def test_flax_preset_swaps_bit_exact(family, layout, dtype):
         _check_logits(family, model, want, dtype)
 
 
+def test_the_phi3_oracle_fuses_as_transformers_reads():
+    """The Phi-3 oracle's fused order (q, k then v rows; gate then up) is the one transformers'
+    Phi3ForCausalLM splits: holding it, the model computes the logits of LlamaForCausalLM holding
+    the same weights unfused (two matmuls where Phi-3 does one: equal to rounding)."""
+    weights = M.logical("phi3", np.random.default_rng(4))
+    tokens = torch.arange(8).reshape(1, 8) % M.V
+    logits = []
+    for family in ("phi3", "llama"):
+        model = M.hf_model(family)
+        model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in
+                               M.oracle(family, "hf", weights, np).items()}, strict=True)
+        with torch.no_grad():
+            logits.append(model(tokens).logits)
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-5, atol=1e-5)
+
+
 # transformers' own Flax -> PyTorch loader, `load_flax_weights_in_pytorch_model` in
 # huggingface/transformers src/transformers/modeling_flax_pytorch_utils.py at commit
 # 01080c629600d4ff3121446bb4f4a2e240c2cf41, re-expressed: a 2-D `kernel` becomes `weight`,

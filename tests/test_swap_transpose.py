@@ -241,7 +241,8 @@ def _swap_both_routes(monkeypatch, src, make_dst, **options):
 
 
 @pytest.mark.parametrize("family, source",
-                         [(f, "flax") for f in ("llama", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "mixtral")]
+                         [(f, "flax") for f in ("llama", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "mixtral",
+                                                "phi3")]
                          + [(f, "maxtext") for f in ("llama", "qwen3", "mixtral")])
 @pytest.mark.parametrize("cast", ["bfloat16", None])
 def test_preset_views_swap_bit_exact_through_the_fused_copy(monkeypatch, family, source, cast):

@@ -18,6 +18,9 @@ serve (`make test-vllm`), each from a Flax-style trainer tree with `family=`:
   where kv_b_proj is quantized), so a commit that did not derive them again would leave them
   stale. TP=1 and TP=2 (one head per rank); its tokens are checked against vLLM's own load only
   (vLLM-CPU's MLA differs from transformers', docs/limits.md).
+* Phi-3: Llama's tensors, the checkpoint's q/k/v fused in `qkv_proj` and gate/up in
+  `gate_up_proj` (vLLM's Phi3ForCausalLM is its Llama, its loader cutting each rank's rows from
+  the fused tensors); untied head. TP=1 and TP=2.
 * GPT-2: tied head, LayerNorm weights and biases, output biases, learned positions (`wpe`, a
   plain torch Embedding), fused `c_attn`, no gated MLP; a vocabulary of 300, which vLLM pads to
   320 rows (GPT-2's 50257 is no multiple of 64 either), so at TP=2 the second rank's 160 rows
@@ -53,16 +56,19 @@ from test_vllm_tp import as_jax, assert_ranks_equal, loaded, ranks_params  # noq
 pytestmark = pytest.mark.vllm
 
 # KV heads per family (GPT-2 has no grouped KV heads: one per query head)
-KV = {"qwen2": 1, "gemma": vm.KV, "gemma2": vm.KV, "gemma3": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV}
+KV = {"qwen2": 1, "gemma": vm.KV, "gemma2": vm.KV, "gemma3": vm.KV, "gpt2": vm.heads("gpt2"), "deepseek": vm.KV,
+      "phi3": vm.KV}
 # vLLM-CPU's MLA attention computes other logits than transformers' DeepSeek-V3 for the same
 # checkpoint (docs/limits.md): there vLLM's own load of each version is the only oracle.
 DIFFERS_FROM_TRANSFORMERS = ("deepseek",)
 # TP=2 where it cuts something TP=1 does not: Qwen2's qkv bias and replicated KV head, GPT-2's
-# padded vocabulary (the padding on the last rank), DeepSeek's MLA heads. Gemma2's and Gemma3's
+# padded vocabulary (the padding on the last rank), DeepSeek's MLA heads, the ranks' rows vLLM
+# cuts from Phi-3's fused checkpoint tensors (the oracle for each rank's qkv_proj and gate_up_proj
+# is that cut, not the q/k/v tensors Llama's loader reads one by one). Gemma2's and Gemma3's
 # tensors are cut as tied Qwen3's (tests/test_vllm_tp.py: qkv_proj and gate_up_proj per rank, the
 # per-head q/k norms and the layer norms whole), Gemma's as tied Llama's.
-CASES = [("qwen2", 1), ("gemma", 1), ("gemma2", 1), ("gemma3", 1), ("gpt2", 1), ("deepseek", 1), ("qwen2", 2),
-         ("gpt2", 2), ("deepseek", 2)]
+CASES = [("qwen2", 1), ("gemma", 1), ("gemma2", 1), ("gemma3", 1), ("gpt2", 1), ("deepseek", 1), ("phi3", 1),
+         ("qwen2", 2), ("gpt2", 2), ("deepseek", 2), ("phi3", 2)]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-tp{tp}" for f, tp in CASES])

@@ -12,8 +12,9 @@ Families: llama, qwen3 (tied), qwen3_moe, mixtral, qwen2 (q/k/v biases), gemma (
 tensors), gemma2 (tied; its pre/post feed-forward norms, soft-capping from transformers' defaults),
 gemma3 (tied; Gemma2's norms and per-head q/k norms; its sliding window, 4096 by default, is wider
 than the engines' max_model_len, so local and global layers attend alike), gpt2 (tied; biases,
-LayerNorms, learned positions, a plain fc/down MLP, a padded vocabulary) and deepseek (MLA, a
-dense stack then an MoE stack with shared experts).
+LayerNorms, learned positions, a plain fc/down MLP, a padded vocabulary), deepseek (MLA, a
+dense stack then an MoE stack with shared experts) and phi3 (Llama's tensors, its checkpoint
+fusing q/k/v into qkv_proj and gate/up into gate_up_proj, which vLLM's loader splits per rank).
 
 Variants (hf_variant, flax_of): a transformers Llama-style class with config options (tied, KV
 heads, head_dim, rope_scaling, biases), its weights drawn here and its trainer tree read back.
@@ -207,6 +208,8 @@ def hf_config(family: str, kv: int = KV):
         return T.Qwen2Config(**base), T.Qwen2ForCausalLM
     if family == "gemma":
         return T.GemmaConfig(**base), T.GemmaForCausalLM
+    if family == "phi3":   # pad_token_id: Phi-3's default (32000) is no row of this vocabulary
+        return T.Phi3Config(**base, pad_token_id=None), T.Phi3ForCausalLM
     if family == "gemma3":   # Gemma3's attention scale reads query_pre_attn_scalar (256 by default), as Gemma2's
         return T.Gemma3TextConfig(**base, query_pre_attn_scalar=HD), T.Gemma3ForCausalLM
     if family == "gemma2":   # eager attention: transformers soft-caps the attention logits only there
@@ -275,7 +278,20 @@ def hf_model(family: str, tree: dict):
         else:
             for x in ("gate", "up", "down"):
                 state[p + f"mlp.{x}_proj.weight"] = t(lay["mlp"][x]["kernel"][i].T)
-    return _loaded(model, state)
+    return _loaded(model, _phi3_fused(state) if family == "phi3" else state)
+
+
+def _phi3_fused(state: dict) -> dict:
+    """Phi-3's checkpoint names for Llama's tensors: each layer's q, k and v rows one after
+    another in qkv_proj, gate's then up's in gate_up_proj."""
+    import torch
+    out = dict(state)
+    for i in range(L):
+        p = f"model.layers.{i}."
+        for fused, parts in (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+                             ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj"))):
+            out[f"{p}{fused}.weight"] = torch.cat([out.pop(f"{p}{x}.weight") for x in parts])
+    return out
 
 
 def _gpt2_state(tree: dict, t) -> dict:

@@ -6,7 +6,8 @@
 Families: llama, qwen3, qwen3_moe, mixtral, gemma (Llama's tensors, tied head), gemma2 (and
 pre/post feed-forward norms), gemma3 (Gemma2's and per-head q/k norms), deepseek (MoE with shared
 experts, first dense layers, multi-head latent attention as in Hugging Face's DeepseekV3), gpt2,
-qwen2 (Llama's tensors and q/k/v biases); "mistral" reads as "llama" (ALIASES). Gemma's RMSNorm
+qwen2 (Llama's tensors and q/k/v biases), phi3 (Llama's tensors, its checkpoint fusing q/k/v into
+qkv_proj and gate/up into gate_up_proj); "mistral" reads as "llama" (ALIASES). Gemma's RMSNorm
 multiplies by (1 + weight) in the model itself: the trainer's tree holds the checkpoint's values
 and the presets copy them.
 
@@ -25,14 +26,15 @@ the shapes when not given):
   rotary features) is done, and Llama's and Mixtral's query scaling (`scale_query_layer`: the
   query kernel times float32(sqrt(head_dim))) runs in the copy as constant steps, rounded as
   the exporter rounds it (`query_scale`); an exporter the presets do not follow (Gemma 2's and
-  Gemma 3's norm offsets, embedding scaling and split layers) or none (Gemma 1) is refused at
-  `preset()` with the reason named (`REFUSED`).
+  Gemma 3's norm offsets, embedding scaling and split layers) or none (Gemma 1, Phi-3) is
+  refused at `preset()` with the reason named (`REFUSED`).
 
 Layouts (the rollout's names and shapes):
 
 * `"hf"`: transformers' own (installed 5.x: Qwen3-MoE / Mixtral / DeepSeek experts fused
   as 3-D `mlp.experts.gate_up_proj` (E, 2I, D) and `down_proj` (E, D, I); GPT-2 Conv1D
-  kernels (in, out) and fused `c_attn`). Whole tensors: `tp` must be 1.
+  kernels (in, out) and fused `c_attn`; Phi-3's fused `qkv_proj` and `gate_up_proj`). Whole
+  tensors: `tp` must be 1.
 * `"vllm"`: vLLM's fused tensors: `qkv_proj`, `gate_up_proj`, MoE `w13_weight` (E, 2I, D)
   and `w2_weight` (E, D, I), each fused tensor interleaved per tensor-parallel rank (`tp`).
   Where tp exceeds the KV heads, each rank's `qkv_proj` (and its bias) holds its query heads
@@ -114,6 +116,11 @@ LAYOUTS = ("hf", "vllm")
 LLAMA_ATTN = {"self_attn.q_proj.weight": "q", "self_attn.k_proj.weight": "k", "self_attn.v_proj.weight": "v",
               "self_attn.o_proj.weight": "o"}
 DENSE_MLP = {"mlp.gate_proj.weight": "gate", "mlp.up_proj.weight": "up", "mlp.down_proj.weight": "down"}
+# Phi-3's checkpoint (transformers' Phi3ForCausalLM): Llama's attention and MLP with q, k, v fused
+# on the output axis in that order, and gate then up. These are vLLM's names for Llama's fused
+# tensors, and vLLM's Phi3ForCausalLM is its Llama: Phi-3's 'vllm' layout is Llama's (`_vllm`).
+PHI3_ATTN = {"self_attn.qkv_proj.weight": (("q", "k", "v"), 0), "self_attn.o_proj.weight": "o"}
+PHI3_MLP = {"mlp.gate_up_proj.weight": (("gate", "up"), 0), "mlp.down_proj.weight": "down"}
 NORMS = {"input_layernorm.weight": "attn_norm", "post_attention_layernorm.weight": "mlp_norm"}
 QK_NORM = {"self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
 # The families with per-head q/k norms: their q_norm's width is the head_dim.
@@ -172,7 +179,8 @@ def family_tables(family: str, layout: str, moe_layer: bool = True) -> tuple[dic
         layer, globals_, prefix = dict(GPT2_LAYER), dict(GPT2_GLOBALS), "transformer.h.{}."
     else:
         globals_, prefix = dict(LLAMA_GLOBALS), "model.layers.{}."
-        attn = MLA if family == "deepseek" else LLAMA_ATTN
+        phi3_fused = family == "phi3" and layout == "hf"   # the vllm layout fuses Llama's names itself
+        attn = MLA if family == "deepseek" else PHI3_ATTN if phi3_fused else LLAMA_ATTN
         layer = {**attn, **NORMS}
         if family in QK_NORM_FAMILIES:
             layer.update(QK_NORM)
@@ -186,7 +194,7 @@ def family_tables(family: str, layout: str, moe_layer: bool = True) -> tuple[dic
             if family == "deepseek":
                 layer.update({"mlp.gate.e_score_correction_bias": "router_bias", **SHARED})
         else:
-            layer.update(DENSE_MLP)
+            layer.update(PHI3_MLP if phi3_fused else DENSE_MLP)
     if layout == "vllm":
         layer = _vllm(layer, "block_sparse_moe" if family == "mixtral" else "mlp")
     return layer, globals_, prefix
@@ -238,9 +246,13 @@ REFUSED = {
               "hooks (its HOOK_FNS list Gemma 2 and Gemma 3 models only): no conversion to reproduce"),
     "gpt2": "MaxText has no GPT-2 model or GPT-2 to Hugging Face exporter to reproduce",
     "qwen2": "the presets follow no MaxText exporter for Qwen2 (EXPORTERS lists the ones they follow)",
+    "phi3": (f"MaxText's exporter to Hugging Face ({MAXTEXT_HOOKS} at {MAXTEXT_COMMIT[:12]}) has no Phi-3 hooks "
+             "(its HOOK_FNS list Gemma 2 and 3, Llama 3.1, Qwen3, DeepSeek 3, GPT-OSS, Mixtral and OLMo 3 models): "
+             "no conversion to reproduce"),
 }
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2", "qwen2")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2", "qwen2",
+            "phi3")
 # Names a user may type for a family whose tensors are another's: Mistral's are Llama's (names and
 # shapes; transformers' MistralForCausalLM and vLLM's hold the same tensors as their Llama), so
 # "mistral" reads as "llama". Only from the 'flax' naming: the presets follow no MaxText exporter
@@ -753,7 +765,7 @@ def _named(family: str):
     return make
 
 
-llama, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, deepseek, gpt2, qwen2 = (_named(f) for f in FAMILIES)
+llama, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, deepseek, gpt2, qwen2, phi3 = (_named(f) for f in FAMILIES)
 
 
 

@@ -153,7 +153,7 @@ def _good_calls():
                                                       "tie_embeddings": False}),
         **{family: (lambda: ((_flax_llama(),), {"source": "flax", "layout": "vllm", "tp": 1, "cast": None}))
            for family in ("llama", "qwen3", "qwen3_moe", "mixtral", "gemma", "gemma2", "gemma3", "deepseek", "gpt2",
-                          "qwen2")},
+                          "qwen2", "phi3")},
         "hf_llama": lambda: ((2,), {"tp": 1, "stacked": True, "fused_qkv": False, "fused_gate_up": False,
                                     "qkv_bias": False}),
         "hf_qwen2": lambda: ((2,), {"tp": 1}),
