@@ -25,8 +25,7 @@ import torch  # noqa: E402
 import jax_amem  # noqa: E402,F401
 import jax_amem.vllm as jv  # noqa: E402
 import vllm_models as vm  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))   # vllm_worker_probe.py, for the engine core's process
+import vllm_worker_probe  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -91,9 +90,7 @@ def test_worker_in_another_process_imports_no_jax_and_takes_updates(tmp_path):
     """)
     # As users run it: without vLLM's pickle fallback, so every call the trainer's half makes into the
     # engine core's process is one vLLM sends by default (a method's name and plain data).
-    env = {key: value for key, value in os.environ.items() if key != "VLLM_ALLOW_INSECURE_SERIALIZATION"}
-    env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")])))
+    env = vllm_worker_probe.engine_process_env()
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     said = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines()

@@ -42,6 +42,7 @@ import jax_amem  # noqa: E402,F401
 import jax_amem.vllm as jv  # noqa: E402
 import vllm_gpu_engines as ge  # noqa: E402
 import vllm_models as vm  # noqa: E402
+import vllm_worker_probe  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.vllm]
 HERE = Path(__file__).resolve().parent
@@ -148,8 +149,7 @@ def test_engine_core_process_over_cuda_ipc_three_versions(tmp_root):
     script = _ENGINE_CORE.format(tests=str(HERE), family=family, kv=kv, eager=eager, config=str(config))
     # As users run it: vLLM's pickle fallback off, so the trainer's calls into the engine core's
     # process are what vLLM sends by default; the tests read the worker through vllm_worker_probe.
-    env = {key: value for key, value in os.environ.items() if key != "VLLM_ALLOW_INSECURE_SERIALIZATION"}
-    env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")])))
+    env = vllm_worker_probe.engine_process_env()
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True, timeout=400,
                           cwd=tmp_root)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -7,6 +7,16 @@ import os
 import sys
 
 
+def engine_process_env() -> dict:
+    """The environment of a process whose vLLM engine core runs in a process of its own, as users
+    run it: vLLM's pickle fallback off (whatever this process has), and this module importable
+    there (the `worker_extension_cls`)."""
+    env = {key: value for key, value in os.environ.items() if key != "VLLM_ALLOW_INSECURE_SERIALIZATION"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", PYTHONPATH=os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")])))
+    return env
+
+
 class Probe:
     def probe(self):
         """(pid, the worker's weight-transfer engine's class name, the JAX and jax_amem modules
