@@ -36,7 +36,9 @@ on the rates it measured meanwhile, and the naive rebuild (destroy each in turn,
 turn); pause + resume p50 of each, auto against the better of suspend and recreate (goal: within
 10%) and against the naive rebuild. Then --rss communicators cycled by each of --rss-methods with
 the host RSS read after every cycle: growth per 100 cycles (least squares over the second half, and
-first to last), goal <= 1 MiB.
+first to last), goal <= 1 MiB. The controls there: naive (NCCL's destroy and init one at a time),
+naive_group (the same, initialised in one NCCL group as recreate does: NCCL's own part of recreate),
+recreate_inturn (recreate without the teardown's threads) and recreate_notrim (without malloc_trim).
 """
 
 from __future__ import annotations
@@ -143,14 +145,8 @@ def scale(args) -> list:
         env.update(NCCL_MIN_NCHANNELS=str(args.channels), NCCL_MAX_NCHANNELS=str(args.channels))
     flags = (["--naive"] if args.naive else []) + (["--probe"] if args.probe else [])
     flags += ["--use", str(args.use)] if args.use else []
-    for attempt in range(2):
-        results, logs = run_pair("nccl_scale_worker.py", [args.scale, args.methods, *flags],
-                                 timeout=args.timeout, extra_env=env)
-        # The coordinator's port, free when chosen, can be taken before it binds (seen on the
-        # H200 right after another run): nothing started, so try once more on another port.
-        if results or not any("Address already in use" in log for log in logs):
-            break
-        print("nccl_pause --scale: the coordinator's port was taken; once more on another one")
+    results, logs = run_pair("nccl_scale_worker.py", [args.scale, args.methods, *flags],
+                             timeout=args.timeout, extra_env=env)   # a port taken before it bound: run again there
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     start = of(results, "start")
@@ -231,18 +227,18 @@ def strategies(args) -> list:
         for (c, method), r in sorted(merged.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]))):
             if c != count:
                 continue
-            vs_naive = naive["total_p50"] / r["total_p50"] if naive and r["total_p50"] > 0 else 0
-            vs_best = best / r["total_p50"] if best and r["total_p50"] > 0 else 0
+            ratio = lambda base: f"{base / r['total_p50']:>7.2f}x" if base and r["total_p50"] > 0 else f"{'-':>8}"  # noqa: E731
             chosen = ", ".join(f"{k} {v}" for k, v in sorted(r["strategies"].items()))
             print(f"  {count:>5} {method:<8} {r['cycles']:>6} {r['pause_p50'] * 1e3:>10.1f} {r['resume_p50'] * 1e3:>10.1f} "
-                  f"{r['total_p50'] * 1e3:>10.1f} {r['first_collective_p50'] * 1e3:>9.1f} {vs_naive:>7.2f}x "
-                  f"{vs_best:>7.2f}x  {chosen or '-'} / {r['identical']}")
+                  f"{r['total_p50'] * 1e3:>10.1f} {r['first_collective_p50'] * 1e3:>9.1f} "
+                  f"{ratio(naive and naive['total_p50'])} {ratio(best)}  {chosen or '-'} / {r['identical']}")
             if method.startswith("auto") and best:
                 verdicts.append(f"{count} communicators, {method}: {r['total_p50'] * 1e3:.1f} ms against the better "
                                 f"of suspend and recreate {best * 1e3:.1f} ms: "
                                 f"{'within 10%' if r['total_p50'] <= 1.1 * best else 'MISSED'}; "
-                                f"{'faster' if naive and r['total_p50'] <= naive['total_p50'] else 'NOT faster'} "
-                                f"than the naive rebuild")
+                                + ("the naive rebuild not measured" if not naive else
+                                   f"{'faster' if r['total_p50'] <= naive['total_p50'] else 'NOT faster'} "
+                                   "than the naive rebuild"))
     for line in verdicts:
         print("  goal: " + line)
     for r in (r for r in rows if r["rank"] == 0 and r["method"].startswith("auto") and r["count"] == max(merged)[0]):
@@ -258,7 +254,7 @@ def strategies(args) -> list:
     return results
 
 
-ORDER = ["auto0", "suspend", "recreate", "recreate_inturn", "recreate_notrim", "auto", "naive"]
+ORDER = ["auto0", "suspend", "recreate", "recreate_inturn", "recreate_notrim", "auto", "naive", "naive_group"]
 DEFAULT_METHODS = "auto:100,recreate:3"
 STRATEGY_METHODS = "auto0:2,suspend:2,recreate:2,auto:2,naive:1"
 
@@ -289,7 +285,8 @@ def parse(argv=None) -> argparse.Namespace:
                         "communicators of our own (e.g. 4,8,32)")
     parser.add_argument("--rss", type=int, default=0, help="--strategies: then this many communicators "
                         "cycled by each of --rss-methods, host RSS read after every cycle")
-    parser.add_argument("--rss-methods", default="naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300",
+    parser.add_argument("--rss-methods", default="naive:500,naive_group:500,recreate:500,suspend:500,auto:500,"
+                                                 "recreate_inturn:300,recreate_notrim:300",
                         help="--strategies --rss: METHOD:CYCLES,...")
     parser.add_argument("--naive", action="store_true", help="--scale: the naive rebuild too")
     parser.add_argument("--probe", action="store_true", help="--scale: first all-reduce and destroys timed")

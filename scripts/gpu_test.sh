@@ -241,7 +241,7 @@ for name in $STEPS; do
       # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
       rss_one() {
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
-          --rss-methods "${RSS_METHODS:-naive:500,recreate:500,suspend:500,auto:500,recreate_notrim:300}" --timeout $((${RSS_LIMIT:-560} - 20)) \
+          --rss-methods "${RSS_METHODS:-naive:500,naive_group:500,recreate:500,suspend:500,auto:500,recreate_inturn:300,recreate_notrim:300}" --timeout $((${RSS_LIMIT:-560} - 20)) \
           --json "$O/rss_${2:-$(nccl_tag "$1")}.json"
       }
       pids=()
@@ -257,7 +257,7 @@ for name in $STEPS; do
         MALLOC_ARENA_MAX=$arenas rss_one image "image_arena$arenas" > "$O/rss_image_arena$arenas.log" 2>&1 &
         pids+=($!)
       fi
-      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A12 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
+      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A22 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)

@@ -66,3 +66,21 @@ def test_auto_is_judged_against_the_better_strategy_and_the_naive_rebuild(monkey
         "MISSED; faster than the naive rebuild" in out
     assert "rank 0 naive      100 cycles in   10.0 s:   +30.00 /   +30.00 MiB per 100 cycles" in out
     assert "rank 0 suspend    100 cycles in   10.0 s:    +0.40 /    +0.40 MiB per 100 cycles" in out
+
+
+def test_a_count_without_the_naive_rebuild_says_so_rather_than_not_faster(monkeypatch, capsys):
+    # The naive rebuild of 32 communicators can outlast the run's timeout: its column and the
+    # verdict say it was not measured (not "0.00x", not "NOT faster").
+    results = [{"phase": "start", "rank": 0, "nccl_version": 23206}, {"phase": "setup", "rank": 0, "memstats": {}}]
+    results += [row(32, "suspend", 3.15), row(32, "recreate", 2.28), row(32, "auto0", 2.35, strategies={"recreate": 32}),
+                row(4, "suspend", 0.050), row(4, "auto", 0.060, strategies={"suspend": 4}), row(4, "naive", 1.6),
+                row(4, "naive_group", 1.2), {"phase": "done", "rank": 0}]
+    _, out = run(monkeypatch, capsys, results, ["--strategies", "4,32", "--channels", "16"])
+    assert "goal: 32 communicators, auto0: 2350.0 ms against the better of suspend and recreate 2280.0 ms: " \
+        "within 10%; the naive rebuild not measured" in out
+    assert "goal: 4 communicators, auto: 60.0 ms against the better of suspend and recreate 50.0 ms: " \
+        "MISSED; faster than the naive rebuild" in out
+    line = next(x for x in out.splitlines() if x.split()[:2] == ["32", "auto0"])
+    assert line.split()[7:9] == ["-", "0.97x"]   # vs naive: not measured; vs best
+    assert "0.00x" not in out
+    assert any(x.split()[:2] == ["4", "naive_group"] for x in out.splitlines())

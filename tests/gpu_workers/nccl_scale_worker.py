@@ -85,13 +85,18 @@ class Job:
                 ctypes.memmove(ctypes.byref(uid), data[i * 128:(i + 1) * 128], 128)
         return made
 
-    def init(self, count: int) -> list:
-        """One after another, as a program that makes its communicators does."""
+    def init(self, count: int, grouped: bool = False) -> list:
+        """One after another, as a program that makes its communicators does; `grouped`: all in
+        one NCCL group (ncclGroupStart/End), as jax-amem's recreate initialises them again."""
         comms = []
+        if grouped:
+            assert self.lib.ncclGroupStart() == 0
         for uid in self.ids(count):
             comm = ctypes.c_void_p()
             assert self.lib.ncclCommInitRank(ctypes.byref(comm), 2, uid, self.rank) == 0
             comms.append(comm)
+        if grouped:
+            assert self.lib.ncclGroupEnd() == 0
         return comms
 
     def all_reduce(self, comms) -> list:

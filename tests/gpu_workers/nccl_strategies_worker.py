@@ -6,7 +6,8 @@ usage: python -P nccl_strategies_worker.py RANK PORT COUNTS SIZE_METHODS [RSS_CO
   SIZE_METHODS  METHOD:CYCLES,... (or "" for none) run on each count in this order; METHOD is suspend, recreate,
                 recreate_inturn (recreate, teardown="destroy": no threads), recreate_notrim
                 (recreate with JAX_AMEM_NCCL_TRIM=0: free host memory left to glibc), naive (destroy each in
-                turn, initialise each in turn with fresh ids), auto (on the rates measured so far
+                turn, initialise each in turn with fresh ids), naive_group (the same, initialised in one
+                NCCL group: NCCL's own part of recreate, without jax-amem), auto (on the rates measured so far
                 in this process) or auto0 (auto after cost_rates(reset=True): its starting rates). Methods NCCL lacks (suspend before 2.29.7) are skipped.
   RSS_COUNT     communicators for the long cycles (the first ones)
   RSS_METHODS   METHOD:CYCLES,...: host RSS read after every cycle
@@ -37,15 +38,17 @@ def new_ids(seen: set) -> list:
     return fresh
 
 
-def naive_cycle(job: Job, handles: list, ids: list, seen: set, count: int, tag: str) -> tuple:
-    """Destroy the first `count` in turn, initialise them again in turn: (pause, resume) seconds."""
+def naive_cycle(job: Job, handles: list, ids: list, seen: set, count: int, tag: str,
+                grouped: bool = False) -> tuple:
+    """Destroy the first `count` in turn, initialise them again in turn (`grouped`: in one NCCL
+    group): (pause, resume) seconds."""
     t0 = time.perf_counter()
     for handle in handles[:count]:
         assert job.lib.ncclCommDestroy(handle) == 0
     t1 = time.perf_counter()
     job.barrier(f"{tag}/destroyed")
     t2 = time.perf_counter()
-    fresh = job.init(count)
+    fresh = job.init(count, grouped)
     t3 = time.perf_counter()
     handles[:count] = fresh
     ids[:count] = new_ids(seen)
@@ -63,8 +66,8 @@ def run_method(job: Job, handles, ids, seen, reference, count: int, method: str,
     rates_before = jax_amem.nccl.cost_rates()
     for cycle in range(cycles):
         job.barrier(f"{tag}/{cycle}")
-        if method == "naive":
-            pause_s, resume_s = naive_cycle(job, handles, ids, seen, count, f"{tag}/{cycle}")
+        if method in ("naive", "naive_group"):
+            pause_s, resume_s = naive_cycle(job, handles, ids, seen, count, f"{tag}/{cycle}", method == "naive_group")
         else:
             t0 = time.perf_counter()
             strategy = {"auto0": "auto", "recreate_inturn": "recreate", "recreate_notrim": "recreate"}.get(method, method)

@@ -17,9 +17,14 @@ import time
 from pathlib import Path
 
 
+PORT_TAKEN = "Address already in use"
+PORT_ATTEMPTS = 3
+
+
 def free_port() -> int:
+    """A port free on every address now (the coordinator binds the wildcard, IPv4 and IPv6)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
@@ -56,13 +61,34 @@ def collect(procs: list[subprocess.Popen], timeout: float, grace: float = 30) ->
 
 def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
              extra_env: dict | None = None, processes: int = 2) -> tuple[list[dict], list[str]]:
-    """Each worker gets RANK PORT *args; returns every RESULT line and each worker's output."""
-    port = str(free_port())
-    # A second rendezvous (torch.distributed beside JAX's) needs a port of its own: port + 1 can
-    # be an ephemeral port a gRPC client of the first one already holds (EADDRINUSE on the H200).
-    spare_port = str(free_port())
-    while spare_port == port:
-        spare_port = str(free_port())
+    """Each worker gets RANK PORT *args; returns every RESULT line and each worker's output.
+
+    A port free when chosen can be taken before the coordinator binds it: by another run
+    started beside this one, or by an ephemeral port of a gRPC client (seen on the H100 and
+    H200 with runs back to back or side by side). Then nothing ran (no RESULT line, a worker
+    says "Address already in use"), and the pair starts again on other ports, up to
+    PORT_ATTEMPTS times."""
+    for attempt in range(PORT_ATTEMPTS):
+        results, logs = _run_once(worker, args, gpus, timeout, extra_env, processes)
+        if results or not any(PORT_TAKEN in log for log in logs):
+            break
+        print(f"run_pair: {worker}'s port was taken before it bound (attempt {attempt + 1} of {PORT_ATTEMPTS}); "
+              "again on other ports", file=sys.stderr)
+    return results, logs
+
+
+def _ports() -> tuple[str, str]:
+    """The coordinator's port and a spare (a second rendezvous, torch.distributed beside JAX's,
+    needs its own: port + 1 can be an ephemeral port a gRPC client of the first one holds)."""
+    port = free_port()
+    spare = free_port()
+    while spare == port:
+        spare = free_port()
+    return str(port), str(spare)
+
+
+def _run_once(worker, args, gpus, timeout, extra_env, processes) -> tuple[list[dict], list[str]]:
+    port, spare_port = _ports()
     procs = []
     for rank in range(processes):
         env = dict(os.environ)
@@ -77,7 +103,7 @@ def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
         else:
             env["NCCL_HOSTID"] = f"jax-amem-test-host-{rank}"
             env["WORKER_LOCAL_DEVICE"] = "0"
-        path = Path(__file__).resolve().parent / worker
+        path = Path(worker) if os.path.isabs(worker) else Path(__file__).resolve().parent / worker
         procs.append(subprocess.Popen([sys.executable, "-P", str(path), str(rank), port, *args],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
@@ -88,7 +114,6 @@ def run_pair(worker: str, args: list[str], gpus: int = 1, timeout: float = 300,
             if line.startswith("RESULT "):
                 results.append(json.loads(line[len("RESULT "):]))
     return results, logs
-
 
 if __name__ == "__main__":
     results, logs = run_pair(sys.argv[1], sys.argv[2:])
