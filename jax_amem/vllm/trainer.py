@@ -644,9 +644,10 @@ class VllmEngine:
             raise WorkerFailure(failures)
 
     def _worker_failures(self) -> str:
-        """Each rank's kept update_weights failure, taken, in words ("" when none)."""
-        return "; ".join(f"rank {rank}'s worker: {failure}"
-                         for rank, failure in enumerate(self._ask("failure")) if failure)
+        """Each rank's kept update_weights failure, taken, in words ("" when none). A worker in
+        this process is asked directly (asked after every commit: no call through vLLM's RPC)."""
+        failures = [self.worker.take_failure()] if self.worker is not None else self._ask("failure")
+        return "; ".join(f"rank {rank}'s worker: {failure}" for rank, failure in enumerate(failures) if failure)
 
     def _check_setup(self) -> None:
         """Workers of other processes, before anything is written: one set up again since this
