@@ -285,8 +285,8 @@ def parse(argv=None) -> argparse.Namespace:
                         "communicators of our own (e.g. 4,8,32)")
     parser.add_argument("--rss", type=int, default=0, help="--strategies: then this many communicators "
                         "cycled by each of --rss-methods, host RSS read after every cycle")
-    parser.add_argument("--rss-methods", default="naive:500,naive_group:500,recreate:500,suspend:500,auto:500,"
-                                                 "recreate_inturn:300,recreate_notrim:300",
+    parser.add_argument("--rss-methods", default="naive:500,naive_group:300,recreate:500,suspend:500,auto:500,"
+                                                 "recreate_inturn:200,recreate_notrim:200",
                         help="--strategies --rss: METHOD:CYCLES,...")
     parser.add_argument("--naive", action="store_true", help="--scale: the naive rebuild too")
     parser.add_argument("--probe", action="store_true", help="--scale: first all-reduce and destroys timed")

@@ -36,8 +36,10 @@
 #                  needs no carry), each loaded and its version read; sets $NCCL_NEW and $NCCL_NEWER to
 #                  the oldest and newest of them for the steps after it (unless set); not in the default list
 #   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
-#                  rebuild included, and recreate without giving free host memory back (recreate_notrim)
-#                  ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
+#                  rebuild included, and the controls that tell whose a growth is: the naive rebuild
+#                  initialised in one group as recreate does (naive_group), recreate without the
+#                  teardown's threads (recreate_inturn) and without giving free host memory back
+#                  (recreate_notrim) ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
 #                  (560) s; the image's NCCL once more under MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run);
 #                  not in the default list: name it
@@ -241,7 +243,7 @@ for name in $STEPS; do
       # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
       rss_one() {
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
-          --rss-methods "${RSS_METHODS:-naive:500,naive_group:500,recreate:500,suspend:500,auto:500,recreate_inturn:300,recreate_notrim:300}" --timeout $((${RSS_LIMIT:-560} - 20)) \
+          --rss-methods "${RSS_METHODS:-naive:500,naive_group:300,recreate:500,suspend:500,auto:500,recreate_inturn:200,recreate_notrim:200}" --timeout $((${RSS_LIMIT:-560} - 20)) \
           --json "$O/rss_${2:-$(nccl_tag "$1")}.json"
       }
       pids=()
