@@ -26,7 +26,7 @@ print("RESULT " + json.dumps({"rank": int(rank), "port": port, "attempt": attemp
 
 
 def start(tmp_path, message: str, fail: str):
-    worker = tmp_path / "worker.py"
+    worker = tmp_path / "pair_worker"   # a script (Python runs it by path, extension or not)
     worker.write_text(WORKER)
     marks = tmp_path / "marks"
     marks.mkdir()
