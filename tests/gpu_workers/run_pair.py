@@ -22,7 +22,8 @@ PORT_ATTEMPTS = 3
 
 
 def free_port() -> int:
-    """A port free on every address now (the coordinator binds the wildcard, IPv4 and IPv6)."""
+    """A port free now on the IPv4 wildcard address, which the coordinator binds (a port bound on
+    any address of this host is refused here)."""
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
