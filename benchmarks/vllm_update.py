@@ -3,7 +3,7 @@
 on a GPU (vLLM 0.26; `bash scripts/gpu_test.sh vllm_payload vllm_bench`).
 
     python -P benchmarks/vllm_update.py [--layers 28] [--repeats 3] [--profile 25] [--engine-process]
-                                        [--cuda-graphs]
+                                        [--cuda-graphs] [--trace 15] [--trainer-dtypes float32,bfloat16]
 
 The model is Qwen3-0.6B-shaped (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocab
 151936, tied head), random (vLLM's dummy load: only config.json is written): float32 on CPU;
@@ -33,6 +33,12 @@ update plans and compiles), the split of the time, and the peak host memory adde
 update (resident set size sampled every millisecond, minus the size before), beside the
 largest tensor and the whole tree; then the ratio. --profile N: one more update of each path
 under cProfile, its N costliest calls and its time in vLLM's repack against the rest.
+--trace N (GPU): one more jax-amem update under PyTorch's profiler (CUPTI sees every kernel of
+the process, ours, XLA's and PyTorch's): the device's busy time against the update's span, and
+the N kernels with the most device time. --trainer-dtypes float32,bfloat16 (GPU): after the
+first dtype's figures, the update is timed again from a trainer tree of each further dtype (a
+bfloat16 trainer writes the engine's bytes with no cast: the copy's own traffic; a float32 one
+reads twice what it writes, so 1.5x the copy is its floor).
 """
 
 from __future__ import annotations
@@ -121,10 +127,20 @@ def trainer_tree(layers: int, seed: int, shape: dict = SHAPE):
                                "down": {"kernel": w(layers, f, d)}}}}
 
 
+def as_dtype(params, dtype: str):
+    """The tree with every leaf in `dtype`."""
+    return jax.tree.map(lambda x: x if x.dtype == dtype else x.astype(dtype), params)
+
+
 def checkpoint_tensors(host: dict, layers: int):
     """Today's conversion: the host tree as checkpoint-format torch tensors, one at a time."""
     import torch
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+
+    def t(a):   # numpy has no bfloat16 of torch's: its bits, viewed
+        a = np.ascontiguousarray(a)
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
     yield "model.embed_tokens.weight", t(host["embed"]["embedding"])
     yield "model.norm.weight", t(host["final_norm"]["scale"])
     lay = host["layers"]
@@ -181,6 +197,45 @@ def profile(name: str, update, top: int) -> float:
     return repack
 
 
+def trace(update, top: int) -> None:
+    """One update under PyTorch's profiler: prints the device's busy time (the union of every
+    kernel and copy) against the update's span on the host, and the `top` kernels by device time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        update()
+        wall = time.perf_counter() - t0
+    on_device = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                       if e.device_type == torch.autograd.DeviceType.CUDA)
+    busy, end_of_last = 0.0, float("-inf")
+    for start, end, _ in on_device:   # the union of the intervals, in microseconds
+        busy += max(0.0, end - max(start, end_of_last))
+        end_of_last = max(end_of_last, end)
+    span = (on_device[-1][1] - on_device[0][0]) if on_device else 0.0
+    print(f"trace: the update took {wall * 1e3:.2f} ms on the host (under the profiler); {len(on_device)} device "
+          f"activities, busy {busy / 1e3:.3f} ms over a span of {span / 1e3:.3f} ms from the first to the last")
+    by_name: dict[str, list[float]] = {}
+    for start, end, name in on_device:
+        by_name.setdefault(name, []).append(end - start)
+    print(f"{'ms':>8}{'count':>7}  device activity")
+    for name, times in sorted(by_name.items(), key=lambda item: -sum(item[1]))[:top]:
+        print(f"{sum(times) / 1e3:>8.3f}{len(times):>7}  {name[:110]}")
+
+
+def time_updates(engine, params, repeats: int) -> tuple[list, list]:
+    """`repeats` updates after the one warm-up the caller ran: [(seconds, added RSS)] and the
+    split [(swap, commit, start, finish seconds)]."""
+    ours, split = [], []
+    for _ in range(repeats):
+        with PeakRss() as mem:
+            report = engine.update(params)
+        ours.append((report.seconds, mem.added))
+        split.append((report.swap_seconds, report.commit_seconds, report.start_seconds, report.finish_seconds))
+    return ours, split
+
+
 def today_update(llm, params, layers: int) -> tuple[float, float]:
     """What users do today: a host copy of the tree, then vLLM's reload from checkpoint-format
     tensors. Returns (device_get seconds, reload seconds)."""
@@ -201,10 +256,19 @@ def main():
                         help="the engine core in vLLM's own process (its default): the staging buffer over CUDA IPC "
                              "on a GPU, a shared file on CPU")
     parser.add_argument("--cuda-graphs", action="store_true", help="on a GPU, capture vLLM's CUDA graphs (slower to start)")
+    parser.add_argument("--trace", type=int, default=0, metavar="N",
+                        help="on a GPU, one more update under PyTorch's profiler: device busy time and the N "
+                             "kernels with the most time")
+    parser.add_argument("--trainer-dtypes", default="float32", metavar="DTYPES",
+                        help="comma-separated trainer dtypes (GPU: float32, bfloat16); the first is measured "
+                             "against today's path, each further one against the same device copy")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the timed runs, profile one update of each path: its N costliest calls, "
                              "and the time in vLLM's repack against the rest")
     args = parser.parse_args()
+    trainer_dtypes = [d.strip() for d in args.trainer_dtypes.split(",") if d.strip()]
+    if not trainer_dtypes or any(d not in ("float32", "bfloat16") for d in trainer_dtypes):
+        parser.error(f"--trainer-dtypes {args.trainer_dtypes!r}: give float32 and/or bfloat16, comma-separated")
 
     import torch
     import transformers
@@ -217,29 +281,28 @@ def main():
     transformers.Qwen3Config(**SHAPE, num_hidden_layers=args.layers, torch_dtype=dtype,
                              architectures=["Qwen3ForCausalLM"]).save_pretrained(directory)
     on_device = dict(enforce_eager=not args.cuda_graphs, gpu_memory_utilization=0.3) if gpu else dict(enforce_eager=True)
+    if not gpu and trainer_dtypes != ["float32"]:
+        parser.error("--trainer-dtypes: the CPU engine is float32; other trainer dtypes are measured on a GPU")
+    if args.trace and not gpu:
+        parser.error("--trace reads CUDA kernels: run it on a GPU")
     if args.engine_process:   # the baseline reloads from files: the engine starts from a checkpoint
         write_checkpoint(trainer_tree(args.layers, 1), args.layers, directory)
     llm = vllm.LLM(model=directory, load_format="safetensors" if args.engine_process else "dummy",
                    skip_tokenizer_init=True, dtype=dtype,
                    max_model_len=256, kv_cache_memory_bytes=256 << 20,
                    weight_transfer_config={"backend": "jax_amem"}, **on_device)
-    params = trainer_tree(args.layers, 0)
+    params = as_dtype(trainer_tree(args.layers, 0), trainer_dtypes[0])
     leaves = jax.tree.leaves(params)
     tree_bytes = sum(x.nbytes for x in leaves)
     largest = max(x.nbytes for x in leaves)
-    print(f"model: Qwen3-0.6B-shaped, {args.layers} layers, float32, {tree_bytes / 2**20:.0f} MiB "
+    print(f"model: Qwen3-0.6B-shaped, {args.layers} layers, trainer {trainer_dtypes[0]}, {tree_bytes / 2**20:.0f} MiB "
           f"(largest tensor {largest / 2**20:.0f} MiB); {os.cpu_count()} CPUs")
 
     t0 = time.perf_counter()
     engine = jv.connect(llm, params, family="qwen3", cast=dtype if gpu else None)
     connect_s = time.perf_counter() - t0
     first = engine.update(params)
-    ours, split = [], []
-    for _ in range(args.repeats):
-        with PeakRss() as mem:
-            report = engine.update(params)
-        ours.append((report.seconds, mem.added))
-        split.append((report.swap_seconds, report.commit_seconds, report.start_seconds, report.finish_seconds))
+    ours, split = time_updates(engine, params, args.repeats)
     print(f"jax-amem: connect {connect_s:.2f} s over {engine.transport}, first update {first.seconds:.2f} s "
           "(plans and compiles); "
           f"{len(engine.batches)} commits per update; {sum(pick is None for pick in engine.picks)} of "
@@ -256,6 +319,8 @@ def main():
         today.append((sum(split_today), mem.added))
         parts.append(split_today)
 
+    if args.trace:
+        trace(lambda: engine.update(params), args.trace)
     if args.profile:
         profile("jax-amem", lambda: engine.update(params), args.profile)
         if not gpu and not args.engine_process:   # on a GPU the reload under the profiler takes minutes and is not ours
@@ -280,6 +345,18 @@ def main():
         print(f"on {torch.cuda.get_device_name()}: the update writes {engine.bytes / mib:.0f} MiB over "
               f"{engine.transport}; one device copy of those bytes {ceiling * 1e3:.2f} ms; the update "
               f"{med(ours, 0) * 1e3:.2f} ms = {med(ours, 0) / ceiling:.2f}x the copy (goal <= 2x)")
+        for dtype_name in trainer_dtypes[1:]:   # the same engine, connected again from a tree of this dtype
+            engine.close()
+            params = as_dtype(params, dtype_name)
+            engine = jv.connect(llm, params, family="qwen3", cast=dtype)
+            engine.update(params)
+            ours, split = time_updates(engine, params, args.repeats)
+            print(f"jax-amem, trainer {dtype_name}: median update {med(ours, 0) * 1e3:.2f} ms = "
+                  f"{med(ours, 0) / ceiling:.2f}x the copy (start {med(split, 2) * 1e3:.2f} ms, swaps "
+                  f"{med(split, 0) * 1e3:.2f} ms, commits {med(split, 1) * 1e3:.2f} ms, finish "
+                  f"{med(split, 3) * 1e3:.2f} ms)")
+            if args.trace:
+                trace(lambda: engine.update(params), args.trace)
 
 
 if __name__ == "__main__":

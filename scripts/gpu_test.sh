@@ -36,13 +36,13 @@
 #                  needs no carry), each loaded and its version read; sets $NCCL_NEW and $NCCL_NEWER to
 #                  the oldest and newest of them for the steps after it (unless set); not in the default list
 #   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
-#                  rebuild included, and the controls that tell whose a growth is: the naive rebuild
+#                  rebuild over 150, and the controls that tell whose a growth is: the naive rebuild
 #                  initialised in one group as recreate does (naive_group), recreate without the
 #                  teardown's threads (recreate_inturn) and without giving free host memory back
 #                  (recreate_notrim) ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
-#                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER, all at once; at most $RSS_LIMIT
-#                  (560) s; the image's NCCL once more under MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run);
-#                  not in the default list: name it
+#                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER; each method of each NCCL in processes
+#                  of its own, all at once; at most $RSS_LIMIT (560) s; the image's NCCL's recreate once
+#                  more under MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run); not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
 #   hostile_demo   the hostile suite's case that runs the whole tiny demo with JAX on CPU on a GPU host
@@ -68,7 +68,9 @@
 #                  engine-core process over CUDA IPC, the colocated loop with sleep mode); not in the default list
 #   vllm_bench     benchmarks/vllm_update.py on the GPU (a Qwen3-0.6B-shaped bf16 engine, the update against one
 #                  device copy of its bytes and against device_get + vLLM's reload), in process and with the
-#                  engine core in its own process; needs vllm_payload; not in the default list
+#                  engine core in its own process; from a float32 and a bfloat16 trainer; $VLLM_BENCH_ARGS
+#                  (e.g. "--trace 12": the update's kernels) go to the in-process run; needs vllm_payload;
+#                  not in the default list
 #   vllm_colocated benchmarks/vllm_colocated.py: the colocated switch at real size (a Qwen3-1.7B-shaped float32
 #                  trainer with Adam, a bf16 engine with sleep mode, levels 1 and 2) against its bound and two
 #                  baselines; figures in $OUT/vllm_colocated.json; needs vllm_payload; not in the default list
@@ -220,7 +222,7 @@ for name in $STEPS; do
         $PY -P -m pytest -v -rs ${VLLM_TESTS:-tests/test_vllm_gpu.py} ;;
     vllm_bench)
       TAIL=${TAIL:-12} step vllm_bench 240 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
-        $PY -P benchmarks/vllm_update.py --repeats 5
+        $PY -P benchmarks/vllm_update.py --repeats 5 --trainer-dtypes float32,bfloat16 ${VLLM_BENCH_ARGS:-}
       TAIL=${TAIL:-12} step vllm_bench_process 240 env PYTHONPATH="$VLLM_SITE${PYTHONPATH:+:$PYTHONPATH}" \
         $PY -P benchmarks/vllm_update.py --repeats 5 --engine-process ;;
     vllm_colocated)
@@ -240,26 +242,33 @@ for name in $STEPS; do
         done
       done ;;
     nccl_rss)
-      # One bench per NCCL, all at once (the RSS slope does not depend on the speed), each log apart.
-      rss_one() {
+      # One bench per NCCL and method, each in a pair of processes of its own, all at once (the RSS
+      # slope does not depend on the speed): what a method's first cycles open (threads, glibc's
+      # arenas, NCCL's caches) is its own, not the method run before it. Each log apart.
+      rss_one() {  # LIB TAG METHODS
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
-          --rss-methods "${RSS_METHODS:-naive:500,naive_group:300,recreate:500,suspend:500,auto:500,recreate_inturn:200,recreate_notrim:200}" --timeout $((${RSS_LIMIT:-560} - 20)) \
-          --json "$O/rss_${2:-$(nccl_tag "$1")}.json"
+          --rss-methods "$3" --timeout $((${RSS_LIMIT:-560} - 20)) --json "$O/rss_$2.json"
       }
+      methods=${RSS_METHODS:-naive:150,naive_group:150,recreate:500,suspend:500,auto:500,recreate_inturn:300,recreate_notrim:300}
       pids=()
       for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
         tag=$(nccl_tag "$lib") || continue
-        rss_one "$lib" > "$O/rss_$tag.log" 2>&1 &
-        pids+=($!)
+        for spec in ${methods//,/ }; do
+          [ "$tag" = image ] && [ "${spec%%:*}" = suspend ] && continue   # 2.28 has no suspend
+          rss_one "$lib" "${tag}_${spec%%:*}" "$spec" > "$O/rss_${tag}_${spec%%:*}.log" 2>&1 &
+          pids+=($!)
+        done
       done
-      # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (empty: not run): whether the
-      # growth is per-thread arenas opened by NCCL's and the teardown's threads rather than memory held.
+      # The image's NCCL's recreate again with glibc held to $RSS_ARENA malloc arenas (empty: not run):
+      # whether its growth is per-thread arenas opened by NCCL's and the teardown's threads.
       arenas=${RSS_ARENA-2}
-      if [ -n "$arenas" ]; then
-        MALLOC_ARENA_MAX=$arenas rss_one image "image_arena$arenas" > "$O/rss_image_arena$arenas.log" 2>&1 &
+      recreate=$(tr ',' '\n' <<< "$methods" | grep '^recreate:' || true)
+      if [ -n "$arenas" ] && [ -n "$recreate" ]; then
+        MALLOC_ARENA_MAX=$arenas rss_one image "image_arena${arenas}_recreate" "$recreate" \
+          > "$O/rss_image_arena${arenas}_recreate.log" 2>&1 &
         pids+=($!)
       fi
-      TAIL=40 step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A22 '^Every strategy' \$f || tail -15 \$f; done; true" ;;
+      TAIL=${TAIL:-80} step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A3 'host RSS over the cycles' \$f | grep 'rank' || tail -6 \$f; done; true" ;;
     tune_affine)
       TAIL=${TAIL:-40} step tune_affine 540 bash scripts/tune_affine.sh ;;
     tune_transpose)
