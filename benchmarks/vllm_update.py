@@ -111,13 +111,11 @@ def device_copy_seconds(nbytes: int, repeats: int = 20) -> float:
     return statistics.median(times[3:])
 
 
-def trainer_tree(layers: int, seed: int, shape: dict = SHAPE):
-    """Random weights in the Flax naming (kernels (in, out), heads merged, layers stacked) of
-    `shape` (transformers.Qwen3Config's names)."""
+def _tree(layers: int, shape: dict, w) -> dict:
+    """The Flax naming (kernels (in, out), heads merged, layers stacked) of `shape`
+    (transformers.Qwen3Config's names), each leaf `w(*its shape)`."""
     d, h, kv, hd, f, v = (shape[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
                                               "head_dim", "intermediate_size", "vocab_size"))
-    key = iter(jax.random.split(jax.random.key(seed), 16))
-    w = lambda *shape: jax.random.normal(next(key), shape, jnp.float32) * 0.02  # noqa: E731
     return {"embed": {"embedding": w(v, d)}, "final_norm": {"scale": w(d) + 1},
             "layers": {"attn": {"q": {"kernel": w(layers, d, h * hd)}, "k": {"kernel": w(layers, d, kv * hd)},
                                 "v": {"kernel": w(layers, d, kv * hd)}, "o": {"kernel": w(layers, h * hd, d)},
@@ -125,6 +123,19 @@ def trainer_tree(layers: int, seed: int, shape: dict = SHAPE):
                        "input_norm": {"scale": w(layers, d) + 1}, "post_attn_norm": {"scale": w(layers, d) + 1},
                        "mlp": {"gate": {"kernel": w(layers, d, f)}, "up": {"kernel": w(layers, d, f)},
                                "down": {"kernel": w(layers, f, d)}}}}
+
+
+def trainer_tree(layers: int, seed: int, shape: dict = SHAPE):
+    """Random float32 weights of `shape` as jax.Arrays, in the Flax naming (`_tree`)."""
+    key = iter(jax.random.split(jax.random.key(seed), 16))
+    return _tree(layers, shape, lambda *dims: jax.random.normal(next(key), dims, jnp.float32) * 0.02)
+
+
+def host_tree(layers: int, seed: int, shape: dict = SHAPE):
+    """The same as numpy arrays, made without JAX: a process whose vLLM engine core is forked
+    later must not have started CUDA (JAX's GPU backend would)."""
+    rng = np.random.default_rng(seed)
+    return _tree(layers, shape, lambda *dims: rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02))
 
 
 def as_dtype(params, dtype: str):
@@ -157,10 +168,11 @@ def checkpoint_tensors(host: dict, layers: int):
 
 
 def write_checkpoint(params, layers: int, directory: str) -> None:
-    """The tree as one safetensors file of checkpoint-format tensors in `directory`."""
+    """The tree (jax.Arrays or numpy) as one safetensors file of checkpoint-format tensors in
+    `directory`."""
     from safetensors.torch import save_file
 
-    host = jax.device_get(params)
+    host = jax.tree.map(np.asarray, params)   # a numpy tree stays where it is: JAX starts no backend
     save_file({name: tensor.contiguous() for name, tensor in checkpoint_tensors(host, layers)},
               os.path.join(directory, "model.safetensors"))
 
@@ -286,7 +298,7 @@ def main():
     if args.trace and not gpu:
         parser.error("--trace reads CUDA kernels: run it on a GPU")
     if args.engine_process:   # the baseline reloads from files: the engine starts from a checkpoint
-        write_checkpoint(trainer_tree(args.layers, 1), args.layers, directory)
+        write_checkpoint(host_tree(args.layers, 1), args.layers, directory)   # before JAX starts CUDA
     llm = vllm.LLM(model=directory, load_format="safetensors" if args.engine_process else "dummy",
                    skip_tokenizer_init=True, dtype=dtype,
                    max_model_len=256, kv_cache_memory_bytes=256 << 20,

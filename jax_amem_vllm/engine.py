@@ -310,8 +310,12 @@ class JaxAmemWeightTransferEngine(WeightTransferEngine[JaxAmemInitInfo, JaxAmemU
         every later call would read them out of step (returning before those ranks finish)."""
         self.failure = ""
         try:
-            self.receive_weights(self.parse_update_info(update_info))
-            if self.device.type == "cuda":
+            info = self.parse_update_info(update_info)
+            self.receive_weights(info)
+            # Where the commit queued device work, it is done (and its errors seen) before the
+            # answer. Groups written whole in place queue none: a trainer in this process may
+            # still be copying into them on PyTorch's stream, and waits for that itself.
+            if self.device.type == "cuda" and not set(info.chosen()) <= self.nothing_to_commit:
                 torch.cuda.synchronize(self.device)
         except Exception as error:  # noqa: BLE001 - answered through failures_of
             self.failure = f"{type(error).__name__}: {error}"

@@ -25,7 +25,7 @@ from .. import reshard
 from ..reshard import Layout
 from ..reshard.presets import resolved_family
 from ..reshard.unread import UnreadWeightsError
-from ..swapping import swap
+from ..swapping import swap, waits_deferred
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
@@ -531,32 +531,50 @@ class VllmEngine:
         try:
             self._start()
             started = time.perf_counter()
-            swap_s = commit_s = 0.0
-            attempted = committed = commits = 0
-            try:
-                for batch, steps in self._by_batch:
-                    t0 = time.perf_counter()
-                    for step in steps:
-                        self._swap(params, step)
-                    t1 = time.perf_counter()
-                    if self._dead():
-                        raise RuntimeError("a worker process exited")
-                    attempted += len(batch)
-                    sent = self._send(params, steps, version if version is not None else self.version + 1)
-                    info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
-                    self._rpc("update_weights", alongside=sent, update_info=info)
-                    self._raise_worker_failures()
-                    committed += len(batch)
-                    commits += 1
-                    send_s = sent.seconds if sent else 0.0
-                    swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
-            except BaseException as error:
-                raise self._failed(error, attempted, committed) from error
-            committed_at = time.perf_counter()
-            self._rpc("finish_weight_update")
+            # A worker in this process whose batches are written in place: the copies are queued
+            # and waited for once, at the end, while the commit and finish calls (bookkeeping
+            # then) run on the host. The copies run on PyTorch's current stream, which orders
+            # every later kernel of the engine after them.
+            with waits_deferred(self.worker is not None and self.link is None) as pending:
+                swap_s = commit_s = 0.0
+                attempted = committed = commits = 0
+                try:
+                    for batch, steps in self._by_batch:
+                        t0 = time.perf_counter()
+                        for step in steps:
+                            picked = self._swap(params, step)
+                            if pending is not None:
+                                pending.keep(picked)   # the queued copies read it
+                        if pending is not None and not set(batch) <= self.worker.nothing_to_commit:
+                            pending.wait()   # the commit copies or processes what the swap wrote
+                        t1 = time.perf_counter()
+                        if self._dead():
+                            raise RuntimeError("a worker process exited")
+                        attempted += len(batch)
+                        sent = self._send(params, steps, version if version is not None else self.version + 1)
+                        info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
+                        self._rpc("update_weights", alongside=sent, update_info=info)
+                        self._raise_worker_failures()
+                        committed += len(batch)
+                        commits += 1
+                        send_s = sent.seconds if sent else 0.0
+                        swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
+                except BaseException as error:
+                    raise self._failed(error, attempted, committed) from error
+                committed_at = time.perf_counter()
+                self._rpc("finish_weight_update")
+                reset = self.llm.reset_prefix_cache()
+                if pending is not None:
+                    try:
+                        pending.wait()
+                    except Exception as error:
+                        raise VllmUpdateError(
+                            f"the device copies of this update failed ({error}): the GPU context of this "
+                            "process is lost (CUDA keeps such errors); restart the trainer and the engine",
+                            served="dead") from error
         finally:
             self._in_flight = False
-        if not self.llm.reset_prefix_cache():
+        if not reset:
             raise VllmUpdateError("the weights were updated but vLLM did not reset its prefix cache: "
                                   "call llm.reset_prefix_cache() before serving", served="new")
         self.version = version if version is not None else self.version + 1
@@ -564,13 +582,16 @@ class VllmEngine:
         return VllmUpdateReport(self.version, self.bytes, len(self.description["groups"]), end - start, swap_s,
                                 commit_s, commits, start_seconds=started - start, finish_seconds=end - committed_at)
 
-    def _swap(self, params, step: Step) -> None:
-        """The step's swap into every rank written by address (the NCCL ranks' sends come later)."""
+    def _swap(self, params, step: Step):
+        """The step's swap into every rank written by address (the NCCL ranks' sends come later);
+        returns what it read (the tree, or the layer picked from it), or None."""
         local = [(rank, plan) for rank, plan in zip(self.ranks, step.plans) if rank.kind != "nccl"]
-        if local:
-            picked = params if step.pick is None else step.pick(params)
-            for rank, plan in local:
-                swap(picked, rank.destination(step.groups), plan=plan, progress=False)
+        if not local:
+            return None
+        picked = params if step.pick is None else step.pick(params)
+        for rank, plan in local:
+            swap(picked, rank.destination(step.groups), plan=plan, progress=False)
+        return picked
 
     def _send(self, params, steps: list[Step], version: int):
         """The NCCL sends of one batch, group by group (run while the workers receive in

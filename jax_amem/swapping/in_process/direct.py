@@ -55,7 +55,7 @@ from ... import settings
 from ..._native import core
 from ...copy import address_rows, one_buffer_rows
 from ..errors import SwapError
-from . import direct_affine, fused_views
+from . import deferred_wait, direct_affine, fused_views
 from .schedule import _transforms, chunk_steps
 
 ENV = "JAX_AMEM_SWAP_DIRECT"
@@ -186,7 +186,8 @@ class DirectProgram:
         """Copies every group with `pointers[k]`, group k's source addresses (int64, one per
         operand, read after the sources were awaited), on the streams the destination names
         (`before_launch`: what must finish first is ordered there), its bookkeeping
-        (`while_launched`) done while the copies run; returns as run() does."""
+        (`while_launched`) done while the copies run; returns as run() does, or, inside
+        `waits_deferred()`, once the copies are queued (the block waits for them)."""
         streams = self._streams(destination)
         bar = _progress(sum(self.nbytes)) if show_progress else None
         launched = []
@@ -210,13 +211,23 @@ class DirectProgram:
         finally:
             if bar is not None:
                 bar.close()
-        _synchronize(launched)
+        pending = deferred_wait.current()
+        if pending is None:
+            _synchronize(launched)
+        else:
+            pending.add(launched)
 
     def _streams(self, destination) -> dict:
         """{CUDA ordinal: stream} from the destination (by_address.ByAddress.before_launch:
         PyTorch's current stream for this process's tensors, one of ours over CUDA IPC); on the
         CPU no stream, the bookkeeping all the same."""
         return destination.before_launch(sorted({o for o in self.ordinals if o >= 0}))
+
+
+def waits_deferred(enabled: bool = True):
+    """A block inside which this thread's direct launches return once queued and are waited for
+    when it ends (deferred_wait.py: the caller keeps the sources alive meanwhile)."""
+    return deferred_wait.deferred(_synchronize, enabled)
 
 
 def _synchronize(launched) -> None:
