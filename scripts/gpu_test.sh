@@ -41,8 +41,9 @@
 #                  teardown's threads (recreate_inturn) and without giving free host memory back
 #                  (recreate_notrim) ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER; each method of each NCCL in processes
-#                  of its own, all at once; at most $RSS_LIMIT (560) s; the image's NCCL's recreate once
-#                  more under MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run); not in the default list: name it
+#                  of its own, all at once; at most $RSS_LIMIT (560) s; the image's NCCL once more under
+#                  MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run) for $RSS_ARENA_METHODS (default: the
+#                  recreate of $RSS_METHODS); not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
 #   hostile_demo   the hostile suite's case that runs the whole tiny demo with JAX on CPU on a GPU host
@@ -259,14 +260,17 @@ for name in $STEPS; do
           pids+=($!)
         done
       done
-      # The image's NCCL's recreate again with glibc held to $RSS_ARENA malloc arenas (empty: not run):
-      # whether its growth is per-thread arenas opened by NCCL's and the teardown's threads.
+      # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (empty: not run), for the
+      # methods in $RSS_ARENA_METHODS (default: the recreate of $RSS_METHODS): whether a growth is
+      # per-thread arenas opened by NCCL's and the teardown's threads.
       arenas=${RSS_ARENA-2}
-      recreate=$(tr ',' '\n' <<< "$methods" | grep '^recreate:' || true)
-      if [ -n "$arenas" ] && [ -n "$recreate" ]; then
-        MALLOC_ARENA_MAX=$arenas rss_one image "image_arena${arenas}_recreate" "$recreate" \
-          > "$O/rss_image_arena${arenas}_recreate.log" 2>&1 &
-        pids+=($!)
+      arena_methods=${RSS_ARENA_METHODS:-$(tr ',' '\n' <<< "$methods" | grep '^recreate:' || true)}
+      if [ -n "$arenas" ]; then
+        for spec in ${arena_methods//,/ }; do
+          MALLOC_ARENA_MAX=$arenas rss_one image "image_arena${arenas}_${spec%%:*}" "$spec" \
+            > "$O/rss_image_arena${arenas}_${spec%%:*}.log" 2>&1 &
+          pids+=($!)
+        done
       fi
       TAIL=${TAIL:-80} step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A3 'host RSS over the cycles' \$f | grep 'rank' || tail -6 \$f; done; true" ;;
     tune_affine)
