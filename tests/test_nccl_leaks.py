@@ -51,3 +51,23 @@ def test_a_leak_no_release_fixes_says_so(monkeypatch):
         warnings.simplefilter("always")
         said = _leaks.warn_once(23203, {"recreate"})
     assert "NCCL 2.32.3" in said[0] and "no NCCL release measured so far is free of it" in said[0]
+
+
+def test_a_leak_with_another_way_out_says_it_after_the_version(monkeypatch):
+    monkeypatch.setattr(_leaks, "KNOWN", (_leaks.Leak(22809, None, frozenset({"recreate"}), "x",
+                                                      avoid="set MALLOC_ARENA_MAX=2"),))
+    monkeypatch.setattr(_leaks, "_warned", set())
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        said = _leaks.warn_once(22809, {"recreate"})
+    assert "no NCCL release measured so far is free of it; set MALLOC_ARENA_MAX=2; see docs/nccl.md" in said[0]
+
+
+def test_the_known_growth_of_grouped_initialisation_warns_under_recreate_only(monkeypatch):
+    """The table as shipped: NCCL 2.28.9 to 2.32.6 under recreate (measured), never under suspend."""
+    monkeypatch.setattr(_leaks, "_warned", set())
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert _leaks.warn_once(23206, {"suspend"}) == []
+        said = _leaks.warn_once(22809, {"recreate"})
+    assert len(said) == 1 and "grouped initialisation" in said[0] and "MALLOC_ARENA_MAX=2" in said[0]
