@@ -195,7 +195,7 @@ def strategies(args) -> list:
         env.update(NCCL_MIN_NCHANNELS=str(args.channels), NCCL_MAX_NCHANNELS=str(args.channels))
     worker_args = [args.strategies, args.methods if args.methods != DEFAULT_METHODS else STRATEGY_METHODS]
     if args.rss:
-        worker_args += [str(args.rss), args.rss_methods]
+        worker_args += [str(args.rss), args.rss_methods, str(args.rss_seconds)]
     results, logs = run_pair("nccl_strategies_worker.py", worker_args, timeout=args.timeout, extra_env=env)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -288,6 +288,9 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--rss-methods", default="naive:500,naive_group:300,recreate:500,suspend:500,auto:500,"
                                                  "recreate_inturn:200,recreate_notrim:200",
                         help="--strategies --rss: METHOD:CYCLES,...")
+    parser.add_argument("--rss-seconds", type=float, default=0.0,
+                        help="--strategies --rss: each method stops after this many seconds of cycles and reports "
+                             "the cycles it ran (0: all of them; keep it inside --timeout)")
     parser.add_argument("--naive", action="store_true", help="--scale: the naive rebuild too")
     parser.add_argument("--probe", action="store_true", help="--scale: first all-reduce and destroys timed")
     parser.add_argument("--json", help="--scale, --strategies: write every RESULT line here")

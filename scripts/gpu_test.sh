@@ -41,7 +41,8 @@
 #                  teardown's threads (recreate_inturn) and without giving free host memory back
 #                  (recreate_notrim) ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER; each method of each NCCL in processes
-#                  of its own, all at once; at most $RSS_LIMIT (560) s; the image's NCCL once more under
+#                  of its own, all at once; at most $RSS_LIMIT (560) s, each method's cycles stopping
+#                  2 minutes before it (the cycles run are reported); the image's NCCL once more under
 #                  MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run) for $RSS_ARENA_METHODS (default: the
 #                  recreate of $RSS_METHODS); not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
@@ -248,7 +249,8 @@ for name in $STEPS; do
       # arenas, NCCL's caches) is its own, not the method run before it. Each log apart.
       rss_one() {  # LIB TAG METHODS
         $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
-          --rss-methods "$3" --timeout $((${RSS_LIMIT:-560} - 20)) --json "$O/rss_$2.json"
+          --rss-methods "$3" --timeout $((${RSS_LIMIT:-560} - 20)) --rss-seconds $((${RSS_LIMIT:-560} - 120)) \
+          --json "$O/rss_$2.json"
       }
       methods=${RSS_METHODS:-naive:150,naive_group:150,recreate:500,suspend:500,auto:500,recreate_inturn:300,recreate_notrim:300}
       pids=()

@@ -58,7 +58,7 @@ def test_auto_is_judged_against_the_better_strategy_and_the_naive_rebuild(monkey
     seen, out = run(monkeypatch, capsys, results, ["--strategies", "4,32", "--channels", "0", "--rss", "1"])
     assert seen["worker"] == "nccl_strategies_worker.py"
     assert seen["args"][:2] == ["4,32", "auto0:2,suspend:2,recreate:2,auto:2,naive:1"]
-    assert seen["args"][2] == "1" and "NCCL_MIN_NCHANNELS" not in seen["env"]
+    assert seen["args"][2] == "1" and seen["args"][4] == "0.0" and "NCCL_MIN_NCHANNELS" not in seen["env"]
     assert "NCCL 23007, 2 ranks on one GPU (socket transport), NCCL's default buffers" in out
     assert "goal: 4 communicators, auto: 54.6 ms against the better of suspend and recreate 52.5 ms: " \
         "within 10%; faster than the naive rebuild" in out
@@ -84,3 +84,65 @@ def test_a_count_without_the_naive_rebuild_says_so_rather_than_not_faster(monkey
     assert line.split()[7:9] == ["-", "0.97x"]   # vs naive: not measured; vs best
     assert "0.00x" not in out
     assert any(x.split()[:2] == ["4", "naive_group"] for x in out.splitlines())
+
+
+def test_the_rss_time_budget_reaches_the_workers(monkeypatch, capsys):
+    results = [{"phase": "start", "rank": 0, "nccl_version": 22809}, rss("recreate", 0.5), {"phase": "done", "rank": 0}]
+    seen, out = run(monkeypatch, capsys, results, ["--strategies", "1", "--methods", "", "--channels", "0",
+                                                   "--rss", "4", "--rss-methods", "recreate:500", "--rss-seconds", "380"])
+    assert seen["args"] == ["1", "", "4", "recreate:500", "380.0"]
+    assert "rank 0 recreate   100 cycles" in out
+
+
+class SharedStore:
+    """The coordinator's key-value store as both ranks see it (one dict, blocking gets)."""
+
+    def __init__(self):
+        import threading
+        self.values, self.changed = {}, threading.Condition()
+
+    def key_value_set(self, key, value):
+        with self.changed:
+            self.values[key] = value
+            self.changed.notify_all()
+
+    def blocking_key_value_get(self, key, timeout_ms):
+        with self.changed:
+            assert self.changed.wait_for(lambda: key in self.values, timeout_ms / 1e3), key
+            return self.values[key]
+
+    def key_value_delete(self, key):
+        with self.changed:
+            self.values.pop(key, None)
+
+
+def test_both_ranks_stop_at_the_cycle_rank_0_says(monkeypatch):
+    """The time budget is rank 0's to judge: rank 1, which starts later and runs slower here,
+    goes on or stops at exactly the cycles rank 0 does, and the store keeps no key per cycle."""
+    import threading
+    import time
+    import types
+
+    sys.path.insert(0, str(ROOT / "tests" / "gpu_workers"))
+    worker = importlib.util.module_from_spec(importlib.util.spec_from_file_location(
+        "strategies_worker", ROOT / "tests" / "gpu_workers" / "nccl_strategies_worker.py"))
+    worker.__spec__.loader.exec_module(worker)
+    store = SharedStore()
+    ran = {0: 0, 1: 0}
+
+    def rank(number, pause_s):
+        job = types.SimpleNamespace(rank=number, store=store)
+        begun = time.perf_counter()
+        for cycle in range(1000):
+            if not worker.go_on(job, f"rss/recreate/{cycle}", begun, 0.2):
+                break
+            ran[number] += 1
+            time.sleep(pause_s)
+
+    threads = [threading.Thread(target=rank, args=(0, 0.004)), threading.Thread(target=rank, args=(1, 0.009))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert 5 <= ran[0] < 1000 and ran[0] == ran[1]
+    assert store.values == {}   # rank 1 took every word, the last ("stop") too

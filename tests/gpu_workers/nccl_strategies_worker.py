@@ -1,6 +1,6 @@
 """One of two processes comparing every pause strategy on the same communicators, and their host RSS.
 
-usage: python -P nccl_strategies_worker.py RANK PORT COUNTS SIZE_METHODS [RSS_COUNT RSS_METHODS]
+usage: python -P nccl_strategies_worker.py RANK PORT COUNTS SIZE_METHODS [RSS_COUNT RSS_METHODS [RSS_SECONDS]]
   COUNTS        e.g. 4,8,32: the first N communicators of our own (2 ranks; NCCL_BUFFSIZE and
                 NCCL_MIN/MAX_NCHANNELS, set by the caller, size them), each used by an all-reduce first
   SIZE_METHODS  METHOD:CYCLES,... (or "" for none) run on each count in this order; METHOD is suspend, recreate,
@@ -11,6 +11,9 @@ usage: python -P nccl_strategies_worker.py RANK PORT COUNTS SIZE_METHODS [RSS_CO
                 in this process) or auto0 (auto after cost_rates(reset=True): its starting rates). Methods NCCL lacks (suspend before 2.29.7) are skipped.
   RSS_COUNT     communicators for the long cycles (the first ones)
   RSS_METHODS   METHOD:CYCLES,...: host RSS read after every cycle
+  RSS_SECONDS   each RSS method stops after this many seconds of cycles, at the same cycle on both
+                ranks (rank 0 decides, through the coordinator's key-value store), and reports the
+                cycles it ran (0 or absent: every cycle asked)
 
 Each cycle: barrier, pause(METHOD, ids=the count's), resume(), the same all-reduce on each of those
 communicators (a recreated one connects again here), checked bit for bit against the first. Prints
@@ -55,9 +58,23 @@ def naive_cycle(job: Job, handles: list, ids: list, seen: set, count: int, tag: 
     return t1 - t0, t3 - t2
 
 
+def go_on(job: Job, tag: str, begun: float, budget_s: float) -> bool:
+    """Whether both ranks run the cycle `tag`: rank 0 says, by the time spent since `begun`, and
+    rank 1 reads its word (a rank stopping alone would leave the other at the next barrier)."""
+    key = f"strategies/{tag}/go"
+    if job.rank == 0:
+        go = time.perf_counter() - begun < budget_s
+        job.store.key_value_set(key, "1" if go else "0")
+        return go
+    word = job.store.blocking_key_value_get(key, 300_000)
+    job.store.key_value_delete(key)   # the coordinator keeps nothing per cycle
+    return word == "1"
+
+
 def run_method(job: Job, handles, ids, seen, reference, count: int, method: str, cycles: int,
-               tag: str, sample_rss: bool) -> dict:
+               tag: str, sample_rss: bool, budget_s: float = 0.0) -> dict:
     pauses, resumes, firsts, rss_samples = [], [], [], []
+    begun = time.perf_counter()
     chosen, why, identical, freed = {}, "", True, 0
     if method == "auto0":
         jax_amem.nccl.cost_rates(reset=True)
@@ -65,6 +82,8 @@ def run_method(job: Job, handles, ids, seen, reference, count: int, method: str,
         os.environ["JAX_AMEM_NCCL_TRIM"] = "0"  # read by the interposer at each pause and resume
     rates_before = jax_amem.nccl.cost_rates()
     for cycle in range(cycles):
+        if budget_s > 0 and not go_on(job, f"{tag}/{cycle}", begun, budget_s):
+            break
         job.barrier(f"{tag}/{cycle}")
         if method in ("naive", "naive_group"):
             pause_s, resume_s = naive_cycle(job, handles, ids, seen, count, f"{tag}/{cycle}", method == "naive_group")
@@ -121,6 +140,7 @@ def main():
     size_methods = specs(sys.argv[4])
     rss_count = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     rss_methods = specs(sys.argv[6]) if len(sys.argv) > 6 else []
+    rss_seconds = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                                process_id=rank, local_device_ids=[0])
     from jax._src import distributed
@@ -148,7 +168,8 @@ def main():
     for method, cycles in rss_methods:
         if method == "suspend" and not can_suspend:
             continue
-        row = run_method(job, handles, ids, seen, reference, rss_count, method, cycles, f"rss/{method}", True)
+        row = run_method(job, handles, ids, seen, reference, rss_count, method, cycles, f"rss/{method}", True,
+                         rss_seconds)
         slope, average = growth_per_100(row["rss"])
         emit(phase="rss", rank=rank, method=method, count=rss_count, cycles=row["cycles"],
              identical=row["identical"], strategies=row["strategies"], per_100_slope=slope,
