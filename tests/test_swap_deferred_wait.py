@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import torch
 
 import jax_amem
-from jax_amem.swapping import waits_deferred
 from jax_amem.swapping.in_process import deferred_wait, direct
+from jax_amem.swapping.in_process.direct import waits_deferred
 
 from swap_probes import clean, raw  # noqa: F401 - clean: an autouse fixture
 

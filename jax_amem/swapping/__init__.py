@@ -26,7 +26,6 @@ See docs/swap.md and docs/architecture.md.
 from . import cross_host
 from .errors import PartialSwapError, SwapError
 from .front_door import forget, swap, verify
-from .in_process.direct import waits_deferred
 from .in_process.verify import Mismatch
 from .report import NcclSwapReport, SwapReport
 from .same_host.ipc import RemoteTensors, export_tensors, open_remote
@@ -36,4 +35,4 @@ from .torch_bridge import TorchShard, to_torch
 
 __all__ = ["JaxStore", "Mismatch", "NcclSwapReport", "PartialSwapError", "RemoteTensors", "RolloutIpc", "StoreTimeout", "SwapError",
            "SwapReport", "TorchShard", "TorchStore", "TrainerIpc", "cross_host", "export_tensors", "forget",
-           "open_remote", "swap", "to_torch", "verify", "waits_deferred"]
+           "open_remote", "swap", "to_torch", "verify"]

@@ -25,7 +25,8 @@ from .. import reshard
 from ..reshard import Layout
 from ..reshard.presets import resolved_family
 from ..reshard.unread import UnreadWeightsError
-from ..swapping import swap, waits_deferred
+from ..swapping import swap
+from ..swapping.in_process.direct import waits_deferred
 from .errors import VllmBackendError, VllmPlanError, VllmUpdateError
 from .names import match
 from .ranks import rank_pieces
