@@ -95,7 +95,7 @@ def test_kept_sources_live_until_the_wait():
         pending.add([(0, 7)])
         pending.wait()
         assert pending._kept == [] and waited == [[(0, 7)]]
-    assert waited == [[(0, 7)], []]   # the block's end waits for what is left: nothing
+    assert waited == [[(0, 7)]]   # the block's end: nothing left to wait for
 
 
 def test_disabled_blocks_change_nothing_and_blocks_do_not_nest(waits):

@@ -265,6 +265,47 @@ def test_failure_before_any_commit_keeps_the_old_version(llama):
     unchanged(llama, before)
 
 
+def test_the_updates_one_wait_waits_before_each_staged_commit_and_a_device_error_at_the_end_is_dead(
+        llama, monkeypatch):
+    """In the trainer's process the update's copies are waited for in one block: before each
+    commit that reads them (on CPU every group is staged) and once at the end, after finish. A
+    device error seen at that last wait (a CUDA fault: the process's GPU context is gone) is
+    served="dead". The block is recorded here (the real one: tests/test_swap_deferred_wait.py);
+    the engine stays intact, and the next update serves."""
+    import contextlib
+
+    import jax_amem.vllm.trainer as trainer
+
+    said = []
+
+    class Recorded:
+        def keep(self, sources):
+            said.append("keep")
+
+        def wait(self):
+            said.append("wait")
+            if said.count("wait") == 5:   # the last: after the four groups' commits
+                raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+
+    @contextlib.contextmanager
+    def recorded(enabled):
+        said.append(f"open {enabled}")
+        yield Recorded()
+
+    real_rpc = trainer.VllmEngine._rpc
+    monkeypatch.setattr(trainer, "waits_deferred", recorded)
+    monkeypatch.setattr(trainer.VllmEngine, "_rpc",
+                        lambda self, method, **kw: (said.append(method), real_rpc(self, method, **kw))[1])
+    with pytest.raises(jv.VllmUpdateError, match="device copies of this update failed.*restart") as caught:
+        llama["engine"].update(as_jax(llama["trees"][0]))
+    assert caught.value.served == "dead"
+    assert said == ["start_weight_update", "open True"] + ["keep", "wait", "update_weights"] * 4 + [
+        "finish_weight_update", "wait"]
+    monkeypatch.undo()
+    llama["engine"].update(as_jax(llama["trees"][1]))
+    assert greedy(llama["llm"]) == llama["tokens"]
+
+
 def _update_stopping_before_the_last_group(llama, monkeypatch, tree):
     """The trainer stops before the last group (interrupted, out of memory...): injected into the
     trainer's own loop; the engine and its commits are real."""

@@ -520,7 +520,7 @@ class VllmEngine:
     def update(self, params, *, version: int | None = None) -> VllmUpdateReport:
         """Writes `params` into the engine. On return the engine serves them, its prefix cache
         reset. On failure, VllmUpdateError says what it serves (`served`: "old", "refusing", or
-        "dead" when a worker died)."""
+        "dead" when a worker died or the device copies failed, which loses the GPU context)."""
         start = time.perf_counter()
         version = options.checked_version(version)
         self._check_source(params)
@@ -532,36 +532,12 @@ class VllmEngine:
         try:
             self._start()
             started = time.perf_counter()
-            # A worker in this process whose batches are written in place: the copies are queued
-            # and waited for once, at the end, while the commit and finish calls (bookkeeping
-            # then) run on the host. The copies run on PyTorch's current stream, which orders
-            # every later kernel of the engine after them.
+            # A worker in this process: the copies are queued and waited for once, at the end,
+            # while the commit and finish calls (bookkeeping for groups written in place) run on
+            # the host. They run on PyTorch's current stream, which orders every later kernel of
+            # the engine after them.
             with waits_deferred(self.worker is not None and self.link is None) as pending:
-                swap_s = commit_s = 0.0
-                attempted = committed = commits = 0
-                try:
-                    for batch, steps in self._by_batch:
-                        t0 = time.perf_counter()
-                        for step in steps:
-                            picked = self._swap(params, step)
-                            if pending is not None:
-                                pending.keep(picked)   # the queued copies read it
-                        if pending is not None and not set(batch) <= self.worker.nothing_to_commit:
-                            pending.wait()   # the commit copies or processes what the swap wrote
-                        t1 = time.perf_counter()
-                        if self._dead():
-                            raise RuntimeError("a worker process exited")
-                        attempted += len(batch)
-                        sent = self._send(params, steps, version if version is not None else self.version + 1)
-                        info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
-                        self._rpc("update_weights", alongside=sent, update_info=info)
-                        self._raise_worker_failures()
-                        committed += len(batch)
-                        commits += 1
-                        send_s = sent.seconds if sent else 0.0
-                        swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
-                except BaseException as error:
-                    raise self._failed(error, attempted, committed) from error
+                swap_s, commit_s, commits = self._write_batches(params, version, pending)
                 committed_at = time.perf_counter()
                 self._rpc("finish_weight_update")
                 reset = self.llm.reset_prefix_cache()
@@ -582,6 +558,37 @@ class VllmEngine:
         end = time.perf_counter()
         return VllmUpdateReport(self.version, self.bytes, len(self.description["groups"]), end - start, swap_s,
                                 commit_s, commits, start_seconds=started - start, finish_seconds=end - committed_at)
+
+    def _write_batches(self, params, version: int | None, pending) -> tuple[float, float, int]:
+        """Every batch swapped and committed: (swap seconds, commit seconds, commits). `pending`
+        (deferred_wait.Pending, or None): the queued copies, waited for before a commit that
+        reads what they wrote. A failure raises VllmUpdateError saying what the engine serves."""
+        swap_s = commit_s = 0.0
+        attempted = committed = commits = 0
+        try:
+            for batch, steps in self._by_batch:
+                t0 = time.perf_counter()
+                for step in steps:
+                    picked = self._swap(params, step)
+                    if pending is not None:
+                        pending.keep(picked)   # the queued copies read it
+                if pending is not None and not set(batch) <= self.worker.nothing_to_commit:
+                    pending.wait()   # the commit copies or processes what the swap wrote
+                t1 = time.perf_counter()
+                if self._dead():
+                    raise RuntimeError("a worker process exited")
+                attempted += len(batch)
+                sent = self._send(params, steps, version if version is not None else self.version + 1)
+                info = {"group": batch[0]} if len(batch) == 1 else {"groups": batch}
+                self._rpc("update_weights", alongside=sent, update_info=info)
+                self._raise_worker_failures()
+                committed += len(batch)
+                commits += 1
+                send_s = sent.seconds if sent else 0.0
+                swap_s, commit_s = swap_s + t1 - t0 + send_s, commit_s + time.perf_counter() - t1 - send_s
+        except BaseException as error:
+            raise self._failed(error, attempted, committed) from error
+        return swap_s, commit_s, commits
 
     def _swap(self, params, step: Step):
         """The step's swap into every rank written by address (the NCCL ranks' sends come later);

@@ -40,7 +40,8 @@ class Pending:
         """Waits for every copy launched so far; then their sources may go."""
         launched, self._launched = self._launched, []
         try:
-            self._synchronize(launched)
+            if launched:
+                self._synchronize(launched)
         finally:
             self._kept = []
 
