@@ -10,13 +10,13 @@ import pytest
 
 import jax
 import jax.numpy as jnp
-import torch
 
 import jax_amem
 from jax_amem.swapping.in_process import deferred_wait, direct
 from jax_amem.swapping.in_process.direct import waits_deferred
 
-from swap_probes import clean, raw  # noqa: F401 - clean: an autouse fixture
+torch = pytest.importorskip("torch")
+from swap_probes import clean, raw  # noqa: E402,F401 - clean: an autouse fixture
 
 
 def sources(count, salt=0):
