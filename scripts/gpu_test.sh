@@ -252,14 +252,17 @@ for name in $STEPS; do
           --rss-methods "$3" --timeout $((${RSS_LIMIT:-560} - 20)) --rss-seconds $((${RSS_LIMIT:-560} - 120)) \
           --json "$O/rss_$2.json"
       }
+      rss_start() {  # LIB TAG METHODS: in the background, logged apart
+        rss_one "$@" > "$O/rss_$2.log" 2>&1 &
+        pids+=($!)
+      }
       methods=${RSS_METHODS:-naive:150,naive_group:150,recreate:500,suspend:500,auto:500,recreate_inturn:300,recreate_notrim:300}
       pids=()
       for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
         tag=$(nccl_tag "$lib") || continue
         for spec in ${methods//,/ }; do
           [ "$tag" = image ] && [ "${spec%%:*}" = suspend ] && continue   # 2.28 has no suspend
-          rss_one "$lib" "${tag}_${spec%%:*}" "$spec" > "$O/rss_${tag}_${spec%%:*}.log" 2>&1 &
-          pids+=($!)
+          rss_start "$lib" "${tag}_${spec%%:*}" "$spec"
         done
       done
       # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (empty: not run), for the
@@ -269,9 +272,7 @@ for name in $STEPS; do
       arena_methods=${RSS_ARENA_METHODS:-$(tr ',' '\n' <<< "$methods" | grep '^recreate:' || true)}
       if [ -n "$arenas" ]; then
         for spec in ${arena_methods//,/ }; do
-          MALLOC_ARENA_MAX=$arenas rss_one image "image_arena${arenas}_${spec%%:*}" "$spec" \
-            > "$O/rss_image_arena${arenas}_${spec%%:*}.log" 2>&1 &
-          pids+=($!)
+          MALLOC_ARENA_MAX=$arenas rss_start image "image_arena${arenas}_${spec%%:*}" "$spec"
         done
       fi
       TAIL=${TAIL:-80} step nccl_rss "${RSS_LIMIT:-560}" bash -c "wait_all() { for p in ${pids[*]}; do while kill -0 \$p 2>/dev/null; do sleep 1; done; done; }; wait_all; for f in $O/rss_*.log; do echo \"== \$f\"; grep -A3 'host RSS over the cycles' \$f | grep 'rank' || tail -6 \$f; done; true" ;;
