@@ -30,20 +30,22 @@
 #                  4, 8 and 32 communicators of our own, at NCCL's default buffers and at 16 channels, for
 #                  the image's NCCL and each of $NCCL_NEW and $NCCL_NEWER that is set (e.g. 2.30.7, 2.32.3),
 #                  or the libraries in $STRATEGY_LIBS ("image" for the image's); $STRATEGY_CHANNELS ("0 16"),
-#                  $STRATEGY_METHODS, $STRATEGY_LIMIT (280 s a step); about 2 minutes per NCCL; not in the default list: name it
+#                  $STRATEGY_METHODS (three cycles of each, one naive), $STRATEGY_LIMIT (280 s a step); on an
+#                  H100 about 1 minute per NCCL at default buffers and 2.5 at 16 channels (the naive rebuild
+#                  of 32 does not finish in 165 s): one device call per channel setting; not in the default list
 #   nccl_payload   the NCCL libraries carried in .nccl-VERSION/ (made here by scripts/nccl_payload.sh), checked
 #                  by sha256 and unpacked into /tmp/nccl-VERSION/ (kept by a warm machine: a later call
 #                  needs no carry), each loaded and its version read; sets $NCCL_NEW and $NCCL_NEWER to
 #                  the oldest and newest of them for the steps after it (unless set); not in the default list
-#   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy, the naive
-#                  rebuild over 150, and the controls that tell whose a growth is: the naive rebuild
-#                  initialised in one group as recreate does (naive_group), recreate without the
-#                  teardown's threads (recreate_inturn) and without giving free host memory back
-#                  (recreate_notrim) ($RSS_METHODS), $RSS_COUNT (1) communicator(s) at NCCL's default buffers,
+#   nccl_rss       the long cycles: host RSS per 100 cycles over 500 cycles of each strategy and the naive
+#                  rebuild over 150 ($RSS_METHODS; the controls that tell whose a growth is, named there:
+#                  the naive rebuild initialised in one group as recreate does (naive_group), recreate
+#                  without the teardown's threads (recreate_inturn) and without giving free host memory
+#                  back (recreate_notrim)), $RSS_COUNT (4) communicators at NCCL's default buffers,
 #                  for the image's NCCL and $NCCL_NEW / $NCCL_NEWER; each method of each NCCL in processes
 #                  of its own, all at once; at most $RSS_LIMIT (560) s, each method's cycles stopping
 #                  2 minutes before it (the cycles run are reported); the image's NCCL once more under
-#                  MALLOC_ARENA_MAX=$RSS_ARENA (2; empty: not run) for $RSS_ARENA_METHODS (default: the
+#                  MALLOC_ARENA_MAX=$RSS_ARENA (empty, the default: not run) for $RSS_ARENA_METHODS (default: the
 #                  recreate of $RSS_METHODS); not in the default list: name it
 #   demo_real      `python -m jax_amem demo --preset qwen3-1.7b` (the real-size switch; ~3-4 min;
 #                  not in the default list: name it); its figures in $OUT/h200_qwen3_1.7b.json
@@ -237,7 +239,7 @@ for name in $STEPS; do
     nccl_strategies)
       for lib in ${STRATEGY_LIBS:-image ${NCCL_NEW:-} ${NCCL_NEWER:-}}; do
         tag=$(nccl_tag "$lib") || continue
-        STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:2,suspend:2,recreate:2,auto:2,naive:1} --timeout $((${STRATEGY_LIMIT:-280} - 20))"
+        STRAT="$PY -P benchmarks/nccl_pause.py --strategies 4,8,32 --methods ${STRATEGY_METHODS:-auto0:3,suspend:3,recreate:3,auto:3,naive:1} --timeout $((${STRATEGY_LIMIT:-280} - 20))"
         for ch in ${STRATEGY_CHANNELS:-0 16}; do  # 0: NCCL's default buffers
           name="strategies_${tag}$([ "$ch" = 0 ] || echo "_${ch}ch")"
           TAIL=40 step "$name" "${STRATEGY_LIMIT:-280}" $(nccl_env "$lib") $STRAT --channels "$ch" --json "$O/$name.json"
@@ -248,7 +250,7 @@ for name in $STEPS; do
       # slope does not depend on the speed): what a method's first cycles open (threads, glibc's
       # arenas, NCCL's caches) is its own, not the method run before it. Each log apart.
       rss_one() {  # LIB TAG METHODS
-        $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-1} \
+        $(nccl_env "$1") $PY -P benchmarks/nccl_pause.py --strategies 1 --methods "" --channels 0 --rss ${RSS_COUNT:-4} \
           --rss-methods "$3" --timeout $((${RSS_LIMIT:-560} - 20)) --rss-seconds $((${RSS_LIMIT:-560} - 120)) \
           --json "$O/rss_$2.json"
       }
@@ -256,7 +258,7 @@ for name in $STEPS; do
         rss_one "$@" > "$O/rss_$2.log" 2>&1 &
         pids+=($!)
       }
-      methods=${RSS_METHODS:-naive:150,naive_group:150,recreate:500,suspend:500,auto:500,recreate_inturn:300,recreate_notrim:300}
+      methods=${RSS_METHODS:-naive:150,recreate:500,suspend:500,auto:500}  # 11 pairs with three NCCLs
       pids=()
       for lib in image ${NCCL_NEW:-} ${NCCL_NEWER:-}; do
         tag=$(nccl_tag "$lib") || continue
@@ -265,10 +267,10 @@ for name in $STEPS; do
           rss_start "$lib" "${tag}_${spec%%:*}" "$spec"
         done
       done
-      # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (empty: not run), for the
+      # The image's NCCL again with glibc held to $RSS_ARENA malloc arenas (unset or empty: not run), for the
       # methods in $RSS_ARENA_METHODS (default: the recreate of $RSS_METHODS): whether a growth is
       # per-thread arenas opened by NCCL's and the teardown's threads.
-      arenas=${RSS_ARENA-2}
+      arenas=${RSS_ARENA:-}
       arena_methods=${RSS_ARENA_METHODS:-$(tr ',' '\n' <<< "$methods" | grep '^recreate:' || true)}
       if [ -n "$arenas" ]; then
         for spec in ${arena_methods//,/ }; do
