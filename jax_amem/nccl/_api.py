@@ -86,6 +86,9 @@ class Communicator:
     resume_seconds: float
     error: str
     teardown_seconds: float = 0.0  # recreate: of pause_seconds, ending the real communicator
+    # What its last first collective after an initialisation took, NCCL's connection
+    # included (a recreate makes it connect again there); -1: none has run yet.
+    connect_seconds: float = -1.0
 
 
 @dataclasses.dataclass

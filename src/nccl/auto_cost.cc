@@ -116,6 +116,7 @@ std::string Source(int samples) {
 struct Unit {
   std::vector<PlanEntry*> entries;
   int64_t bytes = 0;
+  double connect_seconds = 0;  // its ranks' last first collectives (0 where none ran yet)
 };
 
 }  // namespace
@@ -213,30 +214,36 @@ Status ChooseByCost(std::vector<PlanEntry>* plan, const std::vector<bool>& decid
     Unit& unit = units[comm.key];
     unit.entries.push_back(&entry);
     unit.bytes += bytes;
+    unit.connect_seconds += std::max(comm.connect_seconds.load(), 0.0);
   }
   std::vector<Unit*> order;
-  int movable_entries = 0;
   int64_t movable_bytes = 0;
   for (auto& [key, unit] : units) {
     order.push_back(&unit);
-    movable_entries += static_cast<int>(unit.entries.size());
     movable_bytes += unit.bytes;
   }
-  std::stable_sort(order.begin(), order.end(), [](const Unit* a, const Unit* b) { return a->bytes > b->bytes; });
+  // The most a recreate would save first: its suspend time less the connections it
+  // makes again at its first collective (by size alone where none has run yet).
+  auto saving = [&](const Unit* unit) { return SuspendSeconds(rates, unit->bytes) - unit->connect_seconds; };
+  std::stable_sort(order.begin(), order.end(), [&](const Unit* a, const Unit* b) { return saving(a) > saving(b); });
 
-  // Recreate the k largest (k = 0 .. all); keep the cheapest.
+  // Recreate the first k (k = 0 .. all); keep the cheapest. The connections are made
+  // after resume, at the next step's first collectives: added, not overlapped.
   const bool overlapped = Concurrent();
   auto cost = [&](size_t k, int* recreates, int64_t* suspended) {
     *recreates = fixed_recreates;
     *suspended = fixed_suspend + movable_bytes;
+    double connect = 0;
     for (size_t j = 0; j < k; ++j) {
       *recreates += static_cast<int>(order[j]->entries.size());
       *suspended -= order[j]->bytes;
+      connect += order[j]->connect_seconds;
     }
-    return BothSeconds(SuspendSeconds(rates, *suspended), RecreateSeconds(rates, *recreates), overlapped);
+    return BothSeconds(SuspendSeconds(rates, *suspended), RecreateSeconds(rates, *recreates), overlapped) + connect;
   };
   int recreates = 0;
   int64_t suspended = 0;
+  const double all_recreate = cost(order.size(), &recreates, &suspended);
   const double all_suspend = cost(0, &recreates, &suspended);
   size_t best = 0;
   double best_cost = all_suspend;
@@ -253,15 +260,23 @@ Status ChooseByCost(std::vector<PlanEntry>* plan, const std::vector<bool>& decid
       " s/GiB, " + Source(rates.suspend_samples) +
       "; teardown " + Seconds(rates.teardown_s) + " + " + Seconds(rates.init_s) +
       " per re-initialisation, " + Source(rates.teardown_samples) + ")";
+  double measured_connect = 0;
+  for (const Unit* unit : order) measured_connect += unit->connect_seconds;
+  const std::string connect_said =
+      measured_connect <= 0 ? ""
+                            : "; recreating includes connecting again at the first collective, " +
+                                  Seconds(measured_connect) + " as last measured for these";
   const std::string plan_said =
       "; this process: suspend " + Size(suspended) + " and recreate " + std::to_string(recreates) +
       " communicator(s), estimated " + Seconds(chosen) + " for pause + resume, against " +
-      Seconds(all_suspend) + " suspending all it can and " +
-      Seconds(RecreateSeconds(rates, fixed_recreates + movable_entries)) + " recreating" + rates_said;
+      Seconds(all_suspend) + " suspending all it can and " + Seconds(all_recreate) + " recreating" +
+      rates_said + connect_said;
   for (size_t j = 0; j < order.size(); ++j) {
+    const std::string connect =
+        order[j]->connect_seconds > 0 ? ", its first collective " + Seconds(order[j]->connect_seconds) : "";
     for (PlanEntry* entry : order[j]->entries) {
       if (j < best) entry->strategy = Strategy::kRecreate;
-      entry->why += "; by cost: " + Size(order[j]->bytes) + " suspendable" + plan_said;
+      entry->why += "; by cost: " + Size(order[j]->bytes) + " suspendable" + connect + plan_said;
     }
   }
   return Status::Ok();

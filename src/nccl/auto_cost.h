@@ -10,6 +10,8 @@
 //
 //   suspend(S bytes)  = S * (suspend + resume seconds per byte)
 //   recreate(N)       = the slowest teardown + N * re-initialisation per communicator
+//                       + what each one's last first collective took (NCCL connects
+//                       there again after a recreate; a suspend keeps the connections)
 //   a pause that does both at once (JAX_AMEM_NCCL_OVERLAP threads or group) costs the
 //   longer of the two plus half the shorter (they share the host: CPU, pinned memory).
 //
@@ -61,9 +63,10 @@ void RecordReinit(int communicators, double seconds);
 void ResetCostModel();  // back to the starting rates (tests)
 
 // For the entries `auto` planned to suspend and that could be recreated as well:
-// recreates the largest communicators while that shortens this process's pause +
-// resume by at least 10% (suspend keeps a communicator's connections, which a
-// recreate makes again at its first collective), and writes each choice's why.
+// recreates the communicators that save the most while that shortens this
+// process's pause + resume, plus the connections the recreated ones make again at
+// their first collective (each one's last first collective, first_use.h), by at
+// least 10%, and writes each choice's why.
 // All local ranks of a communicator (same key) go the same way. `decides(key)`:
 // whether this process may choose by cost for that communicator (an agreement makes
 // every rank's choice the same, or every rank of it is in this process).

@@ -130,7 +130,8 @@ std::string Registry::RowJson(const ProxyComm& p) const {
       << ",\"suspendable_bytes\":" << p.suspendable_bytes
       << ",\"refused_calls\":" << p.refused_calls.load() << ",\"pause_seconds\":" << p.pause_seconds
       << ",\"teardown_seconds\":" << p.teardown_seconds
-      << ",\"resume_seconds\":" << p.resume_seconds << ",\"error\":" << JsonString(p.error) << "}";
+      << ",\"resume_seconds\":" << p.resume_seconds << ",\"connect_seconds\":" << p.connect_seconds.load()
+      << ",\"error\":" << JsonString(p.error) << "}";
   return out.str();
 }
 

@@ -67,6 +67,10 @@ struct ProxyComm {
   double pause_seconds = 0;     // what its pause took (its share of a shared step included)
   double teardown_seconds = 0;  // recreate: of that, ending the real communicator
   double resume_seconds = 0;
+  // Its first collective since it was (re)initialised has not run yet (first_use.h).
+  std::atomic<bool> awaiting_first_use{true};
+  // What the last such first collective took, NCCL's connection included; -1 unknown.
+  std::atomic<double> connect_seconds{-1.0};
   std::string error;  // why the communicator is broken, if it is
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nccl/comm_registry.h"
+#include "nccl/first_use.h"
 #include "nccl/real_nccl.h"
 
 #define AMEM_EXPORT extern "C" __attribute__((visibility("default")))
@@ -21,8 +22,11 @@ ncclResult_t Refuse(const char* function, const ProxyComm& proxy);
 // that runs right after resume(async_=True) waits instead of failing.
 void WaitWhileResuming(const ProxyComm& proxy);
 
+// `collective`: a call that moves data between ranks, whose first run after an
+// initialisation is where NCCL connects (timed: first_use.h).
 template <typename Call>
-ncclResult_t Guarded(const char* function, bool available, ncclComm_t handle, Call&& call) {
+ncclResult_t Guarded(const char* function, bool available, ncclComm_t handle, Call&& call,
+                     bool collective = false) {
   if (!available) return Unsupported(function);
   ProxyComm* proxy = Registry::Get().Find(handle);
   if (proxy == nullptr) return call(handle);  // not ours: untouched
@@ -30,6 +34,7 @@ ncclResult_t Guarded(const char* function, bool available, ncclComm_t handle, Ca
   std::shared_lock<std::shared_mutex> lock(Registry::Get().lock());
   if (proxy->state != CommState::kActive) return Refuse(function, *proxy);
   ClearLastError();
+  if (collective) return TimeFirstUse(handle, *proxy, [&] { return call(proxy->real); });
   return call(proxy->real);
 }
 

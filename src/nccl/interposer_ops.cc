@@ -1,15 +1,19 @@
 // Exported NCCL functions that use a communicator: each goes through Guarded()
 // (proxy -> real, refused while paused). AMEM_OP(name, (params), (args)) where
-// `args` names the communicator `real`.
+// `args` names the communicator `real`; AMEM_COLLECTIVE for the calls that move
+// data between ranks (the first after an initialisation is timed: first_use.h).
 #include "nccl/guard.h"
 
 using namespace amem::nccl;
 
-#define AMEM_OP(name, params, args)                                                    \
+#define AMEM_GUARDED(name, params, args, collective)                                   \
   AMEM_EXPORT ncclResult_t name params {                                               \
-    return Guarded(#name, Real().name != nullptr, comm,                                \
-                   [&](ncclComm_t real) { return Real().name args; });                 \
+    return Guarded(                                                                    \
+        #name, Real().name != nullptr, comm,                                           \
+        [&](ncclComm_t real) { return Real().name args; }, collective);                \
   }
+#define AMEM_OP(name, params, args) AMEM_GUARDED(name, params, args, false)
+#define AMEM_COLLECTIVE(name, params, args) AMEM_GUARDED(name, params, args, true)
 
 typedef const void* In;
 typedef void* Out;
@@ -18,30 +22,30 @@ typedef ncclRedOp_t Op;
 typedef cudaStream_t S;
 typedef const ncclCollConfig_t* CC;
 
-AMEM_OP(ncclAllReduce, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st), (s, r, n, t, op, real, st))
-AMEM_OP(ncclBroadcast, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st), (s, r, n, t, root, real, st))
-AMEM_OP(ncclBcast, (Out b, size_t n, T t, int root, ncclComm_t comm, S st), (b, n, t, root, real, st))
-AMEM_OP(ncclReduce, (In s, Out r, size_t n, T t, Op op, int root, ncclComm_t comm, S st), (s, r, n, t, op, root, real, st))
-AMEM_OP(ncclAllGather, (In s, Out r, size_t n, T t, ncclComm_t comm, S st), (s, r, n, t, real, st))
-AMEM_OP(ncclReduceScatter, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st), (s, r, n, t, op, real, st))
-AMEM_OP(ncclAlltoAll, (In s, Out r, size_t n, T t, ncclComm_t comm, S st), (s, r, n, t, real, st))
-AMEM_OP(ncclGather, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st), (s, r, n, t, root, real, st))
-AMEM_OP(ncclScatter, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st), (s, r, n, t, root, real, st))
-AMEM_OP(ncclSend, (In s, size_t n, T t, int peer, ncclComm_t comm, S st), (s, n, t, peer, real, st))
-AMEM_OP(ncclRecv, (Out r, size_t n, T t, int peer, ncclComm_t comm, S st), (r, n, t, peer, real, st))
+AMEM_COLLECTIVE(ncclAllReduce, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st), (s, r, n, t, op, real, st))
+AMEM_COLLECTIVE(ncclBroadcast, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st), (s, r, n, t, root, real, st))
+AMEM_COLLECTIVE(ncclBcast, (Out b, size_t n, T t, int root, ncclComm_t comm, S st), (b, n, t, root, real, st))
+AMEM_COLLECTIVE(ncclReduce, (In s, Out r, size_t n, T t, Op op, int root, ncclComm_t comm, S st), (s, r, n, t, op, root, real, st))
+AMEM_COLLECTIVE(ncclAllGather, (In s, Out r, size_t n, T t, ncclComm_t comm, S st), (s, r, n, t, real, st))
+AMEM_COLLECTIVE(ncclReduceScatter, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st), (s, r, n, t, op, real, st))
+AMEM_COLLECTIVE(ncclAlltoAll, (In s, Out r, size_t n, T t, ncclComm_t comm, S st), (s, r, n, t, real, st))
+AMEM_COLLECTIVE(ncclGather, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st), (s, r, n, t, root, real, st))
+AMEM_COLLECTIVE(ncclScatter, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st), (s, r, n, t, root, real, st))
+AMEM_COLLECTIVE(ncclSend, (In s, size_t n, T t, int peer, ncclComm_t comm, S st), (s, n, t, peer, real, st))
+AMEM_COLLECTIVE(ncclRecv, (Out r, size_t n, T t, int peer, ncclComm_t comm, S st), (r, n, t, peer, real, st))
 
-AMEM_OP(ncclAllReduceConfig, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st, CC c), (s, r, n, t, op, real, st, c))
-AMEM_OP(ncclBroadcastConfig, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, root, real, st, c))
-AMEM_OP(ncclReduceConfig, (In s, Out r, size_t n, T t, Op op, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, op, root, real, st, c))
-AMEM_OP(ncclAllGatherConfig, (In s, Out r, size_t n, T t, ncclComm_t comm, S st, CC c), (s, r, n, t, real, st, c))
-AMEM_OP(ncclReduceScatterConfig, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st, CC c), (s, r, n, t, op, real, st, c))
-AMEM_OP(ncclAlltoAllConfig, (In s, Out r, size_t n, T t, ncclComm_t comm, S st, CC c), (s, r, n, t, real, st, c))
-AMEM_OP(ncclGatherConfig, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, root, real, st, c))
-AMEM_OP(ncclScatterConfig, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, root, real, st, c))
+AMEM_COLLECTIVE(ncclAllReduceConfig, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st, CC c), (s, r, n, t, op, real, st, c))
+AMEM_COLLECTIVE(ncclBroadcastConfig, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, root, real, st, c))
+AMEM_COLLECTIVE(ncclReduceConfig, (In s, Out r, size_t n, T t, Op op, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, op, root, real, st, c))
+AMEM_COLLECTIVE(ncclAllGatherConfig, (In s, Out r, size_t n, T t, ncclComm_t comm, S st, CC c), (s, r, n, t, real, st, c))
+AMEM_COLLECTIVE(ncclReduceScatterConfig, (In s, Out r, size_t n, T t, Op op, ncclComm_t comm, S st, CC c), (s, r, n, t, op, real, st, c))
+AMEM_COLLECTIVE(ncclAlltoAllConfig, (In s, Out r, size_t n, T t, ncclComm_t comm, S st, CC c), (s, r, n, t, real, st, c))
+AMEM_COLLECTIVE(ncclGatherConfig, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, root, real, st, c))
+AMEM_COLLECTIVE(ncclScatterConfig, (In s, Out r, size_t n, T t, int root, ncclComm_t comm, S st, CC c), (s, r, n, t, root, real, st, c))
 
-AMEM_OP(ncclPutSignal, (In s, size_t n, T t, int peer, ncclWindow_t w, size_t off, int sig, int ctx, unsigned flags, ncclComm_t comm, S st), (s, n, t, peer, w, off, sig, ctx, flags, real, st))
-AMEM_OP(ncclSignal, (int peer, int sig, int ctx, unsigned flags, ncclComm_t comm, S st), (peer, sig, ctx, flags, real, st))
-AMEM_OP(ncclWaitSignal, (int n, ncclWaitSignalDesc_t* descs, ncclComm_t comm, S st), (n, descs, real, st))
+AMEM_COLLECTIVE(ncclPutSignal, (In s, size_t n, T t, int peer, ncclWindow_t w, size_t off, int sig, int ctx, unsigned flags, ncclComm_t comm, S st), (s, n, t, peer, w, off, sig, ctx, flags, real, st))
+AMEM_COLLECTIVE(ncclSignal, (int peer, int sig, int ctx, unsigned flags, ncclComm_t comm, S st), (peer, sig, ctx, flags, real, st))
+AMEM_COLLECTIVE(ncclWaitSignal, (int n, ncclWaitSignalDesc_t* descs, ncclComm_t comm, S st), (n, descs, real, st))
 
 AMEM_OP(ncclRedOpCreatePreMulSum, (Op* op, void* scalar, T t, ncclScalarResidence_t where, ncclComm_t comm), (op, scalar, t, where, real))
 AMEM_OP(ncclRedOpDestroy, (Op op, ncclComm_t comm), (op, real))

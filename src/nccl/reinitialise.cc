@@ -4,6 +4,7 @@
 #include "cuda/driver_api.h"
 #include "nccl/auto_cost.h"
 #include "nccl/clock.h"
+#include "nccl/first_use.h"
 #include "nccl/host_memory.h"
 #include "nccl/nccl_status.h"
 #include "nccl/recreate.h"
@@ -73,6 +74,7 @@ Status Reinitialise(const std::vector<ProxyComm*>& comms, double timeout_seconds
       comm->split_share = false;  // ReinitConfig: its future splits get their own resources
       comm->manager = Registry::Get().NewManager();
       comm->resume_seconds = Since(start);
+      comm->awaiting_first_use.store(true);  // it connects again at its first collective
     } else if (first_error.ok()) {
       first_error = status.ok() ? Status::Error("no communicator returned for " + comm->key) : status;
     }

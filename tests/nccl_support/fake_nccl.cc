@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 extern "C" {
 typedef int ncclResult_t;
@@ -31,6 +33,9 @@ struct FakeComm {
   // communicator whose manager another live communicator holds.
   int manager = 0;
   bool split_share = false;
+  // NCCL connects a communicator's peers at its first collective (in the call, or at
+  // the end of the group it ran in): FAKE_NCCL_CONNECT_MS of sleep each, emulated.
+  bool connected = false;
 };
 
 // The head of ncclConfig_t (nccl.h), enough to read splitShare.
@@ -50,6 +55,21 @@ std::map<std::string, std::string> mailbox;  // broadcast payloads by communicat
 int next_serial = 1;
 int next_id = 1;
 int next_manager = 1;
+int group_depth = 0;
+int connects_pending = 0;  // first collectives inside the open group
+
+void SleepConnecting(int communicators) {
+  const char* text = std::getenv("FAKE_NCCL_CONNECT_MS");
+  const int ms = text == nullptr ? 0 : std::atoi(text);
+  if (ms > 0 && communicators > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms * communicators));
+}
+
+void Connect(FakeComm* comm) {
+  if (comm->connected) return;
+  comm->connected = true;
+  if (group_depth > 0) ++connects_pending;
+  else SleepConnecting(1);
+}
 
 void Log(const std::string& line) { log_text += line + "\n"; }
 
@@ -206,6 +226,7 @@ FAKE ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
 FAKE ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int, int, ncclComm_t comm, cudaStream_t) {
   std::lock_guard<std::mutex> g(mutex);
   if (!Usable(comm, "ncclAllReduce")) return 5;
+  Connect(comm);
   std::memmove(recv, send, count * 4);
   Log("ncclAllReduce " + Name(comm) + " n=" + std::to_string(count));
   return 0;
@@ -228,8 +249,21 @@ FAKE ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, int,
   return 0;
 }
 
-FAKE ncclResult_t ncclGroupStart() { std::lock_guard<std::mutex> g(mutex); Log("ncclGroupStart"); return 0; }
-FAKE ncclResult_t ncclGroupEnd() { std::lock_guard<std::mutex> g(mutex); Log("ncclGroupEnd"); return 0; }
+FAKE ncclResult_t ncclGroupStart() {
+  std::lock_guard<std::mutex> g(mutex);
+  ++group_depth;
+  Log("ncclGroupStart");
+  return 0;
+}
+FAKE ncclResult_t ncclGroupEnd() {
+  std::lock_guard<std::mutex> g(mutex);
+  if (group_depth > 0 && --group_depth == 0) {
+    SleepConnecting(connects_pending);
+    connects_pending = 0;
+  }
+  Log("ncclGroupEnd");
+  return 0;
+}
 
 #ifdef FAKE_WITH_SUSPEND
 FAKE ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {

@@ -74,6 +74,10 @@ PRELUDE = textwrap.dedent("""
     def rows(**selection):
         return [c.__dict__ for c in nccl.communicators(**selection)]
 
+    def by_creation(field):
+        # One field of every communicator, in creation order (communicators() lists them by key).
+        return [getattr(c, field) for c in sorted(nccl.communicators(), key=lambda c: c.id)]
+
     def attempt(call):
         # [error type, message], or None when the call succeeded.
         try:

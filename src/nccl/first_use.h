@@ -1,0 +1,50 @@
+// Timing each communicator's first collective after an initialisation.
+//
+// Why: NCCL connects a communicator's peers at its first collective (runtime
+// connect: the transport's buffers, pinned host memory over sockets), and a
+// `recreate` makes it do so again after resume, where a suspend keeps the
+// connections. Over sockets at 16 channels that is 0.2-0.8 s a communicator,
+// more than a recreate saves on the pause. `auto` adds what the communicator's
+// last first collective took to its cost of recreating it (auto_cost.h).
+//
+// Where the time is read: a collective outside a group connects in its own call;
+// inside ncclGroupStart/End (as XLA issues them) NCCL connects at the group's end,
+// which is timed and shared among the communicators whose first collective ran in
+// it. A nonblocking communicator that returns ncclInProgress connects later, out of
+// sight: it reads as not measured (no cost), as before this existed.
+#pragma once
+
+#include "nccl/clock.h"
+#include "nccl/comm_registry.h"
+#include "nccl/real_nccl.h"
+
+namespace amem::nccl {
+
+// Whether this thread is inside ncclGroupStart/End (the exported pair's depth).
+bool InGroup();
+// This thread's open group: `handle`'s first collective ran in it.
+void NoteFirstUseInGroup(ncclComm_t handle);
+// The exported ncclGroupStart / ncclGroupEnd, with this thread's depth kept.
+ncclResult_t StartGroup();
+ncclResult_t EndGroup();
+
+// Runs `call`, the collective on `proxy` (behind `handle`), timing it when it is the
+// communicator's first since its initialisation.
+template <typename Call>
+ncclResult_t TimeFirstUse(ncclComm_t handle, ProxyComm& proxy, Call&& call) {
+  if (!proxy.awaiting_first_use.exchange(false)) return call();
+  if (InGroup()) {
+    NoteFirstUseInGroup(handle);
+    return call();
+  }
+  const auto start = Clock::now();
+  const ncclResult_t result = call();
+  if (result == ncclSuccess) {
+    proxy.connect_seconds.store(Since(start));
+  } else if (result != ncclInProgress) {
+    proxy.awaiting_first_use.store(true);  // it did not run: the next one is the first
+  }
+  return result;
+}
+
+}  // namespace amem::nccl
