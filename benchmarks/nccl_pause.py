@@ -188,6 +188,12 @@ def scale(args) -> list:
     return results
 
 
+def end_to_end(row: dict) -> float:
+    """Pause + resume and the first collective after, where a recreated communicator connects
+    again and a suspended one does not (p50s of the same cycles)."""
+    return row["total_p50"] + row["first_collective_p50"]
+
+
 def strategies(args) -> list:
     """Every strategy on the same communicators (tests/gpu_workers/nccl_strategies_worker.py)."""
     env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -224,6 +230,8 @@ def strategies(args) -> list:
         naive = merged.get((count, "naive"))
         best = min((merged[(count, m)]["total_p50"] for m in ("suspend", "recreate") if (count, m) in merged),
                    default=0)
+        best_end_to_end = min((end_to_end(merged[(count, m)]) for m in ("suspend", "recreate")
+                               if (count, m) in merged), default=0)
         for (c, method), r in sorted(merged.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]))):
             if c != count:
                 continue
@@ -239,6 +247,9 @@ def strategies(args) -> list:
                                 + ("the naive rebuild not measured" if not naive else
                                    f"{'faster' if r['total_p50'] <= naive['total_p50'] else 'NOT faster'} "
                                    "than the naive rebuild"))
+                verdicts.append(f"{count} communicators, {method}, end to end (with the first collective after): "
+                                f"{end_to_end(r) * 1e3:.1f} ms against the better {best_end_to_end * 1e3:.1f} ms: "
+                                f"{'within 10%' if end_to_end(r) <= 1.1 * best_end_to_end else 'MISSED'}")
     for line in verdicts:
         print("  goal: " + line)
     for r in (r for r in rows if r["rank"] == 0 and r["method"].startswith("auto") and r["count"] == max(merged)[0]):
