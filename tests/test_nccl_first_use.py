@@ -70,6 +70,35 @@ def test_first_collectives_in_a_group_share_the_time_of_the_outermost_end(fake_w
     assert seen["log"] == ["ncclGroupStart", "ncclGroupStart", "ncclGroupEnd", "ncclGroupEnd", "ncclGroupEnd"]
 
 
+def test_a_nonblocking_first_collective_is_timed_until_the_communicator_answers_done(fake_with_suspend):
+    # As XLA with --xla_gpu_nccl_blocking_communicators=false: the call returns ncclInProgress,
+    # the connection runs on, and XLA polls ncclCommGetAsyncError until it answers done.
+    seen = run_scenario(fake_with_suspend, """
+        lib = interposer()
+        comms = [init_ranks(lib, make_id(f"n{i}"), 1)[0] for i in range(3)]
+        def until_done(comm):
+            state = ctypes.c_int(7)
+            while state.value == 7:
+                assert lib.ncclCommGetAsyncError(comm, ctypes.byref(state)) == 0
+            return state.value
+        code = all_reduce(lib, comms[0], [1])[0]
+        in_flight = by_creation("connect_seconds")
+        done = until_done(comms[0])
+        alone = by_creation("connect_seconds")
+        assert lib.ncclGroupStart() == 0
+        grouped = [all_reduce(lib, c, [2])[0] for c in comms[1:]]
+        group_end = lib.ncclGroupEnd()
+        states = [until_done(c) for c in comms[1:]]
+        out(code=code, in_flight=in_flight, done=done, alone=alone, grouped=grouped,
+            group_end=group_end, states=states, after=by_creation("connect_seconds"))
+    """, env={**connects(150), "FAKE_NCCL_NONBLOCKING": "1"})
+    assert seen["code"] == 7 and seen["in_flight"] == [-1.0, -1.0, -1.0] and seen["done"] == 0
+    assert 0.15 <= seen["alone"][0] < 1.0 and seen["alone"][1:] == [-1.0, -1.0]
+    assert seen["grouped"] == [0, 0] and seen["group_end"] == 7 and seen["states"] == [0, 0]
+    assert seen["after"][0] == seen["alone"][0]
+    assert all(0.15 <= shared < 1.0 for shared in seen["after"][1:])   # 2 x 150 ms, shared
+
+
 # The fake's communicators hold 1000, 2000 and 3000 suspendable bytes (1000 x creation order):
 # at GiB / 10000 s per GiB they suspend in 0.1, 0.2 and 0.3 s; learn=0 keeps the rates as set.
 RATES = f"suspend_s_per_gib={2**30 / 10000},resume_s_per_gib=0,teardown_s=0.03,init_s=0.1,learn=0"

@@ -71,6 +71,11 @@ struct ProxyComm {
   std::atomic<bool> awaiting_first_use{true};
   // What the last such first collective took, NCCL's connection included; -1 unknown.
   std::atomic<double> connect_seconds{-1.0};
+  // A nonblocking communicator's first collective returned ncclInProgress: when it was
+  // issued (steady clock, ns; 0: none in flight) and among how many it was issued
+  // (one group), until ncclCommGetAsyncError first answers that it is done.
+  std::atomic<int64_t> connect_since_ns{0};
+  std::atomic<int> connect_shared_by{1};
   std::string error;  // why the communicator is broken, if it is
 };
 

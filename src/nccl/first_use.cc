@@ -1,5 +1,6 @@
 #include "nccl/first_use.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace amem::nccl {
@@ -34,11 +35,32 @@ ncclResult_t EndGroup() {
     if (proxy == nullptr) continue;  // destroyed inside the group: nothing to keep
     if (result == ncclSuccess) {
       proxy->connect_seconds.store(share);
-    } else if (result != ncclInProgress) {
+    } else if (result == ncclInProgress) {
+      ConnectingSince(*proxy, start, static_cast<int>(handles.size()));
+    } else {
       proxy->awaiting_first_use.store(true);
     }
   }
   return result;
+}
+
+namespace {
+int64_t Nanoseconds(Clock::time_point at) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+}
+}  // namespace
+
+void ConnectingSince(ProxyComm& proxy, Clock::time_point start, int shared_by) {
+  proxy.connect_shared_by.store(shared_by);
+  proxy.connect_since_ns.store(std::max<int64_t>(Nanoseconds(start), 1));
+}
+
+void ConnectAnswered(ProxyComm& proxy, ncclResult_t state) {
+  if (state == ncclInProgress || proxy.connect_since_ns.load() == 0) return;
+  const int64_t since = proxy.connect_since_ns.exchange(0);
+  if (since == 0 || state != ncclSuccess) return;  // another thread took it, or it failed
+  const double seconds = static_cast<double>(Nanoseconds(Clock::now()) - since) / 1e9;
+  proxy.connect_seconds.store(seconds / std::max(proxy.connect_shared_by.load(), 1));
 }
 
 }  // namespace amem::nccl

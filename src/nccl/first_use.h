@@ -10,8 +10,9 @@
 // Where the time is read: a collective outside a group connects in its own call;
 // inside ncclGroupStart/End (as XLA issues them) NCCL connects at the group's end,
 // which is timed and shared among the communicators whose first collective ran in
-// it. A nonblocking communicator that returns ncclInProgress connects later, out of
-// sight: it reads as not measured (no cost), as before this existed.
+// it. A nonblocking communicator returns ncclInProgress and connects afterwards: its
+// time runs until ncclCommGetAsyncError first answers ncclSuccess for it (XLA polls
+// it so), shared among the communicators of that group likewise.
 #pragma once
 
 #include "nccl/clock.h"
@@ -28,6 +29,12 @@ void NoteFirstUseInGroup(ncclComm_t handle);
 ncclResult_t StartGroup();
 ncclResult_t EndGroup();
 
+// A first collective issued at `start` among `shared_by` returned ncclInProgress.
+void ConnectingSince(ProxyComm& proxy, Clock::time_point start, int shared_by);
+// ncclCommGetAsyncError answered `state` for `proxy`: a connection in flight ends
+// with ncclSuccess (timed) or an error (not timed).
+void ConnectAnswered(ProxyComm& proxy, ncclResult_t state);
+
 // Runs `call`, the collective on `proxy` (behind `handle`), timing it when it is the
 // communicator's first since its initialisation.
 template <typename Call>
@@ -41,7 +48,9 @@ ncclResult_t TimeFirstUse(ncclComm_t handle, ProxyComm& proxy, Call&& call) {
   const ncclResult_t result = call();
   if (result == ncclSuccess) {
     proxy.connect_seconds.store(Since(start));
-  } else if (result != ncclInProgress) {
+  } else if (result == ncclInProgress) {
+    ConnectingSince(proxy, start, 1);
+  } else {
     proxy.awaiting_first_use.store(true);  // it did not run: the next one is the first
   }
   return result;

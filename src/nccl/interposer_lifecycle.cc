@@ -227,7 +227,9 @@ AMEM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* er
     *error = ncclInvalidUsage;
     return ncclSuccess;
   }
-  return Real().ncclCommGetAsyncError(proxy->real, error);
+  const ncclResult_t result = Real().ncclCommGetAsyncError(proxy->real, error);
+  if (result == ncclSuccess) ConnectAnswered(*proxy, *error);  // a nonblocking first collective
+  return result;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 extern "C" {
 typedef int ncclResult_t;
@@ -34,8 +35,12 @@ struct FakeComm {
   int manager = 0;
   bool split_share = false;
   // NCCL connects a communicator's peers at its first collective (in the call, or at
-  // the end of the group it ran in): FAKE_NCCL_CONNECT_MS of sleep each, emulated.
+  // the end of the group it ran in): FAKE_NCCL_CONNECT_MS of sleep each, emulated. With
+  // FAKE_NCCL_NONBLOCKING=1 every communicator is nonblocking: the call returns
+  // ncclInProgress and ncclCommGetAsyncError says so until the time has passed.
   bool connected = false;
+  bool blocking = true;
+  std::chrono::steady_clock::time_point connected_at{};
 };
 
 // The head of ncclConfig_t (nccl.h), enough to read splitShare.
@@ -56,19 +61,28 @@ int next_serial = 1;
 int next_id = 1;
 int next_manager = 1;
 int group_depth = 0;
-int connects_pending = 0;  // first collectives inside the open group
+std::vector<FakeComm*> connecting;  // first collectives inside the open group
 
-void SleepConnecting(int communicators) {
+// Connects `comms` (FAKE_NCCL_CONNECT_MS each, one after another): 0, or 7 (ncclInProgress)
+// where they are nonblocking and connect in the background.
+int ConnectNow(const std::vector<FakeComm*>& comms) {
   const char* text = std::getenv("FAKE_NCCL_CONNECT_MS");
-  const int ms = text == nullptr ? 0 : std::atoi(text);
-  if (ms > 0 && communicators > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms * communicators));
+  const auto took = std::chrono::milliseconds((text == nullptr ? 0 : std::atoi(text)) * comms.size());
+  if (comms.empty() || took.count() <= 0) return 0;
+  if (comms.front()->blocking) {
+    std::this_thread::sleep_for(took);
+    return 0;
+  }
+  for (FakeComm* comm : comms) comm->connected_at = std::chrono::steady_clock::now() + took;
+  return 7;
 }
 
-void Connect(FakeComm* comm) {
-  if (comm->connected) return;
+int Connect(FakeComm* comm) {
+  if (comm->connected) return 0;
   comm->connected = true;
-  if (group_depth > 0) ++connects_pending;
-  else SleepConnecting(1);
+  if (group_depth == 0) return ConnectNow({comm});
+  connecting.push_back(comm);
+  return 0;
 }
 
 void Log(const std::string& line) { log_text += line + "\n"; }
@@ -88,6 +102,8 @@ bool Usable(ncclComm_t comm, const char* function) {
 ncclComm_t Make(int nranks, const ncclUniqueId& id, int rank) {
   auto* comm = new FakeComm{next_serial++, rank, nranks, std::string(id.internal, 128)};
   comm->manager = next_manager++;
+  const char* nonblocking = std::getenv("FAKE_NCCL_NONBLOCKING");
+  comm->blocking = nonblocking == nullptr || std::string(nonblocking) != "1";
   live.insert(comm);
   return comm;
 }
@@ -187,8 +203,9 @@ FAKE ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 FAKE ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   std::lock_guard<std::mutex> g(mutex);
-  *error = 0;
-  return live.count(comm) ? 0 : (Log("FAULT ncclCommGetAsyncError on a destroyed communicator"), 5);
+  if (live.count(comm) == 0) return (Log("FAULT ncclCommGetAsyncError on a destroyed communicator"), 5);
+  *error = std::chrono::steady_clock::now() < comm->connected_at ? 7 : 0;
+  return 0;
 }
 FAKE ncclResult_t ncclCommCount(const ncclComm_t comm, int* n) {
   std::lock_guard<std::mutex> g(mutex);
@@ -226,10 +243,10 @@ FAKE ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
 FAKE ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int, int, ncclComm_t comm, cudaStream_t) {
   std::lock_guard<std::mutex> g(mutex);
   if (!Usable(comm, "ncclAllReduce")) return 5;
-  Connect(comm);
+  const int connected = Connect(comm);
   std::memmove(recv, send, count * 4);
   Log("ncclAllReduce " + Name(comm) + " n=" + std::to_string(count));
-  return 0;
+  return connected;
 }
 
 FAKE ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, int, int root, ncclComm_t comm, cudaStream_t) {
@@ -257,12 +274,13 @@ FAKE ncclResult_t ncclGroupStart() {
 }
 FAKE ncclResult_t ncclGroupEnd() {
   std::lock_guard<std::mutex> g(mutex);
+  int result = 0;
   if (group_depth > 0 && --group_depth == 0) {
-    SleepConnecting(connects_pending);
-    connects_pending = 0;
+    result = ConnectNow(connecting);
+    connecting.clear();
   }
   Log("ncclGroupEnd");
-  return 0;
+  return result;
 }
 
 #ifdef FAKE_WITH_SUSPEND
