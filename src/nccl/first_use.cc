@@ -10,6 +10,10 @@ namespace {
 thread_local int group_depth = 0;
 thread_local std::vector<ncclComm_t> first_uses;  // proxy handles, looked up again at the end
 
+int64_t Nanoseconds(Clock::time_point at) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+}
+
 }  // namespace
 
 bool InGroup() { return group_depth > 0; }
@@ -29,30 +33,25 @@ ncclResult_t EndGroup() {
   handles.swap(first_uses);
   const auto start = Clock::now();
   const ncclResult_t result = Real().ncclGroupEnd();
-  const double share = Since(start) / static_cast<double>(handles.size());
+  const double seconds = Since(start);
   for (ncclComm_t handle : handles) {
     ProxyComm* proxy = Registry::Get().Find(handle);
     if (proxy == nullptr) continue;  // destroyed inside the group: nothing to keep
-    if (result == ncclSuccess) {
-      proxy->connect_seconds.store(share);
-    } else if (result == ncclInProgress) {
-      ConnectingSince(*proxy, start, static_cast<int>(handles.size()));
-    } else {
-      proxy->awaiting_first_use.store(true);
-    }
+    FirstUseAnswered(*proxy, result, start, seconds, static_cast<int>(handles.size()));
   }
   return result;
 }
 
-namespace {
-int64_t Nanoseconds(Clock::time_point at) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
-}
-}  // namespace
-
-void ConnectingSince(ProxyComm& proxy, Clock::time_point start, int shared_by) {
-  proxy.connect_shared_by.store(shared_by);
-  proxy.connect_since_ns.store(std::max<int64_t>(Nanoseconds(start), 1));
+void FirstUseAnswered(ProxyComm& proxy, ncclResult_t result, Clock::time_point start, double seconds,
+                      int shared_by) {
+  if (result == ncclSuccess) {
+    proxy.connect_seconds.store(seconds / shared_by);
+  } else if (result == ncclInProgress) {
+    proxy.connect_shared_by.store(shared_by);
+    proxy.connect_since_ns.store(std::max<int64_t>(Nanoseconds(start), 1));
+  } else {
+    proxy.awaiting_first_use.store(true);
+  }
 }
 
 void ConnectAnswered(ProxyComm& proxy, ncclResult_t state) {

@@ -29,8 +29,12 @@ void NoteFirstUseInGroup(ncclComm_t handle);
 ncclResult_t StartGroup();
 ncclResult_t EndGroup();
 
-// A first collective issued at `start` among `shared_by` returned ncclInProgress.
-void ConnectingSince(ProxyComm& proxy, Clock::time_point start, int shared_by);
+// What the first collective's call (or its group's end), issued at `start` among
+// `shared_by` communicators and `seconds` long, answered: its time (ncclSuccess), a
+// connection still in flight (ncclInProgress: nonblocking), or that nothing ran (an
+// error: the next collective is the first).
+void FirstUseAnswered(ProxyComm& proxy, ncclResult_t result, Clock::time_point start, double seconds,
+                      int shared_by);
 // ncclCommGetAsyncError answered `state` for `proxy`: a connection in flight ends
 // with ncclSuccess (timed) or an error (not timed).
 void ConnectAnswered(ProxyComm& proxy, ncclResult_t state);
@@ -46,13 +50,7 @@ ncclResult_t TimeFirstUse(ncclComm_t handle, ProxyComm& proxy, Call&& call) {
   }
   const auto start = Clock::now();
   const ncclResult_t result = call();
-  if (result == ncclSuccess) {
-    proxy.connect_seconds.store(Since(start));
-  } else if (result == ncclInProgress) {
-    ConnectingSince(proxy, start, 1);
-  } else {
-    proxy.awaiting_first_use.store(true);  // it did not run: the next one is the first
-  }
+  FirstUseAnswered(proxy, result, start, Since(start), 1);
   return result;
 }
 
