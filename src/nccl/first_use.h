@@ -43,7 +43,10 @@ void ConnectAnswered(ProxyComm& proxy, ncclResult_t state);
 // communicator's first since its initialisation.
 template <typename Call>
 ncclResult_t TimeFirstUse(ncclComm_t handle, ProxyComm& proxy, Call&& call) {
-  if (!proxy.awaiting_first_use.exchange(false)) return call();
+  // A plain read first: every collective passes here, and only the first needs the exchange.
+  if (!proxy.awaiting_first_use.load(std::memory_order_relaxed) || !proxy.awaiting_first_use.exchange(false)) {
+    return call();
+  }
   if (InGroup()) {
     NoteFirstUseInGroup(handle);
     return call();
