@@ -194,12 +194,21 @@ def end_to_end(row: dict) -> float:
     return row["total_p50"] + row["first_collective_p50"]
 
 
-def verdict(auto_row: dict, value: float, best: float, merged: dict, count: int, measure) -> str:
+def better_of(merged: dict, count: int, measure) -> tuple:
+    """The better of suspend and recreate at `count` communicators by `measure`: (method, value);
+    (None, 0) where neither ran."""
+    measured = [m for m in ("suspend", "recreate") if (count, m) in merged]
+    if not measured:
+        return None, 0
+    method = min(measured, key=lambda m: measure(merged[(count, m)]))
+    return method, measure(merged[(count, method)])
+
+
+def verdict(auto_row: dict, value: float, better: str, best: float, count: int) -> str:
     """Within 10% of the better strategy, or MISSED; a miss where auto chose what the better row
     did is the spread between runs of the same strategy, not a wrong choice, and says so."""
     if value <= 1.1 * best:
         return "within 10%"
-    better = min((m for m in ("suspend", "recreate") if (count, m) in merged), key=lambda m: measure(merged[(count, m)]))
     if auto_row["strategies"] == {better: count}:
         return f"MISSED (the same choice as {better}: the spread between their runs)"
     return "MISSED"
@@ -239,10 +248,8 @@ def strategies(args) -> list:
     verdicts = []
     for count in sorted({c for c, _ in merged}):
         naive = merged.get((count, "naive"))
-        best = min((merged[(count, m)]["total_p50"] for m in ("suspend", "recreate") if (count, m) in merged),
-                   default=0)
-        best_end_to_end = min((end_to_end(merged[(count, m)]) for m in ("suspend", "recreate")
-                               if (count, m) in merged), default=0)
+        better, best = better_of(merged, count, lambda row: row["total_p50"])
+        better_end_to_end, best_end_to_end = better_of(merged, count, end_to_end)
         for (c, method), r in sorted(merged.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]))):
             if c != count:
                 continue
@@ -254,13 +261,13 @@ def strategies(args) -> list:
             if method.startswith("auto") and best:
                 verdicts.append(f"{count} communicators, {method}: {r['total_p50'] * 1e3:.1f} ms against the better "
                                 f"of suspend and recreate {best * 1e3:.1f} ms: "
-                                f"{verdict(r, r['total_p50'], best, merged, count, lambda x: x['total_p50'])}; "
+                                f"{verdict(r, r['total_p50'], better, best, count)}; "
                                 + ("the naive rebuild not measured" if not naive else
                                    f"{'faster' if r['total_p50'] <= naive['total_p50'] else 'NOT faster'} "
                                    "than the naive rebuild"))
                 verdicts.append(f"{count} communicators, {method}, end to end (with the first collective after): "
                                 f"{end_to_end(r) * 1e3:.1f} ms against the better {best_end_to_end * 1e3:.1f} ms: "
-                                f"{verdict(r, end_to_end(r), best_end_to_end, merged, count, end_to_end)}")
+                                f"{verdict(r, end_to_end(r), better_end_to_end, best_end_to_end, count)}")
     for line in verdicts:
         print("  goal: " + line)
     for r in (r for r in rows if r["rank"] == 0 and r["method"].startswith("auto") and r["count"] == max(merged)[0]):
